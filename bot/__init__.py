@@ -1,0 +1,1 @@
+"""crewbot: the host process (settings, store, channels, chat turn engine, main agent, CLI)."""

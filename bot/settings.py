@@ -1,0 +1,148 @@
+"""Operator settings from the environment and `.env` (names and defaults as in the design's table)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_TELEGRAM_API_BASE_URL = "https://api.telegram.org/bot"
+DEFAULT_REJECT_MESSAGE = (
+    "All subagent slots are busy ({running} running, limit {limit}). "
+    "Your task was not started; please try again later."
+)
+
+
+class LLMProvider(StrEnum):
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+    OFFLINE = "offline"
+
+
+class CancelScope(StrEnum):
+    TURN = "turn"
+    CHAT = "chat"
+
+
+class LogFormat(StrEnum):
+    CONSOLE = "console"
+    JSON = "json"
+
+
+def _split_ids(value: object) -> object:
+    """Accept `1,2,-100` (the natural way to write a list in an env file) as well as a real list."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, int):
+        return [value]
+    return value
+
+
+class Settings(BaseSettings):
+    """Every setting crewbot reads. `.env.example` documents each one."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    telegram_bot_token: SecretStr | None = Field(default=None, alias="TELEGRAM_BOT_TOKEN")
+    telegram_api_base_url: str = Field(default=DEFAULT_TELEGRAM_API_BASE_URL, alias="TELEGRAM_API_BASE_URL")
+    allowed_chat_ids: Annotated[list[int], NoDecode] = Field(default_factory=list, alias="ALLOWED_CHAT_IDS")
+    allow_all_chats: bool = Field(default=False, alias="ALLOW_ALL_CHATS")
+    admin_user_ids: Annotated[list[int], NoDecode] = Field(default_factory=list, alias="ADMIN_USER_IDS")
+    assistant_name: str = Field(default="Crew", min_length=1, max_length=64, alias="ASSISTANT_NAME")
+
+    llm_provider: LLMProvider = Field(default=LLMProvider.OFFLINE, alias="LLM_PROVIDER")
+    llm_base_url: str | None = Field(default=None, alias="LLM_BASE_URL")
+    llm_api_key: SecretStr | None = Field(default=None, alias="LLM_API_KEY")
+    llm_model: str | None = Field(default=None, alias="LLM_MODEL")
+    llm_timeout_seconds: float = Field(default=120.0, gt=0, alias="LLM_TIMEOUT_SECONDS")
+    subagent_model: str | None = Field(default=None, alias="SUBAGENT_MODEL")
+
+    max_concurrent_subagents: int = Field(default=3, ge=1, le=100, alias="MAX_CONCURRENT_SUBAGENTS")
+    max_subagents_per_chat: int = Field(default=3, ge=1, le=100, alias="MAX_SUBAGENTS_PER_CHAT")
+    subagent_timeout_seconds: float = Field(default=900.0, gt=0, alias="SUBAGENT_TIMEOUT_SECONDS")
+    subagent_reject_message: str = Field(default=DEFAULT_REJECT_MESSAGE, alias="SUBAGENT_REJECT_MESSAGE")
+    merge_window_seconds: float = Field(default=3.0, ge=0, alias="MERGE_WINDOW_SECONDS")
+    merge_cancel_scope: CancelScope = Field(default=CancelScope.TURN, alias="MERGE_CANCEL_SCOPE")
+    typing_interval_seconds: float = Field(default=4.0, gt=0, alias="TYPING_INTERVAL_SECONDS")
+    history_window_messages: int = Field(default=50, ge=1, le=1000, alias="HISTORY_WINDOW_MESSAGES")
+
+    subagent_image: str = Field(default="crewbot-agent:latest", alias="SUBAGENT_IMAGE")
+    subagent_network: str = Field(default="none", alias="SUBAGENT_NETWORK")
+    subagent_memory: str = Field(default="512m", alias="SUBAGENT_MEMORY")
+    subagent_cpus: float = Field(default=1.0, gt=0, alias="SUBAGENT_CPUS")
+    subagent_pids: int = Field(default=256, ge=16, alias="SUBAGENT_PIDS")
+
+    ipc_force_polling: bool = Field(default=False, alias="IPC_FORCE_POLLING")
+    ipc_rescan_seconds: float = Field(default=5.0, gt=0, alias="IPC_RESCAN_SECONDS")
+    ipc_max_file_bytes: int = Field(default=256 * 1024, ge=1024, alias="IPC_MAX_FILE_BYTES")
+
+    data_dir: Path = Field(default=Path("./data"), alias="DATA_DIR")
+    log_format: LogFormat = Field(default=LogFormat.CONSOLE, alias="LOG_FORMAT")
+    log_level: str = Field(default="INFO", alias="LOG_LEVEL")
+
+    @field_validator("allowed_chat_ids", "admin_user_ids", mode="before")
+    @classmethod
+    def _parse_id_list(cls, value: object) -> object:
+        return _split_ids(value)
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return level
+
+    @field_validator("telegram_bot_token", "llm_api_key", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _check_provider(self) -> Settings:
+        if self.llm_provider is LLMProvider.OFFLINE:
+            return self
+        if not self.llm_model:
+            raise ValueError(f"LLM_MODEL: required when LLM_PROVIDER={self.llm_provider.value}")
+        needs_key = self.llm_provider is LLMProvider.ANTHROPIC or self.llm_base_url is None
+        if needs_key and self.llm_api_key is None:
+            raise ValueError(f"LLM_API_KEY: required when LLM_PROVIDER={self.llm_provider.value}")
+        return self
+
+    @property
+    def effective_subagent_model(self) -> str | None:
+        return self.subagent_model or self.llm_model
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "crewbot.sqlite3"
+
+    def chat_allowed(self, chat_id: int) -> bool:
+        return self.allow_all_chats or chat_id in self.allowed_chat_ids
+
+
+class SettingsError(Exception):
+    """Start-up cannot go on: the message is one line per bad variable, each naming it."""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings, turning pydantic's report into lines that name the environment variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            loc = ".".join(str(part) for part in error["loc"])
+            message = error["msg"].removeprefix("Value error, ")
+            if not loc:
+                lines.append(f"invalid setting {message}")
+            else:
+                got = error.get("input")
+                shown = "" if isinstance(got, dict) or got is None else f" (got {str(got)[:60]!r})"
+                lines.append(f"invalid setting {loc.upper()}: {message}{shown}")
+        raise SettingsError("\n".join(lines)) from None

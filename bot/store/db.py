@@ -1,0 +1,108 @@
+"""The SQLite connection (WAL, foreign keys, busy timeout) and the migration runner."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiosqlite
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
+BUSY_TIMEOUT_MS = 5000
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+class MigrationError(Exception):
+    """A migration file is misnamed, numbered out of order, or failed to apply."""
+
+
+def discover_migrations(directory: Path = MIGRATIONS_DIR) -> list[tuple[int, Path]]:
+    found: list[tuple[int, Path]] = []
+    for path in sorted(directory.glob("*.sql")):
+        match = _MIGRATION_NAME.match(path.name)
+        if not match:
+            raise MigrationError(f"migration file {path.name} is not named NNNN_name.sql")
+        found.append((int(match.group(1)), path))
+    numbers = [n for n, _ in found]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise MigrationError(f"migrations must be numbered 0001, 0002, ... without gaps; found {numbers}")
+    return found
+
+
+class Database:
+    """One aiosqlite connection shared by the process; writes that span statements use `transaction()`."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+        self._conn = conn
+        self._lock = asyncio.Lock()
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: Path, migrations_dir: Path = MIGRATIONS_DIR) -> Database:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = await aiosqlite.connect(path, isolation_level=None)
+        conn.row_factory = aiosqlite.Row
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute("PRAGMA foreign_keys=ON")
+        await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        await conn.execute("PRAGMA synchronous=NORMAL")
+        db = cls(conn, path)
+        try:
+            await db.migrate(migrations_dir)
+        except BaseException:
+            await conn.close()
+            raise
+        return db
+
+    @property
+    def conn(self) -> aiosqlite.Connection:
+        return self._conn
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    async def schema_version(self) -> int:
+        async with self._conn.execute("PRAGMA user_version") as cursor:
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    async def migrate(self, migrations_dir: Path = MIGRATIONS_DIR) -> list[int]:
+        """Apply the migrations newer than `PRAGMA user_version`, each in its own transaction."""
+        applied: list[int] = []
+        current = await self.schema_version()
+        for number, path in discover_migrations(migrations_dir):
+            if number <= current:
+                continue
+            script = path.read_text(encoding="utf-8")
+            async with self._lock:
+                try:
+                    await self._conn.executescript(
+                        f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version={number};\nCOMMIT;"
+                    )
+                except Exception as exc:
+                    if self._conn.in_transaction:
+                        await self._conn.execute("ROLLBACK")
+                    raise MigrationError(f"migration {path.name} failed: {exc}") from exc
+            applied.append(number)
+        return applied
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """Serialise multi-statement writes: commit on success, roll back on any error."""
+        async with self._lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            await self._conn.execute("COMMIT")
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """A single-statement write: waits for any open transaction so it is not swallowed by it."""
+        async with self._lock:
+            yield self._conn

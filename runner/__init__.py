@@ -1,0 +1,1 @@
+"""Subagent machinery on the host: IPC, watcher, task manager, container runtime, LLM proxy, image."""
