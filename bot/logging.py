@@ -40,9 +40,7 @@ def configure_logging(
     """Route structlog and the standard library (PTB, httpx, docker) through one redacting renderer."""
     redactor = SecretRedactor(secrets)
     renderer: Processor = (
-        structlog.processors.JSONRenderer()
-        if log_format == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,

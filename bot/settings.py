@@ -11,8 +11,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_TELEGRAM_API_BASE_URL = "https://api.telegram.org/bot"
 DEFAULT_REJECT_MESSAGE = (
-    "All subagent slots are busy ({running} running, limit {limit}). "
-    "Your task was not started; please try again later."
+    "All subagent slots are busy ({running} running, limit {limit}). Your task was not started; please try again later."
 )
 
 
@@ -44,9 +43,7 @@ def _split_ids(value: object) -> object:
 class Settings(BaseSettings):
     """Every setting crewbot reads. `.env.example` documents each one."""
 
-    model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
-    )
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False)
 
     telegram_bot_token: SecretStr | None = Field(default=None, alias="TELEGRAM_BOT_TOKEN")
     telegram_api_base_url: str = Field(default=DEFAULT_TELEGRAM_API_BASE_URL, alias="TELEGRAM_API_BASE_URL")

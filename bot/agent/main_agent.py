@@ -1,0 +1,115 @@
+"""One main-agent turn: prompt from the store, the LLM with the spawn tool, the reply stored and sent."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.models import Model
+from pydantic_ai.usage import UsageLimits
+
+from bot.agent.prompt import build_prompt, instructions_for
+from bot.delivery import Delivery
+from bot.engine import Turn
+from bot.logging import get_logger
+from bot.store.messages import MessageStore
+
+log = get_logger(__name__)
+
+MAX_MODEL_REQUESTS_PER_TURN = 8
+APOLOGY = "Sorry, I could not answer just now (the language model did not respond). Please try again."
+
+
+class Spawner(Protocol):
+    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
+        """Write a spawn request; return its run id at once (never wait for the container)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDeps:
+    chat_id: int
+    turn: Turn
+    spawner: Spawner
+
+
+async def spawn_subagent(
+    ctx: RunContext[TurnDeps], task: str, label: str | None = None, include_context: bool = False
+) -> str:
+    """Start a subagent in a sandboxed container for long work or anything that needs running code.
+
+    Returns at once with the run id; the result is posted to the chat when the subagent finishes.
+
+    Args:
+        task: Complete instructions for the subagent; it cannot ask questions back.
+        label: A short name for the task, shown with its result.
+        include_context: Also give the subagent the chat's recent messages.
+    """
+    deps = ctx.deps
+    try:
+        run_id = await deps.spawner.spawn(deps.chat_id, deps.turn.id, task, label, include_context)
+    except Exception as exc:
+        log.error("spawn_failed", error=str(exc))
+        return f"Could not start the subagent: {exc}"
+    shown = f" ({label})" if label else ""
+    return f"Started subagent run {run_id}{shown}. Its result will be posted here when it finishes."
+
+
+class MainAgent:
+    """Callable as the engine's TurnRunner."""
+
+    def __init__(
+        self,
+        model: Model,
+        messages: MessageStore,
+        delivery: Delivery,
+        spawner: Spawner | None,
+        *,
+        assistant_name: str,
+        history_window: int,
+        timeout_seconds: float,
+    ) -> None:
+        self._messages = messages
+        self._delivery = delivery
+        self._spawner = spawner
+        self._assistant_name = assistant_name
+        self._history_window = history_window
+        self._timeout_seconds = timeout_seconds
+        self._agent: Agent[TurnDeps, str] = Agent(
+            model,
+            deps_type=TurnDeps,
+            instructions=instructions_for(assistant_name, can_spawn=spawner is not None),
+            tools=[spawn_subagent] if spawner is not None else [],
+        )
+
+    @property
+    def agent(self) -> Agent[TurnDeps, str]:
+        return self._agent
+
+    async def __call__(self, turn: Turn) -> None:
+        prompt = await build_prompt(self._messages, turn.chat_id, self._history_window, self._assistant_name)
+        deps = TurnDeps(chat_id=turn.chat_id, turn=turn, spawner=self._spawner or _NoSpawner())
+        try:
+            async with asyncio.timeout(self._timeout_seconds):
+                result = await self._agent.run(
+                    prompt.text,
+                    deps=deps,
+                    usage_limits=UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN),
+                )
+            reply = result.output.strip() or "(no answer)"
+            kind = "reply"
+        except TimeoutError:
+            log.error("llm_timeout", timeout_seconds=self._timeout_seconds)
+            reply, kind = APOLOGY, "notice"
+        except Exception as exc:  # any provider failure: apologise, keep the bot running
+            log.error("llm_failed", error_type=type(exc).__name__, error=str(exc)[:500])
+            reply, kind = APOLOGY, "notice"
+        turn.begin_delivery()
+        # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
+        await asyncio.shield(self._delivery.post(turn.chat_id, reply, kind=kind))
+
+
+class _NoSpawner:
+    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
+        raise RuntimeError("subagents are not available in this process")

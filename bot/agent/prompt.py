@@ -1,0 +1,58 @@
+"""The main agent's prompt: instructions plus a bounded window of the chat's stored messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from bot.store.messages import MessageStore, StoredMessage
+
+LATEST_MARKER = "Latest message, from "
+MAX_MESSAGE_CHARS_IN_PROMPT = 4000  # one huge message must not crowd out the rest of the window
+
+
+def instructions_for(assistant_name: str, can_spawn: bool) -> str:
+    lines = [
+        f"You are {assistant_name}, an assistant taking part in a Telegram group chat.",
+        "You see the chat's recent messages with sender names and UTC times. Answer the latest messages",
+        "briefly and helpfully, in the language they were written in. Telegram Markdown is rendered:",
+        "use `code`, ```fenced blocks```, **bold** sparingly.",
+        "Messages from [Subagent] are results of background tasks you started earlier.",
+    ]
+    if can_spawn:
+        lines += [
+            "For long work or anything that needs running code, call spawn_subagent(task, label,",
+            "include_context): it starts a sandboxed subagent in the background and returns at once;",
+            "its result is posted to the chat later. Tell the chat briefly what you started.",
+        ]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    text: str
+    window: list[StoredMessage]
+
+
+def _line(message: StoredMessage, assistant_name: str) -> str:
+    when = datetime.fromtimestamp(message.timestamp, UTC).strftime("%Y-%m-%d %H:%M")
+    who = message.sender_name
+    if message.is_bot and message.kind != "subagent":
+        who = f"{assistant_name} (you)"
+    content = message.content
+    if len(content) > MAX_MESSAGE_CHARS_IN_PROMPT:
+        cut = len(content) - MAX_MESSAGE_CHARS_IN_PROMPT
+        content = f"{content[:MAX_MESSAGE_CHARS_IN_PROMPT]}… [{cut} more characters not shown]"
+    return f"[{when}] {who}: {content}"
+
+
+async def build_prompt(messages: MessageStore, chat_id: int, window_size: int, assistant_name: str) -> Prompt:
+    """The recent window (an index walk: cost does not grow with the chat's history) as a transcript."""
+    window = await messages.recent(chat_id, window_size)
+    transcript = "\n".join(_line(m, assistant_name) for m in window)
+    latest = next((m for m in reversed(window) if m.is_trigger and not m.is_bot), None)
+    parts = ["Chat transcript (oldest first):", transcript or "(no messages)"]
+    if latest is not None:
+        parts += ["", f"{LATEST_MARKER}{latest.sender_name}:", latest.content[:MAX_MESSAGE_CHARS_IN_PROMPT]]
+    parts += ["", f"Write {assistant_name}'s reply."]
+    return Prompt(text="\n".join(parts), window=window)

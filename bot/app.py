@@ -1,0 +1,144 @@
+"""Builds every object once, in one place, and wires them together; runs and stops them in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from bot.agent.llm import build_main_model
+from bot.agent.main_agent import MainAgent, Spawner
+from bot.channels.base import Channel
+from bot.commands import Commands, RunControl
+from bot.delivery import Delivery
+from bot.engine import ChatEngine, Turn
+from bot.logging import get_logger
+from bot.router import InboundRouter
+from bot.settings import CancelScope, LLMProvider, Settings
+from bot.store.chats import ChatStore
+from bot.store.db import Database
+from bot.store.messages import MessageStore
+from bot.store.turns import TurnStore
+from bot.typing_indicator import TypingIndicator
+
+log = get_logger(__name__)
+
+
+class SubagentSystem(Protocol):
+    """What the host needs from the runner package: a spawner, run control, and a lifetime."""
+
+    @property
+    def spawner(self) -> Spawner: ...
+
+    @property
+    def control(self) -> RunControl: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Stores:
+    db: Database
+    chats: ChatStore
+    messages: MessageStore
+    turns: TurnStore
+
+    @classmethod
+    async def open(cls, settings: Settings) -> Stores:
+        db = await Database.open(settings.db_path)
+        return cls(db=db, chats=ChatStore(db), messages=MessageStore(db), turns=TurnStore(db))
+
+
+class TurnRecorder:
+    """The engine's TurnLifecycle: turns in the store, and the cascading cancel of an aborted turn."""
+
+    def __init__(self, turns: TurnStore, scope: CancelScope) -> None:
+        self._turns = turns
+        self._scope = scope
+        self.runs: RunControl | None = None
+
+    async def turn_started(self, turn: Turn) -> None:
+        await self._turns.start(turn.id, turn.chat_id)
+
+    async def turn_ended(self, turn: Turn, status: str) -> None:
+        await self._turns.end(turn.id, status)
+
+    async def turn_aborted(self, turn: Turn, reason: str) -> None:
+        # Mark the turn first: a spawn request of this turn that is picked up later sees it and never starts.
+        await self._turns.end(turn.id, "aborted")
+        if self.runs is None:
+            return
+        try:
+            if self._scope is CancelScope.CHAT or reason == "stop":
+                cancelled = await self.runs.cancel_chat(turn.chat_id, f"turn {turn.id} aborted ({reason})")
+            else:
+                cancelled = await self.runs.cancel_turn(turn.id, f"turn aborted ({reason})")
+        except Exception:
+            log.exception("cascade_cancel_failed", turn_id=turn.id)
+            return
+        log.info("turn_aborted", turn_id=turn.id, chat_id=turn.chat_id, reason=reason, runs_cancelled=cancelled)
+
+
+class App:
+    def __init__(
+        self,
+        settings: Settings,
+        channel: Channel,
+        stores: Stores,
+        subagents: SubagentSystem | None = None,
+    ) -> None:
+        self.settings = settings
+        self.channel = channel
+        self.stores = stores
+        self.subagents = subagents
+        self.typing = TypingIndicator(channel.send_typing, settings.typing_interval_seconds)
+        self.delivery = Delivery(stores.messages, channel, settings.assistant_name)
+        self.agent = MainAgent(
+            build_main_model(settings),
+            stores.messages,
+            self.delivery,
+            subagents.spawner if subagents else None,
+            assistant_name=settings.assistant_name,
+            history_window=settings.history_window_messages,
+            timeout_seconds=settings.llm_timeout_seconds,
+        )
+        self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope)
+        self.recorder.runs = subagents.control if subagents else None
+        self.engine = ChatEngine(self.agent, self.recorder, self.typing, settings.merge_window_seconds)
+        self.commands = Commands(
+            channel,
+            self.delivery,
+            self.engine,
+            subagents.control if subagents else None,
+            settings.admin_user_ids,
+        )
+        self.router = InboundRouter(settings, channel, stores.chats, stores.messages, self.engine, self.commands)
+
+    async def start(self) -> None:
+        if self.settings.llm_provider is LLMProvider.OFFLINE:
+            log.warning(
+                "offline_model",
+                message="no real LLM is configured (LLM_PROVIDER=offline): answers come from the offline demo model",
+            )
+        interrupted = await self.stores.turns.close_interrupted()
+        if interrupted:
+            log.info("turns_interrupted_by_restart", count=interrupted)
+        if self.subagents is not None:
+            await self.subagents.start()
+        await self.channel.start(self.router.handle)
+        log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
+
+    async def wait_quiet(self, chat_id: int) -> None:
+        """Until the chat has no turn and no subagent: both hold its typing indicator while they run."""
+        await self.typing.wait_idle(chat_id)
+
+    async def stop(self) -> None:
+        """Stop taking work, finish writing, leave containers running for the next start to re-attach."""
+        await self.channel.stop()
+        await self.engine.close()
+        if self.subagents is not None:
+            await self.subagents.stop()
+        await self.typing.close()
+        await self.stores.db.close()
+        log.info("crewbot_stopped")

@@ -1,0 +1,35 @@
+"""The `Channel` protocol: send text, send typing, check admins, deliver inbound messages to a handler."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from bot.inbound import InboundMessage
+
+InboundHandler = Callable[[InboundMessage], Awaitable[None]]
+
+
+class DeliveryError(Exception):
+    """Sending failed. `permanent` means retrying cannot help (bot removed from chat, chat gone)."""
+
+    def __init__(self, message: str, *, permanent: bool, retry_after_seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+        self.retry_after_seconds = retry_after_seconds
+
+
+class Channel(Protocol):
+    name: str
+
+    async def start(self, handler: InboundHandler) -> None:
+        """Begin receiving; each message is passed to `handler`, in order within a chat."""
+
+    async def stop(self) -> None: ...
+
+    async def send_text(self, chat_id: int, text: str) -> list[int]:
+        """Send `text`, split and formatted as the channel needs; returns the platform message ids."""
+
+    async def send_typing(self, chat_id: int) -> None: ...
+
+    async def is_chat_admin(self, chat_id: int, user_id: int) -> bool: ...

@@ -1,0 +1,144 @@
+"""Splitting long replies at Telegram's limit without breaking code blocks, and Markdown to Telegram HTML."""
+
+from __future__ import annotations
+
+import html
+import re
+
+TELEGRAM_MESSAGE_LIMIT_UNITS = 4096  # Telegram counts UTF-16 code units
+_FENCE = re.compile(r"^(\s*)(```+|~~~+)(.*)$")
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _hard_split(line: str, limit: int) -> list[str]:
+    """Cut one over-long line into pieces of at most `limit` UTF-16 units, never inside a surrogate pair."""
+    pieces: list[str] = []
+    current: list[str] = []
+    size = 0
+    for char in line:
+        width = 2 if ord(char) > 0xFFFF else 1
+        if size + width > limit and current:
+            pieces.append("".join(current))
+            current, size = [], 0
+        current.append(char)
+        size += width
+    if current or not pieces:
+        pieces.append("".join(current))
+    return pieces
+
+
+def split_message(text: str, limit: int = TELEGRAM_MESSAGE_LIMIT_UNITS) -> list[str]:
+    """Split at line boundaries into chunks of at most `limit` units.
+
+    A chunk that ends inside a fenced code block closes the fence, and the next chunk reopens it with
+    the same language, so every chunk renders on its own.
+    """
+    if limit < 16:
+        raise ValueError("limit too small to split with code fences")
+    if utf16_len(text) <= limit:
+        return [text]
+    chunks: list[str] = []
+    lines: list[str] = []
+    size = 0
+    open_fence: str | None = None  # the opening fence line of a code block we are inside
+
+    def flush() -> None:
+        nonlocal lines, size
+        if not lines:
+            return
+        body = "\n".join(lines)
+        if open_fence is not None:
+            body += "\n" + _closing(open_fence)
+        chunks.append(body)
+        lines = [open_fence] if open_fence is not None else []
+        size = utf16_len(open_fence) if open_fence is not None else 0
+
+    for raw in text.split("\n"):
+        reserve = utf16_len(_closing(open_fence)) + 1 if open_fence else 0
+        room = limit - reserve - (utf16_len(open_fence) + 1 if open_fence else 0) - 1
+        for piece in _hard_split(raw, max(room, 8)) if utf16_len(raw) > room else [raw]:
+            added = utf16_len(piece) + (1 if lines else 0)
+            reserve = utf16_len(_closing(open_fence)) + 1 if open_fence else 0
+            if size + added + reserve > limit and lines and lines != [open_fence]:
+                flush()
+                added = utf16_len(piece) + (1 if lines else 0)
+            lines.append(piece)
+            size += added
+        match = _FENCE.match(raw)
+        if match:
+            open_fence = None if open_fence is not None else raw.strip()
+    if lines and lines != [open_fence]:
+        body = "\n".join(lines)
+        chunks.append(body)
+    return [chunk for chunk in chunks if chunk.strip()] or [text[:limit]]
+
+
+def _closing(fence_line: str | None) -> str:
+    if fence_line is None:
+        return ""
+    match = _FENCE.match(fence_line)
+    return match.group(2) if match else "```"
+
+
+_INLINE = re.compile(
+    r"(?P<code>`[^`\n]+`)"
+    r"|(?P<bold>\*\*(?=\S)[^\n]*?(?<=\S)\*\*)"
+    r"|(?P<italic>(?<![\w*])\*(?=[^\s*])[^*\n]*?(?<=[^\s*])\*(?![\w*]))"
+    r"|(?P<strike>~~(?=\S)[^\n]*?(?<=\S)~~)"
+    r"|(?P<link>\[[^\]\n]+\]\((?:https?|tg)://[^\s)]+\))"
+)
+
+
+def _inline_to_html(text: str) -> str:
+    out: list[str] = []
+    pos = 0
+    for match in _INLINE.finditer(text):
+        out.append(html.escape(text[pos : match.start()], quote=False))
+        token = match.group(0)
+        if match.group("code"):
+            out.append(f"<code>{html.escape(token[1:-1], quote=False)}</code>")
+        elif match.group("bold"):
+            out.append(f"<b>{_inline_to_html(token[2:-2])}</b>")
+        elif match.group("italic"):
+            out.append(f"<i>{_inline_to_html(token[1:-1])}</i>")
+        elif match.group("strike"):
+            out.append(f"<s>{_inline_to_html(token[2:-2])}</s>")
+        else:
+            label, url = token[1:].split("](", 1)
+            out.append(f'<a href="{html.escape(url[:-1], quote=True)}">{html.escape(label, quote=False)}</a>')
+        pos = match.end()
+    out.append(html.escape(text[pos:], quote=False))
+    return "".join(out)
+
+
+def markdown_to_telegram_html(text: str) -> str:
+    """The Markdown LLMs write (fences, inline code, bold, italic, links) as Telegram's HTML subset."""
+    out: list[str] = []
+    code: list[str] | None = None
+    language = ""
+    for line in text.split("\n"):
+        fence = _FENCE.match(line)
+        if fence and code is None:
+            code, language = [], fence.group(3).strip().split(" ")[0]
+            continue
+        if fence and code is not None:
+            out.append(_code_block(code, language))
+            code = None
+            continue
+        if code is not None:
+            code.append(line)
+        else:
+            out.append(_inline_to_html(line))
+    if code is not None:  # unterminated fence: still show it as code
+        out.append(_code_block(code, language))
+    return "\n".join(out)
+
+
+def _code_block(lines: list[str], language: str) -> str:
+    body = html.escape("\n".join(lines), quote=False)
+    if language and re.fullmatch(r"[\w+#.-]{1,32}", language):
+        return f'<pre><code class="language-{language}">{body}</code></pre>'
+    return f"<pre>{body}</pre>"

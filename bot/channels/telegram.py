@@ -1,0 +1,247 @@
+"""The Telegram channel on python-telegram-bot 22: long polling, rate limiting, triggers, formatting."""
+
+from __future__ import annotations
+
+import datetime as dtm
+
+from telegram import Message, MessageEntity, Update
+from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, ContextTypes, TypeHandler
+
+from bot.channels.base import DeliveryError, InboundHandler
+from bot.channels.formatting import (
+    TELEGRAM_MESSAGE_LIMIT_UNITS,
+    markdown_to_telegram_html,
+    split_message,
+    utf16_len,
+)
+from bot.inbound import InboundMessage
+from bot.logging import get_logger
+
+log = get_logger(__name__)
+
+POLL_TIMEOUT_SECONDS = 10  # long-poll hold time; Telegram answers at once when updates are waiting
+RATE_LIMIT_MAX_RETRIES = 3  # AIORateLimiter re-sends after a 429's retry_after this many times
+SPLIT_MARGIN_UNITS = 300  # HTML tags and escapes lengthen a chunk; leave room so it still fits
+ALLOWED_UPDATES = [Update.MESSAGE, Update.EDITED_MESSAGE]
+_MEDIA_KINDS = (
+    "photo",
+    "video",
+    "animation",
+    "document",
+    "audio",
+    "voice",
+    "video_note",
+    "sticker",
+    "contact",
+    "location",
+    "venue",
+    "poll",
+    "dice",
+    "story",
+)
+_PERMANENT_MARKERS = ("chat not found", "bot was kicked", "bot was blocked", "not a member", "user is deactivated")
+
+
+def _media_placeholder(message: Message) -> str | None:
+    for kind in _MEDIA_KINDS:
+        if getattr(message, kind, None):
+            return f"[{kind.replace('_', ' ')}]"
+    return None
+
+
+def _sender_name(message: Message) -> tuple[int | None, str]:
+    if message.sender_chat is not None:
+        return message.sender_chat.id, message.sender_chat.title or message.sender_chat.effective_name or "chat"
+    user = message.from_user
+    if user is None:
+        return None, "unknown"
+    return user.id, user.full_name or user.username or str(user.id)
+
+
+class TelegramChannel:
+    name = "telegram"
+
+    def __init__(self, token: str, base_url: str, *, poll_timeout_seconds: int = POLL_TIMEOUT_SECONDS) -> None:
+        self._token = token
+        self._base_url = base_url
+        self._poll_timeout_seconds = poll_timeout_seconds
+        self._app: Application | None = None  # type: ignore[type-arg]
+        self._handler: InboundHandler | None = None
+        self._bot_id: int | None = None
+        self._bot_username: str | None = None
+
+    def _build(self) -> Application:  # type: ignore[type-arg]
+        return (
+            ApplicationBuilder()
+            .token(self._token)
+            .base_url(self._base_url)
+            .rate_limiter(AIORateLimiter(max_retries=RATE_LIMIT_MAX_RETRIES))
+            # One update at a time: the handler only stores and hands off, so chats still run concurrently
+            # in the engine, and order within a chat is the order Telegram delivered.
+            .concurrent_updates(False)
+            .get_updates_read_timeout(self._poll_timeout_seconds + 10)
+            .build()
+        )
+
+    @property
+    def bot_username(self) -> str | None:
+        return self._bot_username
+
+    async def start(self, handler: InboundHandler) -> None:
+        self._handler = handler
+        app = self._build()
+        app.add_handler(TypeHandler(Update, self._on_update))
+        app.add_error_handler(self._on_error)
+        await app.initialize()
+        self._app = app
+        self._bot_id = app.bot.id
+        self._bot_username = app.bot.username
+        await app.start()
+        assert app.updater is not None
+        await app.updater.start_polling(
+            timeout=dtm.timedelta(seconds=self._poll_timeout_seconds),
+            allowed_updates=ALLOWED_UPDATES,
+            bootstrap_retries=3,
+        )
+        log.info("telegram_started", bot_username=self._bot_username)
+
+    async def stop(self) -> None:
+        app, self._app = self._app, None
+        if app is None:
+            return
+        if app.updater is not None and app.updater.running:
+            await app.updater.stop()
+        if app.running:
+            await app.stop()
+        await app.shutdown()
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("telegram_handler_error", error=str(context.error), error_type=type(context.error).__name__)
+
+    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        inbound = self.to_inbound(update)
+        if inbound is None or self._handler is None:
+            return
+        await self._handler(inbound)
+
+    # --- classification -------------------------------------------------------------------------
+
+    def to_inbound(self, update: Update) -> InboundMessage | None:
+        """Turn an update into what the core understands; None for updates we deliberately skip."""
+        edited = update.edited_message is not None
+        message = update.edited_message or update.message
+        if message is None:
+            log.info("update_skipped", update_id=update.update_id, reason="not a message")
+            return None
+        chat = message.chat
+        sender_id, sender_name = _sender_name(message)
+        text = message.text or message.caption
+        kind = "text"
+        if edited:
+            kind = "edit"
+            text = f"[edited] {text or ''}".strip()
+        elif text is None:
+            placeholder = _media_placeholder(message)
+            if placeholder is None:
+                log.info("update_skipped", update_id=update.update_id, chat_id=chat.id, reason="service message")
+                return None
+            text, kind = placeholder, "placeholder"
+        command, args = (None, ()) if edited else self._command(message)
+        triggers = not edited and self._triggers(message, command)
+        reply = message.reply_to_message
+        return InboundMessage(
+            chat_id=chat.id,
+            chat_kind=str(chat.type),
+            chat_title=chat.title or chat.effective_name,
+            sender_id=sender_id,
+            sender_name=sender_name,
+            text=text,
+            # An edit shares the original's id; storing it under None keeps the original row intact.
+            platform_message_id=None if edited else message.message_id,
+            reply_to=reply.message_id if reply else None,
+            triggers=triggers,
+            kind=kind,
+            command=command,
+            command_args=args,
+            timestamp=message.date.timestamp(),
+        )
+
+    def _command(self, message: Message) -> tuple[str | None, tuple[str, ...]]:
+        text = message.text or ""
+        entities = message.entities or ()
+        if not text.startswith("/") or not any(e.type == MessageEntity.BOT_COMMAND and e.offset == 0 for e in entities):
+            return None, ()
+        head, *rest = text.split()
+        name, _, addressee = head[1:].partition("@")
+        if addressee and (self._bot_username is None or addressee.lower() != self._bot_username.lower()):
+            return None, ()  # a command for another bot in the group
+        return name.lower(), tuple(rest)
+
+    def _triggers(self, message: Message, command: str | None) -> bool:
+        if message.chat.type == ChatType.PRIVATE or command is not None:
+            return True
+        reply = message.reply_to_message
+        if reply is not None and reply.from_user is not None and reply.from_user.id == self._bot_id:
+            return True
+        username = (self._bot_username or "").lower()
+        entities = message.parse_entities() if message.text else message.parse_caption_entities()
+        for entity, value in entities.items():
+            if entity.type == MessageEntity.MENTION and value.lower() == f"@{username}":
+                return True
+            if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == self._bot_id:
+                return True
+        return False
+
+    # --- sending --------------------------------------------------------------------------------
+
+    def _bot(self) -> Application:  # type: ignore[type-arg]
+        if self._app is None:
+            raise DeliveryError("the Telegram channel is not running", permanent=False)
+        return self._app
+
+    async def send_text(self, chat_id: int, text: str) -> list[int]:
+        ids: list[int] = []
+        for chunk in split_message(text, TELEGRAM_MESSAGE_LIMIT_UNITS - SPLIT_MARGIN_UNITS):
+            ids.append(await self._send_chunk(chat_id, chunk))
+        return ids
+
+    async def _send_chunk(self, chat_id: int, chunk: str) -> int:
+        bot = self._bot().bot
+        html_text = markdown_to_telegram_html(chunk)
+        try:
+            if utf16_len(html_text) <= TELEGRAM_MESSAGE_LIMIT_UNITS:
+                try:
+                    sent = await bot.send_message(chat_id, html_text, parse_mode=ParseMode.HTML)
+                    return int(sent.message_id)
+                except BadRequest as exc:
+                    if "parse" not in str(exc).lower() and "entit" not in str(exc).lower():
+                        raise
+                    log.warning("html_rejected_sending_plain", chat_id=chat_id, error=str(exc))
+            sent = await bot.send_message(chat_id, chunk)
+            return int(sent.message_id)
+        except RetryAfter as exc:
+            retry = exc.retry_after
+            seconds = retry.total_seconds() if isinstance(retry, dtm.timedelta) else float(retry)
+            raise DeliveryError(str(exc), permanent=False, retry_after_seconds=seconds) from exc
+        except Forbidden as exc:
+            raise DeliveryError(str(exc), permanent=True) from exc
+        except BadRequest as exc:
+            permanent = any(marker in str(exc).lower() for marker in _PERMANENT_MARKERS)
+            raise DeliveryError(str(exc), permanent=permanent) from exc
+        except (NetworkError, TelegramError) as exc:
+            raise DeliveryError(str(exc), permanent=False) from exc
+
+    async def send_typing(self, chat_id: int) -> None:
+        await self._bot().bot.send_chat_action(chat_id, ChatAction.TYPING)
+
+    async def is_chat_admin(self, chat_id: int, user_id: int) -> bool:
+        member = await self._bot().bot.get_chat_member(chat_id, user_id)
+        return member.status in (ChatMemberStatus.OWNER, ChatMemberStatus.ADMINISTRATOR)
+
+    async def get_me(self) -> str:
+        """For `crewbot doctor`: the bot's @username, raising on a bad token or unreachable API."""
+        app = self._build()
+        async with app:
+            return str(app.bot.username)

@@ -1,0 +1,144 @@
+"""Chat commands: /start, /help, /stop, /subagents, /cancel <run>|all. Control commands need an admin."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from bot.channels.base import Channel
+from bot.delivery import Delivery
+from bot.engine import ChatEngine
+from bot.inbound import InboundMessage
+from bot.logging import get_logger
+
+log = get_logger(__name__)
+
+ADMIN_COMMANDS = frozenset({"stop", "cancel"})
+KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents"})
+MAX_LISTED_RUNS = 15
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    id: str
+    label: str
+    status: str
+    created_at: float
+
+
+class RunControl(Protocol):
+    async def list_runs(self, chat_id: int, limit: int) -> list[RunSummary]: ...
+
+    async def cancel_run(self, chat_id: int, run_id: str) -> str:
+        """'cancelled', 'not_found' or the run's final status if it had already ended."""
+
+    async def cancel_chat(self, chat_id: int, reason: str) -> int:
+        """Cancel every live run of the chat (and its pending requests); the number cancelled."""
+
+    async def cancel_turn(self, turn_id: str, reason: str) -> int: ...
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 90:
+        return f"{seconds}s"
+    if seconds < 5400:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+HELP_TEXT = (
+    "Mention me or reply to me to talk. For long or code-running work I start subagents.\n"
+    "/subagents – this chat's subagent runs\n"
+    "/cancel <run id> or /cancel all – cancel runs (admins)\n"
+    "/stop – abort my current answer and its subagents (admins)"
+)
+
+
+class Commands:
+    def __init__(
+        self,
+        channel: Channel,
+        delivery: Delivery,
+        engine: ChatEngine,
+        runs: RunControl | None,
+        admin_user_ids: list[int],
+    ) -> None:
+        self._channel = channel
+        self._delivery = delivery
+        self._engine = engine
+        self._runs = runs
+        self._admin_user_ids = set(admin_user_ids)
+
+    def handles(self, command: str | None) -> bool:
+        return command in KNOWN_COMMANDS
+
+    async def _is_admin(self, message: InboundMessage) -> bool:
+        if message.sender_id is None:
+            return False
+        if message.sender_id in self._admin_user_ids or message.chat_kind in ("private", "console"):
+            return True
+        try:
+            return await self._channel.is_chat_admin(message.chat_id, message.sender_id)
+        except Exception as exc:
+            log.warning("admin_check_failed", chat_id=message.chat_id, error=str(exc))
+            return False
+
+    async def handle(self, message: InboundMessage) -> None:
+        command = message.command or ""
+        chat_id = message.chat_id
+        if command in ADMIN_COMMANDS and not await self._is_admin(message):
+            log.info("command_refused", command=command, user_id=message.sender_id)
+            await self._delivery.notice(chat_id, f"Only chat admins can use /{command}.")
+            return
+        if command in ("start", "help"):
+            await self._delivery.notice(chat_id, HELP_TEXT)
+        elif command == "stop":
+            await self._stop(chat_id)
+        elif command == "subagents":
+            await self._list(chat_id)
+        elif command == "cancel":
+            await self._cancel(chat_id, message.command_args)
+
+    async def _stop(self, chat_id: int) -> None:
+        turn = self._engine.stop_turn(chat_id)
+        if turn is None:
+            cancelled = await self._runs.cancel_chat(chat_id, "stop") if self._runs else 0
+            text = f"Stopped {cancelled} subagent run(s)." if cancelled else "Nothing to stop."
+        else:
+            text = "Stopped my current answer and the subagents it started."
+        await self._delivery.notice(chat_id, text)
+
+    async def _list(self, chat_id: int) -> None:
+        if self._runs is None:
+            await self._delivery.notice(chat_id, "Subagents are not enabled.")
+            return
+        runs = await self._runs.list_runs(chat_id, MAX_LISTED_RUNS)
+        if not runs:
+            await self._delivery.notice(chat_id, "No subagent runs in this chat yet.")
+            return
+        now = time.time()
+        lines = [f"`{r.id}` {r.status:<11} {_age(now - r.created_at):>4}  {r.label}" for r in runs]
+        await self._delivery.notice(chat_id, "Subagent runs (newest first):\n" + "\n".join(lines))
+
+    async def _cancel(self, chat_id: int, args: tuple[str, ...]) -> None:
+        if self._runs is None:
+            await self._delivery.notice(chat_id, "Subagents are not enabled.")
+            return
+        if len(args) != 1:
+            await self._delivery.notice(chat_id, "Usage: /cancel <run id> or /cancel all")
+            return
+        target = args[0].strip()
+        if target.lower() == "all":
+            count = await self._runs.cancel_chat(chat_id, "cancel all")
+            await self._delivery.notice(chat_id, f"Cancelled {count} subagent run(s).")
+            return
+        outcome = await self._runs.cancel_run(chat_id, target[:64])
+        if outcome == "cancelled":
+            text = f"Cancelled run {target}."
+        elif outcome == "not_found":
+            text = f"No run {target[:64]} in this chat. /subagents lists them."
+        else:
+            text = f"Run {target} had already ended ({outcome})."
+        await self._delivery.notice(chat_id, text)

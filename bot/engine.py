@@ -1,0 +1,164 @@
+"""The per-chat turn engine: one turn at a time per chat, chats in parallel, abort-and-merge in the window.
+
+A triggering message stored for a chat calls `notify`. With no turn in flight a turn starts. If a turn
+is in flight and started less than MERGE_WINDOW_SECONDS ago (and has not begun delivering its reply),
+it is aborted (its task cancelled, which closes its LLM request) and a new turn starts: its prompt is
+built from the store, so it sees both messages. Later messages wait and are answered by the next turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import structlog
+
+from bot.logging import get_logger
+from bot.typing_indicator import TypingIndicator
+
+log = get_logger(__name__)
+
+
+@dataclass(slots=True)
+class Turn:
+    """One main-agent turn of a chat; the agent calls `begin_delivery` before sending its reply."""
+
+    id: str
+    chat_id: int
+    started_at: float  # monotonic seconds
+    delivering: bool = False
+    aborted: bool = False
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def begin_delivery(self) -> None:
+        """From here on the reply goes out whole: a merge no longer aborts this turn."""
+        self.delivering = True
+
+
+class TurnRunner(Protocol):
+    async def __call__(self, turn: Turn) -> None: ...
+
+
+class TurnLifecycle(Protocol):
+    """Persistence and side effects around turns (the store's turn table, cascading subagent cancel)."""
+
+    async def turn_started(self, turn: Turn) -> None: ...
+
+    async def turn_ended(self, turn: Turn, status: str) -> None: ...
+
+    async def turn_aborted(self, turn: Turn, reason: str) -> None: ...
+
+
+@dataclass(slots=True)
+class _ChatState:
+    pending: bool = False
+    worker: asyncio.Task[None] | None = None
+    turn: Turn | None = None
+
+
+class ChatEngine:
+    def __init__(
+        self,
+        run_turn: TurnRunner,
+        lifecycle: TurnLifecycle,
+        typing: TypingIndicator,
+        merge_window_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._run_turn = run_turn
+        self._lifecycle = lifecycle
+        self._typing = typing
+        self._merge_window_seconds = merge_window_seconds
+        self._clock = clock
+        self._chats: dict[int, _ChatState] = {}
+        self._closing = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    def notify(self, chat_id: int) -> None:
+        """A triggering message for `chat_id` is in the store."""
+        if self._closing:
+            return
+        state = self._chats.setdefault(chat_id, _ChatState())
+        state.pending = True
+        turn = state.turn
+        if turn is not None and not turn.delivering and not turn.aborted:
+            age = self._clock() - turn.started_at
+            if age < self._merge_window_seconds:
+                log.info("turn_merge_abort", chat_id=chat_id, turn_id=turn.id, age_seconds=round(age, 3))
+                self._abort(turn)
+        if state.worker is None or state.worker.done():
+            # Typing starts the moment a triggering message arrives and lasts until the last turn ends.
+            self._typing.acquire(chat_id)
+            state.worker = asyncio.create_task(self._work(chat_id, state), name=f"chat-{chat_id}")
+
+    def idle(self, chat_id: int) -> bool:
+        state = self._chats.get(chat_id)
+        return state is None or state.worker is None or state.worker.done()
+
+    def current_turn(self, chat_id: int) -> Turn | None:
+        state = self._chats.get(chat_id)
+        return state.turn if state else None
+
+    def stop_turn(self, chat_id: int) -> Turn | None:
+        """/stop: abort the in-flight turn (whatever its age) and drop what was waiting."""
+        state = self._chats.get(chat_id)
+        if state is None or state.turn is None or state.turn.aborted:
+            return None
+        state.pending = False
+        turn = state.turn
+        self._abort(turn, reason="stop")
+        return turn
+
+    def _abort(self, turn: Turn, reason: str = "merge") -> None:
+        turn.aborted = True
+        if turn.task is not None:
+            turn.task.cancel()
+        # The cascade runs as its own task so the caller (the inbound path) never waits on Docker.
+        cascade = asyncio.create_task(self._lifecycle.turn_aborted(turn, reason), name=f"abort-{turn.id}")
+        self._background.add(cascade)
+        cascade.add_done_callback(self._background.discard)
+
+    async def _work(self, chat_id: int, state: _ChatState) -> None:
+        try:
+            while state.pending and not self._closing:
+                state.pending = False
+                turn = Turn(id=secrets.token_hex(6), chat_id=chat_id, started_at=self._clock())
+                state.turn = turn
+                try:
+                    with structlog.contextvars.bound_contextvars(chat_id=chat_id, turn_id=turn.id):
+                        await self._run_one(turn)
+                finally:
+                    state.turn = None
+        finally:
+            self._typing.release(chat_id)
+
+    async def _run_one(self, turn: Turn) -> None:
+        status = "completed"
+        await self._lifecycle.turn_started(turn)
+        turn.task = asyncio.create_task(self._run_turn(turn), name=f"turn-{turn.id}")
+        try:
+            await asyncio.shield(turn.task)
+        except asyncio.CancelledError:
+            if not turn.aborted:  # the engine itself is being cancelled (shutdown)
+                turn.task.cancel()
+                raise
+            status = "aborted"
+        except Exception:
+            log.exception("turn_failed")
+            status = "failed"
+        await self._lifecycle.turn_ended(turn, "aborted" if turn.aborted else status)
+
+    async def close(self) -> None:
+        """Stop taking turns and cancel in-flight ones (shutdown; not an abort, so no cascade)."""
+        self._closing = True
+        workers = [s.worker for s in self._chats.values() if s.worker is not None]
+        for state in self._chats.values():
+            if state.turn is not None and state.turn.task is not None:
+                state.turn.task.cancel()
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, *self._background, return_exceptions=True)

@@ -1,0 +1,23 @@
+"""What every channel hands the core: one message, already classified (trigger, command, placeholder)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    chat_id: int
+    chat_kind: str  # private, group, supergroup, channel, console
+    chat_title: str | None
+    sender_id: int | None
+    sender_name: str
+    text: str
+    platform_message_id: int | None = None
+    reply_to: int | None = None
+    triggers: bool = False  # asks the bot for a turn (mention, reply to the bot, private chat)
+    kind: str = "text"  # text, placeholder (media, service), edit
+    command: str | None = None  # "stop" for "/stop@crew_bot now"; only set for commands meant for us
+    command_args: tuple[str, ...] = ()
+    timestamp: float = field(default_factory=time.time)

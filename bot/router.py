@@ -1,0 +1,72 @@
+"""Inbound path: allow-list, store every visible message, then commands or a turn for triggering ones."""
+
+from __future__ import annotations
+
+from bot.channels.base import Channel
+from bot.commands import Commands
+from bot.engine import ChatEngine
+from bot.inbound import InboundMessage
+from bot.logging import get_logger
+from bot.settings import Settings
+from bot.store.chats import ChatStore
+from bot.store.messages import MessageStore, NewMessage
+
+log = get_logger(__name__)
+
+MAX_STORED_MESSAGE_CHARS = 32_000  # Telegram caps text at 4,096; this bounds anything else (console, captions)
+
+
+class InboundRouter:
+    def __init__(
+        self,
+        settings: Settings,
+        channel: Channel,
+        chats: ChatStore,
+        messages: MessageStore,
+        engine: ChatEngine,
+        commands: Commands,
+    ) -> None:
+        self._settings = settings
+        self._channel = channel
+        self._chats = chats
+        self._messages = messages
+        self._engine = engine
+        self._commands = commands
+
+    def _allowed(self, message: InboundMessage) -> bool:
+        return message.chat_kind == "console" or self._settings.chat_allowed(message.chat_id)
+
+    async def handle(self, message: InboundMessage) -> None:
+        if not self._allowed(message):
+            log.info("chat_not_allowed", chat_id=message.chat_id, chat_kind=message.chat_kind)
+            if message.command == "start":
+                await self._channel.send_text(
+                    message.chat_id,
+                    f"This chat is not enabled for {self._settings.assistant_name}. "
+                    f"Its chat id is {message.chat_id}: an operator can add it to ALLOWED_CHAT_IDS.",
+                )
+            return
+        await self._chats.ensure(message.chat_id, message.chat_kind, message.chat_title)
+        content = message.text
+        if len(content) > MAX_STORED_MESSAGE_CHARS:
+            content = content[:MAX_STORED_MESSAGE_CHARS] + " [truncated]"
+        row_id = await self._messages.add(
+            NewMessage(
+                chat_id=message.chat_id,
+                sender_name=message.sender_name,
+                content=content,
+                sender_id=message.sender_id,
+                platform_message_id=message.platform_message_id,
+                timestamp=message.timestamp,
+                is_trigger=message.triggers and not self._commands.handles(message.command),
+                reply_to=message.reply_to,
+                kind=message.kind,
+            )
+        )
+        if row_id is None:
+            log.info("duplicate_message_ignored", chat_id=message.chat_id, message_id=message.platform_message_id)
+            return
+        if self._commands.handles(message.command):
+            await self._commands.handle(message)
+        elif message.triggers:
+            self._engine.notify(message.chat_id)
