@@ -1,0 +1,237 @@
+"""The offline subagent model: a deterministic stand-in for an LLM, speaking OpenAI chat completions.
+
+It is not a language model. It lets the whole subagent path (container, agent loop, bash tool, LLM proxy,
+result) run with no provider and no API key, and it makes that path testable. Its rules:
+
+- The task is the text of the LAST user message (earlier ones belong to previous sessions).
+- Every line of the task that starts with `$ ` (leading blanks allowed) is a shell command.
+- It runs the commands one at a time through the `bash` tool: the first right after the task, the next
+  after each tool result. After the last result it answers `Ran N command(s).` with each command and its
+  (trimmed) output. With no commands it says so, quoting the task's first line.
+- If no `bash` tool is offered, or `tool_choice` is `none`, it answers in text instead.
+- If the request demands a tool call for the final answer (`tool_choice` `required` or naming a tool),
+  the answer goes through the output tool (`final_result…`, pydantic-ai's name) instead of text.
+
+Tool-call ids are derived from the task, its position and the command's index, so a replay gives the same
+ids. Usage is estimated at four characters a token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MODEL_NAME = "offline-subagent"
+COMMAND_PREFIX = "$ "
+BASH_TOOL_NAME = "bash"
+BASH_ARGUMENT_NAME = "command"
+OUTPUT_TOOL_PREFIX = "final_result"  # pydantic-ai names its output tools so
+MAX_OUTPUT_CHARS_PER_COMMAND = 2_000
+MAX_QUOTED_TASK_CHARS = 200
+CHARS_PER_TOKEN = 4
+
+
+class OfflineRequestError(ValueError):
+    """The request is not a chat-completions request the offline model can answer (the proxy says 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Progress:
+    task: str
+    task_index: int  # position of the task message in `messages`
+    results: list[str]  # tool results that came after the task, in order
+
+
+def parse_commands(task: str) -> list[str]:
+    """The task's shell commands: lines that start with `$ `, without the prefix."""
+    commands = []
+    for line in task.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith(COMMAND_PREFIX):
+            command = stripped.removeprefix(COMMAND_PREFIX).strip()
+            if command:
+                commands.append(command)
+    return commands
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """A message's text, whether `content` is a string or a list of typed parts."""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", "")) for part in content if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return str(content)
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+def trim_output(output: str, limit: int = MAX_OUTPUT_CHARS_PER_COMMAND) -> str:
+    text = output.rstrip()
+    if not text:
+        return "(no output)"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… [{len(text) - limit} more characters]"
+
+
+def _progress(messages: Sequence[Any]) -> _Progress:
+    task_index = -1
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise OfflineRequestError(f"messages[{index}] is not an object")
+        if message.get("role") == "user":
+            task_index = index
+    if task_index < 0:
+        raise OfflineRequestError("no user message: the offline model needs a task")
+    results = [message_text(m) for m in messages[task_index + 1 :] if m.get("role") == "tool"]
+    return _Progress(task=message_text(messages[task_index]), task_index=task_index, results=results)
+
+
+def _function_tools(request: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    tools: dict[str, Mapping[str, Any]] = {}
+    for tool in request.get("tools") or []:
+        if isinstance(tool, Mapping) and tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
+            function = tool["function"]
+            tools[str(function.get("name", ""))] = function
+    return tools
+
+
+def _argument_name(function: Mapping[str, Any], preferred: str) -> str:
+    """The string parameter to fill: `preferred` if the schema has it, else the first required string."""
+    parameters = function.get("parameters") or {}
+    properties: Mapping[str, Any] = parameters.get("properties") or {}
+    if preferred in properties or not properties:
+        return preferred
+    strings = [
+        name for name, schema in properties.items() if isinstance(schema, Mapping) and schema.get("type") == "string"
+    ]
+    required_strings = [name for name in parameters.get("required") or [] if name in strings]
+    return str(next(iter([*required_strings, *strings, *properties])))
+
+
+class OfflineSubagentModel:
+    """Answers OpenAI chat-completions request JSON with completion JSON; see the module docstring."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+
+    def complete(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise OfflineRequestError("`messages` must be a non-empty list")
+        progress = _progress(messages)
+        commands = parse_commands(progress.task)
+        tools = _function_tools(request)
+        tool_choice = request.get("tool_choice", "auto")
+        digest = hashlib.sha256(f"{progress.task_index}:{progress.task}".encode()).hexdigest()[:12]
+
+        bash = tools.get(BASH_TOOL_NAME)
+        done = len(progress.results)
+        if commands and bash is not None and tool_choice != "none" and done < len(commands):
+            arguments = {_argument_name(bash, BASH_ARGUMENT_NAME): commands[done]}
+            message = _tool_call_message(f"call_offline_{digest}_{done}", BASH_TOOL_NAME, arguments)
+            return self._completion(request, messages, digest, message, "tool_calls")
+
+        text = _final_text(progress, commands, bash_offered=bash is not None and tool_choice != "none")
+        output_tool = _output_tool(tools, tool_choice)
+        if output_tool is not None:
+            arguments = {_argument_name(tools[output_tool], "response"): text}
+            message = _tool_call_message(f"call_offline_{digest}_final", output_tool, arguments)
+            return self._completion(request, messages, digest, message, "tool_calls")
+        return self._completion(request, messages, digest, {"role": "assistant", "content": text}, "stop")
+
+    def _completion(
+        self,
+        request: Mapping[str, Any],
+        messages: Sequence[Any],
+        digest: str,
+        message: dict[str, Any],
+        finish_reason: str,
+    ) -> dict[str, Any]:
+        prompt_tokens = estimate_tokens(json.dumps(messages, default=str))
+        answer = message.get("content") or json.dumps(message.get("tool_calls"))
+        completion_tokens = estimate_tokens(str(answer))
+        return {
+            "id": f"chatcmpl-offline-{digest}-{len(messages)}",
+            "object": "chat.completion",
+            "created": int(self._clock()),
+            "model": str(request.get("model") or MODEL_NAME),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+
+def _tool_call_message(call_id: str, name: str, arguments: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+        ],
+    }
+
+
+def _output_tool(tools: Mapping[str, Any], tool_choice: Any) -> str | None:
+    """The tool the final answer must go through, if the request forbids a plain text answer."""
+    if isinstance(tool_choice, Mapping):
+        name = (tool_choice.get("function") or {}).get("name")
+        return str(name) if name in tools else None
+    if tool_choice == "required":
+        return next((name for name in tools if name.startswith(OUTPUT_TOOL_PREFIX)), None)
+    return None
+
+
+def _final_text(progress: _Progress, commands: list[str], bash_offered: bool) -> str:
+    if not commands:
+        first_line = next((line.strip() for line in progress.task.splitlines() if line.strip()), "")
+        if len(first_line) > MAX_QUOTED_TASK_CHARS:
+            first_line = first_line[:MAX_QUOTED_TASK_CHARS] + "…"
+        return (
+            f"I have no commands to run: no line of the task starts with `{COMMAND_PREFIX}`. "
+            f'The task begins: "{first_line}"'
+        )
+    if not bash_offered:
+        listed = "\n".join(f"{COMMAND_PREFIX}{command}" for command in commands)
+        return f"I cannot run commands here: the `{BASH_TOOL_NAME}` tool is not available. Commands:\n{listed}"
+    lines = [f"Ran {len(commands)} command(s)."]
+    for command, output in zip(commands, progress.results, strict=False):
+        lines.append(f"{COMMAND_PREFIX}{command}")
+        lines.append(trim_output(output))
+    return "\n".join(lines)
+
+
+def stream_chunks(completion: Mapping[str, Any], include_usage: bool) -> list[dict[str, Any]]:
+    """The same completion as `chat.completion.chunk` objects, for a client that asked for `stream: true`."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+    head = {key: completion[key] for key in ("id", "created", "model")}
+    chunks: list[dict[str, Any]] = [
+        {**head, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {
+            **head,
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+        },
+    ]
+    if include_usage:
+        chunks.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": completion["usage"]})
+    return chunks

@@ -1,0 +1,412 @@
+"""A fake Telegram Bot API server on 127.0.0.1 for the real PTB `Application` to talk to.
+
+    async with FakeTelegram() as tg:               # in the test's loop
+        app = ApplicationBuilder().token(tg.token).base_url(tg.base_url).build()
+        tg.push_message(-100123, "hello @crew_test_bot")
+        [reply] = await tg.wait_for_messages(-100123, 1)
+
+    with FakeTelegram() as tg:                     # on its own thread, e.g. for a bot subprocess
+        ...
+
+Requests go to `/bot<TOKEN>/<method>`, parameters form-encoded (PTB; nested objects as JSON strings),
+JSON or multipart. Answers are Bot API shaped: `{"ok": true, "result": ...}` or
+`{"ok": false, "error_code": N, "description": "..."}`. Every accessor is thread-safe.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from tests.fakes.faults import Fault, FaultQueue
+from tests.fakes.loopback_server import LoopbackServer
+from tests.fakes.telegram_methods import ApiError, BotApi, Params, bad_request
+from tests.fakes.telegram_state import (
+    ApiCall,
+    ChatAction,
+    ChatType,
+    JsonDict,
+    SentMessage,
+    TelegramData,
+    chat_type_for,
+)
+from tests.fakes.telegram_text import auto_entities
+from tests.fakes.waiting import Watch
+
+__all__ = ["DEFAULT_TOKEN", "ApiCall", "ChatAction", "FakeTelegram", "Fault", "SentMessage", "UploadedFile"]
+
+T = TypeVar("T")
+
+DEFAULT_TOKEN = "123456789:AAFakeTokenForCrewbotTests012345678"  # Telegram's shape: <bot id>:<35 chars>
+DEFAULT_BOT_USERNAME = "crew_test_bot"
+DEFAULT_BOT_FIRST_NAME = "Crew"
+DEFAULT_USER_ID = 1001
+DEFAULT_USER_FIRST_NAME = "Alice"
+DEFAULT_WAIT_SECONDS = 5.0
+
+_API_PATH = re.compile(r"^/bot(?P<token>[^/]+)/(?P<method>[^/]+)/?$")
+
+
+@dataclass(frozen=True)
+class UploadedFile:
+    """A multipart file part, as recorded in ApiCall.params."""
+
+    filename: str
+    content_type: str
+    data: bytes
+
+
+class FakeTelegram(LoopbackServer):
+    """The Bot API for one bot (its token and identity), with test controls to drive it."""
+
+    def __init__(
+        self,
+        token: str = DEFAULT_TOKEN,
+        *,
+        bot_username: str = DEFAULT_BOT_USERNAME,
+        bot_first_name: str = DEFAULT_BOT_FIRST_NAME,
+        can_read_all_group_messages: bool = True,
+        strict_html: bool = True,
+        port: int = 0,
+    ) -> None:
+        """`strict_html` also rejects a bare "&" in HTML (Telegram keeps it); see telegram_text."""
+        super().__init__(port=port)
+        bot_id, _, secret = token.partition(":")
+        if not bot_id.isdigit() or not secret:
+            raise ValueError(f"a bot token looks like '<bot id>:<secret>', not {token!r}")
+        self._token = token
+        self._lock = threading.RLock()
+        self._watch = Watch(self._lock)
+        self._faults = FaultQueue()
+        self._data = TelegramData(
+            bot_user={
+                "id": int(bot_id),
+                "is_bot": True,
+                "first_name": bot_first_name,
+                "username": bot_username,
+                "can_join_groups": True,
+                "can_read_all_group_messages": can_read_all_group_messages,
+                "supports_inline_queries": False,
+                "can_connect_to_business": False,
+                "has_main_web_app": False,
+            }
+        )
+        self._api = BotApi(self._data, self._lock, self._watch, strict_html=strict_html, closing=lambda: self.closing)
+
+    # --- identity -------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """For `ApplicationBuilder().base_url(...)` / `Bot(base_url=...)`: PTB appends token and method."""
+        return f"{self.origin}/bot"
+
+    @property
+    def token(self) -> str:
+        return self._token
+
+    @property
+    def bot_id(self) -> int:
+        return self._data.bot_id
+
+    @property
+    def bot_username(self) -> str:
+        return str(self._data.bot_user["username"])
+
+    @property
+    def bot_user(self) -> JsonDict:
+        """The bot as a User object, as it appears in `from` of its messages."""
+        with self._lock:
+            return self._data.user(self.bot_id)
+
+    # --- HTTP -----------------------------------------------------------------------------------
+
+    def _build_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
+
+    def _on_closing(self) -> None:
+        self._watch.notify()  # long polls answer [] and hung requests end
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        match = _API_PATH.match(request.path)
+        if match is None:
+            return _answer(ApiError(404, "Not Found").body(), 404)
+        if match["token"] != self._token:
+            return _answer(ApiError(401, "Unauthorized").body(), 401)
+        try:
+            params = Params(await _read_params(request))
+        except ApiError as exc:
+            return _answer(exc.body(), exc.status)
+        method = self._api.canonical(match["method"]) or match["method"]
+        self._api.record_call(method, params)
+        fault = self._faults.take(method)
+        if fault is not None:
+            return await self._serve_fault(request, fault)
+        try:
+            result = await self._api.call(method, params)
+        except ApiError as exc:
+            return _answer(exc.body(), exc.status)
+        return _answer({"ok": True, "result": result}, 200)
+
+    async def _serve_fault(self, request: web.Request, fault: Fault) -> web.StreamResponse:
+        if fault.kind == "disconnect":
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response()
+        if fault.kind == "hang":
+            await self._watch.wait_for(lambda: True if self.closing else None, None)
+            return _answer(ApiError(500, "Internal Server Error").body(), 500)
+        parameters = {"retry_after": fault.retry_after_seconds} if fault.retry_after_seconds else None
+        return _answer(ApiError(fault.status, fault.description, parameters).body(), fault.status)
+
+    # --- driving the bot ------------------------------------------------------------------------
+
+    def add_chat(self, chat_id: int, *, chat_type: ChatType | None = None, title: str | None = None) -> JsonDict:
+        """Make a chat known (the bot is in it) without a message; the type follows the id by default."""
+        with self._lock:
+            return copy.deepcopy(self._data.add_chat(chat_id, chat_type, title))
+
+    def push_message(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        chat_type: ChatType | None = None,
+        user_id: int | None = None,
+        first_name: str | None = None,
+        username: str | None = None,
+        reply_to_message_id: int | None = None,
+        entities: list[JsonDict] | None = None,
+        chat_title: str | None = None,
+    ) -> JsonDict:
+        """A user's text message as an update; returns the update.
+
+        chat_type defaults to what the id implies (>0 private, -100… supergroup, else group); the user
+        defaults to the private chat's user or Alice (1001). entities=None adds the `bot_command` and
+        `mention` entities Telegram would; reply_to_message_id may name any stored message, the bot's too.
+        """
+        with self._lock:
+            kind = chat_type or (self._data.chats[chat_id]["type"] if chat_id in self._data.chats else None)
+            kind = kind or chat_type_for(chat_id)
+            if user_id is None:
+                user_id = chat_id if kind == "private" else DEFAULT_USER_ID
+            if kind == "private" and user_id != chat_id:
+                raise ValueError(f"a private chat's id is its user's id: chat {chat_id}, user {user_id}")
+            user = self._remember_user(user_id, first_name, username)
+            chat = self._data.add_chat(chat_id, kind, chat_title)
+            message: JsonDict = {
+                "message_id": self._data.next_message_id(chat_id),
+                "from": user,
+                "chat": copy.deepcopy(chat),
+                "date": self._data.now(),
+                "text": text,
+            }
+            found = auto_entities(text) if entities is None else copy.deepcopy(entities)
+            if found:
+                message["entities"] = found
+            if reply_to_message_id is not None:
+                target = self._data.reply_snapshot(chat_id, reply_to_message_id)
+                if target is None:
+                    raise ValueError(f"no message {reply_to_message_id} in chat {chat_id} to reply to")
+                message["reply_to_message"] = target
+            self._data.store(message)
+            update = self._data.enqueue_update({"message": message})
+            self._watch.notify()
+            return update
+
+    def push_edited_message(
+        self, chat_id: int, message_id: int, text: str, *, entities: list[JsonDict] | None = None
+    ) -> JsonDict:
+        """A user edits their earlier message; returns the `edited_message` update."""
+        with self._lock:
+            stored = self._data.stored(chat_id, message_id)
+            if stored is None:
+                raise ValueError(f"no message {message_id} in chat {chat_id} to edit")
+            message = copy.deepcopy(stored)
+            message.update(text=text, edit_date=self._data.now())
+            message.pop("entities", None)
+            found = auto_entities(text) if entities is None else copy.deepcopy(entities)
+            if found:
+                message["entities"] = found
+            self._data.store(message)
+            update = self._data.enqueue_update({"edited_message": message})
+            self._watch.notify()
+            return update
+
+    def push_raw_update(self, update: JsonDict) -> JsonDict:
+        """Any update (service messages, photos, ...); update_id is assigned when absent.
+
+        A message in it is stored (so later messages can reply to it) and its chat becomes known.
+        """
+        with self._lock:
+            for kind in ("message", "edited_message", "channel_post", "edited_channel_post"):
+                message = update.get(kind)
+                if isinstance(message, dict) and isinstance(message.get("chat"), dict):
+                    chat = message["chat"]
+                    self._data.chats.setdefault(int(chat["id"]), copy.deepcopy(chat))
+                    if "message_id" in message:
+                        self._data.store(message)
+            stored = self._data.enqueue_update(update)
+            self._watch.notify()
+            return stored
+
+    def _remember_user(self, user_id: int, first_name: str | None, username: str | None) -> JsonDict:
+        known = self._data.users.get(user_id, {})
+        default_name = DEFAULT_USER_FIRST_NAME if user_id == DEFAULT_USER_ID else f"User {user_id}"
+        user: JsonDict = {
+            "id": user_id,
+            "is_bot": False,
+            "first_name": first_name or known.get("first_name") or default_name,
+        }
+        if username or known.get("username"):
+            user["username"] = username or known["username"]
+        self._data.users[user_id] = user
+        return copy.deepcopy(user)
+
+    # --- chat membership and failures -----------------------------------------------------------
+
+    def set_chat_admins(self, chat_id: int, user_ids: list[int], *, owner_id: int | None = None) -> None:
+        """getChatMember/getChatAdministrators answer these as administrators (owner_id: creator).
+
+        Include the bot's id to let it delete other people's messages. Everyone else is a member.
+        """
+        with self._lock:
+            self._data.admins[chat_id] = list(user_ids)
+            if owner_id is None:
+                self._data.owners.pop(chat_id, None)
+            else:
+                self._data.owners[chat_id] = owner_id
+
+    def block_chat(self, chat_id: int, description: str | None = None) -> None:
+        """Every method on this chat answers 403 until unblock_chat (the bot was kicked or blocked)."""
+        with self._lock:
+            kind = self._data.chats[chat_id]["type"] if chat_id in self._data.chats else chat_type_for(chat_id)
+            default = {
+                "private": "Forbidden: bot was blocked by the user",
+                "group": "Forbidden: bot was kicked from the group chat",
+                "supergroup": "Forbidden: bot was kicked from the supergroup chat",
+            }[kind]
+            self._data.blocked[chat_id] = description or default
+
+    def unblock_chat(self, chat_id: int) -> None:
+        with self._lock:
+            self._data.blocked.pop(chat_id, None)
+
+    def fail_next(self, method: str, fault: Fault, count: int = 1) -> None:
+        """The next `count` calls of `method` (any letter case) get `fault` instead of an answer."""
+        canonical = self._api.canonical(method)
+        if canonical is None:
+            raise ValueError(f"the fake does not serve {method!r}")
+        self._faults.add(canonical, fault, count)
+
+    # --- what the bot did -----------------------------------------------------------------------
+
+    def sent_messages(self, chat_id: int | None = None) -> list[SentMessage]:
+        with self._lock:
+            return [m for m in self._data.sent if chat_id is None or m.chat_id == chat_id]
+
+    def chat_actions(self, chat_id: int | None = None) -> list[ChatAction]:
+        with self._lock:
+            return [a for a in self._data.actions if chat_id is None or a.chat_id == chat_id]
+
+    def requests(self, method: str | None = None) -> list[ApiCall]:
+        """Every call with the right token, in order; `method` in canonical spelling."""
+        with self._lock:
+            return [c for c in self._data.calls if method is None or c.method == method]
+
+    def call_count(self, method: str) -> int:
+        with self._lock:
+            return self._data.call_counts[method]
+
+    def call_counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._data.call_counts)
+
+    def message(self, chat_id: int, message_id: int) -> JsonDict | None:
+        """A message as it stands now (after edits); None once deleted or never sent."""
+        with self._lock:
+            return copy.deepcopy(self._data.stored(chat_id, message_id))
+
+    def pending_updates(self) -> list[JsonDict]:
+        """Updates not yet confirmed by a getUpdates offset."""
+        with self._lock:
+            return self._data.pending(len(self._data.updates))
+
+    def bot_commands(self, scope: JsonDict | None = None, language_code: str = "") -> list[JsonDict]:
+        with self._lock:
+            params = Params({"scope": scope, "language_code": language_code})
+            return copy.deepcopy(self._data.commands.get(BotApi.commands_key(params), []))
+
+    # --- waiting (event-driven; callable from any loop or thread) -------------------------------
+
+    async def wait_until(self, predicate: Callable[[], T | None], timeout_seconds: float = DEFAULT_WAIT_SECONDS) -> T:
+        """The predicate's first non-None value, re-checked after every change; it may call accessors."""
+        return await self._watch.wait_for(predicate, timeout_seconds)
+
+    async def wait_for_messages(
+        self, chat_id: int, count: int = 1, timeout_seconds: float = DEFAULT_WAIT_SECONDS
+    ) -> list[SentMessage]:
+        """All messages sent to the chat once there are at least `count`."""
+        try:
+            return await self.wait_until(lambda: _at_least(self.sent_messages(chat_id), count), timeout_seconds)
+        except TimeoutError:
+            texts = [m.plain_text for m in self.sent_messages(chat_id)]
+            raise _timed_out(f"{count} message(s) to chat {chat_id}", timeout_seconds, texts) from None
+
+    async def wait_for_chat_actions(
+        self, chat_id: int, count: int = 1, timeout_seconds: float = DEFAULT_WAIT_SECONDS
+    ) -> list[ChatAction]:
+        try:
+            return await self.wait_until(lambda: _at_least(self.chat_actions(chat_id), count), timeout_seconds)
+        except TimeoutError:
+            got = len(self.chat_actions(chat_id))
+            raise _timed_out(f"{count} chat action(s) in chat {chat_id}", timeout_seconds, got) from None
+
+    async def wait_for_requests(
+        self, method: str, count: int = 1, timeout_seconds: float = DEFAULT_WAIT_SECONDS
+    ) -> list[ApiCall]:
+        """E.g. wait_for_requests("getUpdates", 2): the bot is polling (its first poll has returned)."""
+        try:
+            return await self.wait_until(lambda: _at_least(self.requests(method), count), timeout_seconds)
+        except TimeoutError:
+            raise _timed_out(f"{count} {method} call(s)", timeout_seconds, self.call_count(method)) from None
+
+
+def _timed_out(expected: str, timeout_seconds: float, got: object) -> TimeoutError:
+    return TimeoutError(f"expected {expected} within {timeout_seconds} s; got {got}")
+
+
+def _at_least(items: list[T], count: int) -> list[T] | None:
+    return items if len(items) >= count else None
+
+
+def _answer(body: JsonDict, status: int) -> web.Response:
+    return web.json_response(body, status=status)
+
+
+async def _read_params(request: web.Request) -> dict[str, Any]:
+    """Query string, then the body: JSON, form-encoded or multipart (files become UploadedFile)."""
+    params: dict[str, Any] = dict(request.query)
+    if request.content_type == "application/json":
+        try:
+            body = await request.json()
+        except ValueError:
+            raise bad_request("can't parse JSON object") from None
+        if not isinstance(body, dict):
+            raise bad_request("JSON object expected")
+        params.update(body)
+    elif request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        form = await request.post()
+        for key, value in form.items():
+            if isinstance(value, web.FileField):
+                params[key] = UploadedFile(value.filename, value.content_type, value.file.read())
+            else:
+                params[key] = value.decode() if isinstance(value, bytes) else value
+    return params
