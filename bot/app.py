@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,6 +22,9 @@ from bot.store.turns import TurnStore
 from bot.typing_indicator import TypingIndicator
 
 log = get_logger(__name__)
+
+
+SubagentFactory = Callable[["Delivery", "TypingIndicator"], "SubagentSystem"]
 
 
 class SubagentSystem(Protocol):
@@ -86,14 +90,15 @@ class App:
         settings: Settings,
         channel: Channel,
         stores: Stores,
-        subagents: SubagentSystem | None = None,
+        subagent_factory: SubagentFactory | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
         self.stores = stores
-        self.subagents = subagents
         self.typing = TypingIndicator(channel.send_typing, settings.typing_interval_seconds)
         self.delivery = Delivery(stores.messages, channel, settings.assistant_name)
+        subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
+        self.subagents = subagents
         self.agent = MainAgent(
             build_main_model(settings),
             stores.messages,

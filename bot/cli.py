@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from bot.app import App, Stores, SubagentSystem
+from bot.app import App, Stores, SubagentFactory
 from bot.channels.base import Channel
 from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
 from bot.channels.telegram import TelegramChannel
@@ -33,18 +33,15 @@ def _load(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def build_subagents(settings: Settings, stores: Stores, channel: Channel) -> SubagentSystem | None:
-    """The runner's subagent system, or None when this build has no runner wired in."""
-    try:
-        from runner.service import build_subagent_system
-    except ImportError:
-        return None
-    return build_subagent_system(settings, stores, channel)
+def subagent_factory(settings: Settings, stores: Stores) -> SubagentFactory:
+    from runner.service import build_subagent_system
+
+    return lambda delivery, typing: build_subagent_system(settings, stores, delivery, typing)
 
 
 async def _serve(settings: Settings, channel: Channel) -> int:
     stores = await Stores.open(settings)
-    app = App(settings, channel, stores, build_subagents(settings, stores, channel))
+    app = App(settings, channel, stores, subagent_factory(settings, stores))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -30,6 +30,10 @@ class Delivery:
                 kind=kind,
             )
         )
+        return await self.send_stored(chat_id, content, kind=kind)
+
+    async def send_stored(self, chat_id: int, content: str, *, kind: str) -> bool:
+        """Send a message the caller already stored (in its own transaction, e.g. with a run's outcome)."""
         try:
             await self._channel.send_text(chat_id, self.outgoing_text(content))
         except DeliveryError as exc:

@@ -1,0 +1,44 @@
+# crewbot: `make run` sets everything up and starts the bot; `make test` sets everything up and runs the checks.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup engine image lint test run bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# A Docker engine (installs Debian's docker.io and starts dockerd without a bridge when none runs).
+engine:
+	bash scripts/docker-engine.sh
+
+# The subagent image, built only when missing (with a local debootstrap base when no registry answers).
+image: setup engine
+	$(PY) -m runner.image --if-missing
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: lint image
+	$(VENV)/bin/pytest
+
+# Subagents need the engine and the image; without them the bot still answers and says why spawns fail.
+run: setup
+	@bash scripts/docker-engine.sh && $(PY) -m runner.image --if-missing \
+	  || echo "crewbot: no Docker engine or subagent image: the bot runs, subagents will fail until there is one"
+	$(PY) -m bot run
+
+bench: image
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

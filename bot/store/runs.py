@@ -1,0 +1,207 @@
+"""Subagent runs: every run recorded, statuses only move forward, one outcome recorded once."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+
+import aiosqlite
+
+from bot.store.db import Database
+from bot.store.messages import NewMessage, insert_message
+
+QUEUED = "queued"
+RUNNING = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+TIMED_OUT = "timed_out"
+REJECTED = "rejected"
+INTERRUPTED = "interrupted"
+LIVE_STATUSES = (QUEUED, RUNNING)
+FINAL_STATUSES = frozenset({COMPLETED, FAILED, CANCELLED, TIMED_OUT, REJECTED, INTERRUPTED})
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    chat_id: int
+    turn_id: str | None
+    task: str
+    label: str
+    include_context: bool
+    status: str
+    container_id: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    result: str | None
+    error: str | None
+    input_tokens: int
+    output_tokens: int
+    llm_requests: int
+    session_in: str | None
+    session_out: str | None
+
+
+def _run(row: aiosqlite.Row) -> RunRecord:
+    return RunRecord(
+        id=row["id"],
+        chat_id=row["chat_id"],
+        turn_id=row["turn_id"],
+        task=row["task"],
+        label=row["label"],
+        include_context=bool(row["include_context"]),
+        status=row["status"],
+        container_id=row["container_id"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        result=row["result"],
+        error=row["error"],
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        llm_requests=row["llm_requests"],
+        session_in=row["session_in"],
+        session_out=row["session_out"],
+    )
+
+
+class DuplicateRun(Exception):
+    """A run with this request id exists already: the request was processed before."""
+
+
+class RunStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(
+        self,
+        run_id: str,
+        chat_id: int,
+        turn_id: str | None,
+        task: str,
+        label: str,
+        include_context: bool,
+        status: str,
+        error: str | None = None,
+    ) -> None:
+        now = time.time()
+        finished = now if status in FINAL_STATUSES else None
+        try:
+            async with self._db.write() as conn:
+                await conn.execute(
+                    "INSERT INTO subagent_runs (id, chat_id, turn_id, task, label, include_context, status, "
+                    "created_at, finished_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, chat_id, turn_id, task, label, int(include_context), status, now, finished, error),
+                )
+        except sqlite3.IntegrityError as exc:
+            if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+                raise DuplicateRun(run_id) from exc
+            raise
+
+    async def exists(self, run_id: str) -> bool:
+        async with self._db.conn.execute("SELECT 1 FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
+            return await cursor.fetchone() is not None
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        async with self._db.conn.execute("SELECT * FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
+            row = await cursor.fetchone()
+        return _run(row) if row else None
+
+    async def for_chat(self, chat_id: int, limit: int) -> list[RunRecord]:
+        async with self._db.conn.execute(
+            "SELECT * FROM subagent_runs WHERE chat_id = ? ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            (chat_id, limit),
+        ) as cursor:
+            rows = await cursor.fetchall()
+        return [_run(row) for row in rows]
+
+    async def with_status(self, *statuses: str) -> list[RunRecord]:
+        marks = ", ".join("?" for _ in statuses)
+        async with self._db.conn.execute(
+            f"SELECT * FROM subagent_runs WHERE status IN ({marks}) ORDER BY created_at", statuses
+        ) as cursor:
+            rows = await cursor.fetchall()
+        return [_run(row) for row in rows]
+
+    async def mark_running(self, run_id: str, session_in: str | None) -> bool:
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "UPDATE subagent_runs SET status = 'running', started_at = ?, session_in = ? "
+                "WHERE id = ? AND status = 'queued'",
+                (time.time(), session_in, run_id),
+            )
+        return cursor.rowcount == 1
+
+    async def set_container(self, run_id: str, container_id: str) -> None:
+        async with self._db.write() as conn:
+            await conn.execute("UPDATE subagent_runs SET container_id = ? WHERE id = ?", (container_id, run_id))
+
+    async def record_usage(self, run_id: str, input_tokens: int, output_tokens: int, requests: int) -> None:
+        """The LLM proxy's usage sink: add one call's tokens to the run."""
+        async with self._db.write() as conn:
+            await conn.execute(
+                "UPDATE subagent_runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
+                "llm_requests = llm_requests + ? WHERE id = ?",
+                (input_tokens, output_tokens, requests, run_id),
+            )
+
+    async def finish(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        session_out: str | None = None,
+        message: NewMessage | None = None,
+    ) -> bool:
+        """Move a live run to `status` and, in the same transaction, store its chat message.
+
+        Returns False (and stores nothing) when the run had already reached a final status: whichever
+        outcome is recorded first (say, a cancel racing a completion) is the only one.
+        """
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"{status} is not a final status")
+        async with self._db.transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE subagent_runs SET status = ?, finished_at = ?, result = COALESCE(?, result), "
+                "error = COALESCE(?, error), session_out = COALESCE(?, session_out) "
+                "WHERE id = ? AND status IN ('queued', 'running')",
+                (status, time.time(), result, error, session_out, run_id),
+            )
+            if cursor.rowcount != 1:
+                return False
+            if message is not None:
+                await insert_message(conn, message)
+        return True
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    async def current_session(self, chat_id: int) -> str | None:
+        async with self._db.conn.execute(
+            "SELECT session_id FROM chat_sessions WHERE chat_id = ?", (chat_id,)
+        ) as cursor:
+            row = await cursor.fetchone()
+        return str(row[0]) if row else None
+
+    async def set_session(self, chat_id: int, session_id: str) -> None:
+        async with self._db.write() as conn:
+            await conn.execute(
+                "INSERT INTO chat_sessions (chat_id, session_id, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(chat_id) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+                (chat_id, session_id, time.time()),
+            )
+
+    # --- progress messages ----------------------------------------------------------------------
+
+    async def remember_ipc_message(self, message_id: str, chat_id: int) -> bool:
+        """True the first time a progress message id is seen; False for a repeat."""
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "INSERT INTO ipc_messages (id, chat_id, received_at) VALUES (?, ?, ?) ON CONFLICT(id) DO NOTHING",
+                (message_id, chat_id, time.time()),
+            )
+        return cursor.rowcount == 1

@@ -1,0 +1,56 @@
+"""Where subagent data lives under DATA_DIR, and handing folders to the container's user."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CONTAINER_UID = 1000  # the image's non-root `agent` user
+CONTAINER_GID = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class DataPaths:
+    data_dir: Path
+
+    @property
+    def ipc_root(self) -> Path:
+        return self.data_dir / "ipc"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir / "runs"
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.data_dir / "sessions"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id
+
+    def workspace(self, folder: str) -> Path:
+        return self.workspaces_dir / folder
+
+    def session_file(self, folder: str, session_id: str) -> Path:
+        return self.sessions_dir / folder / f"{session_id}.json"
+
+
+def container_user() -> str:
+    """Containers never run as root: as the image's user when the host is root, else as the host's user."""
+    uid = os.getuid()
+    if uid == 0:
+        return f"{CONTAINER_UID}:{CONTAINER_GID}"
+    return f"{uid}:{os.getgid()}"
+
+
+def hand_to_container(path: Path) -> None:
+    """Make a host-created folder writable by the container's user (only needed when the host is root)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.getuid() == 0:
+        os.chown(path, CONTAINER_UID, CONTAINER_GID)
+    path.chmod(0o770)
