@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from pydantic_ai.models import Model
+
 from bot.agent.llm import build_main_model
 from bot.agent.main_agent import MainAgent, Spawner
 from bot.channels.base import Channel
@@ -91,6 +93,7 @@ class App:
         channel: Channel,
         stores: Stores,
         subagent_factory: SubagentFactory | None = None,
+        model: Model | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
@@ -100,7 +103,7 @@ class App:
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
         self.agent = MainAgent(
-            build_main_model(settings),
+            model or build_main_model(settings),
             stores.messages,
             self.delivery,
             subagents.spawner if subagents else None,

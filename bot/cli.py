@@ -126,7 +126,7 @@ def cmd_image(args: argparse.Namespace) -> int:
     from runner.image import main as image_main
 
     flags = ["--force"] if args.force else ["--if-missing"] if args.if_missing else []
-    return image_main(flags)
+    return int(image_main(flags))
 
 
 def build_parser() -> argparse.ArgumentParser:

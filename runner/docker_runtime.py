@@ -102,6 +102,7 @@ def create_options(spec: ContainerSpec) -> dict[str, Any]:
         # HOME on the tmpfs: the root filesystem is read-only and tools write dot-files into HOME.
         "environment": {"HOME": TMPFS_MOUNTPOINT, **spec.environment},
         "working_dir": spec.workdir,
+        **({"entrypoint": spec.entrypoint} if spec.entrypoint is not None else {}),
         "detach": True,
         "log_config": LogConfig(type=LogConfig.types.JSON, config={"max-size": LOG_MAX_SIZE, "max-file": "1"}),
         **security_options(spec),

@@ -40,6 +40,7 @@ class ContainerSpec:
     pids: int = 256
     environment: dict[str, str] = field(default_factory=dict)
     workdir: str = "/workspace"
+    entrypoint: list[str] | None = None  # None: the image's own (the subagent's agent loop)
 
 
 @dataclass(frozen=True, slots=True)

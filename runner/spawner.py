@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from pathlib import Path
 
 from bot.store.chats import ChatStore
 from container.protocol import SpawnRequest
-from runner.ipc import write_spawn_request
+from runner.ipc import DirOwner, ensure_chat_dirs, write_spawn_request
 
 RUN_ID_BYTES = 6  # 12 hex characters: short enough to type in /cancel, unique enough per deployment
 
@@ -38,5 +39,10 @@ class IpcSpawner:
         )
         # The file is renamed into place whole; a cancel of this turn while it is written is handled by
         # the manager, which checks the turn's status when it picks the request up.
-        await asyncio.to_thread(write_spawn_request, self._ipc_root, chat.folder, request)
+        await asyncio.to_thread(self._write, chat.folder, request)
         return request.request_id
+
+    def _write(self, folder: str, request: SpawnRequest) -> None:
+        # The first spawn of a chat creates its folders, owned by the container's user when we are root.
+        ensure_chat_dirs(self._ipc_root, folder, owner=DirOwner() if os.getuid() == 0 else None)
+        write_spawn_request(self._ipc_root, folder, request)

@@ -1,0 +1,72 @@
+"""Builds the real app (real PTB, real SQLite, optionally real Docker) against the fakes at the edge."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai.models import Model
+
+from bot.app import App, Stores
+from bot.channels.telegram import TelegramChannel
+from bot.settings import Settings, load_settings
+from tests.fakes.telegram_server import FakeTelegram
+
+GROUP_ID = -1001
+POLL_TIMEOUT_SECONDS = 1  # short long-polls keep shutdown quick in tests
+
+
+def make_settings(data_dir: Path, tg: FakeTelegram | None = None, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "DATA_DIR": data_dir,
+        "ALLOWED_CHAT_IDS": str(GROUP_ID),
+        "LLM_PROVIDER": "offline",
+        "TYPING_INTERVAL_SECONDS": 0.2,
+        "MERGE_WINDOW_SECONDS": 0,
+        "LOG_LEVEL": "DEBUG",
+    }
+    if tg is not None:
+        values["TELEGRAM_BOT_TOKEN"] = tg.token
+        values["TELEGRAM_API_BASE_URL"] = tg.base_url
+    values.update(overrides)
+    return load_settings(**values)
+
+
+def prompt_text(messages: list[ModelMessage]) -> str:
+    """The user prompt a model received (what the main agent built from the store)."""
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    return part.content
+    return ""
+
+
+@asynccontextmanager
+async def telegram_app(
+    settings: Settings, *, model: Model | None = None, with_subagents: bool = False
+) -> AsyncIterator[App]:
+    stores = await Stores.open(settings)
+    assert settings.telegram_bot_token is not None
+    channel = TelegramChannel(
+        settings.telegram_bot_token.get_secret_value(),
+        settings.telegram_api_base_url,
+        poll_timeout_seconds=POLL_TIMEOUT_SECONDS,
+    )
+    factory = None
+    if with_subagents:
+        from runner.service import build_subagent_system
+
+        def factory_fn(delivery: Any, typing: Any) -> Any:
+            return build_subagent_system(settings, stores, delivery, typing)
+
+        factory = factory_fn
+    app = App(settings, channel, stores, factory, model=model)
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
