@@ -139,6 +139,9 @@ class ChatEngine:
     async def _run_one(self, turn: Turn) -> None:
         status = "completed"
         await self._lifecycle.turn_started(turn)
+        if turn.aborted:  # a merge landed while the turn was being recorded: it never runs
+            await self._lifecycle.turn_ended(turn, "aborted")
+            return
         turn.task = asyncio.create_task(self._run_turn(turn), name=f"turn-{turn.id}")
         try:
             await asyncio.shield(turn.task)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
@@ -14,24 +14,27 @@ REDACTED = "[redacted]"
 
 
 class SecretRedactor:
-    """Replaces every occurrence of a known secret (bot token, API key) in any log field."""
+    """Replaces every occurrence of a known secret (bot token, API key) in a rendered log line.
+
+    Working on the final text catches secrets inside any object (URLs, paths, exceptions) that a
+    renderer turns into text, which scrubbing individual fields would miss.
+    """
 
     def __init__(self, secrets: Iterable[str]) -> None:
         self._secrets = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
 
-    def _scrub(self, value: object) -> object:
-        if isinstance(value, str):
-            for secret in self._secrets:
-                value = value.replace(secret, REDACTED)
-            return value
-        if isinstance(value, BaseException | MutableMapping | list | tuple):
-            return self._scrub(str(value))
-        return value
+    def scrub(self, line: str) -> str:
+        for secret in self._secrets:
+            line = line.replace(secret, REDACTED)
+        return line
 
-    def __call__(self, logger: WrappedLogger, name: str, event_dict: EventDict) -> EventDict:
-        if not self._secrets:
-            return event_dict
-        return {key: self._scrub(value) for key, value in event_dict.items()}
+    def wrap(self, renderer: Processor) -> Processor:
+        def render(logger: WrappedLogger, name: str, event_dict: EventDict) -> str:
+            rendered = renderer(logger, name, event_dict)
+            text = rendered.decode() if isinstance(rendered, bytes) else str(rendered)
+            return self.scrub(text)
+
+        return render
 
 
 def configure_logging(
@@ -62,8 +65,7 @@ def configure_logging(
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
-            redactor,
-            renderer,
+            redactor.wrap(renderer),
         ],
     )
     handler = logging.StreamHandler(stream or sys.stderr)

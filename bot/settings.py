@@ -95,7 +95,7 @@ class Settings(BaseSettings):
             raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return level
 
-    @field_validator("telegram_bot_token", "llm_api_key", mode="before")
+    @field_validator("telegram_bot_token", "llm_api_key", "llm_base_url", "llm_model", "subagent_model", mode="before")
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
@@ -104,11 +104,14 @@ class Settings(BaseSettings):
     def _check_provider(self) -> Settings:
         if self.llm_provider is LLMProvider.OFFLINE:
             return self
+        problems = []
         if not self.llm_model:
-            raise ValueError(f"LLM_MODEL: required when LLM_PROVIDER={self.llm_provider.value}")
+            problems.append(f"LLM_MODEL: required when LLM_PROVIDER={self.llm_provider.value}")
         needs_key = self.llm_provider is LLMProvider.ANTHROPIC or self.llm_base_url is None
         if needs_key and self.llm_api_key is None:
-            raise ValueError(f"LLM_API_KEY: required when LLM_PROVIDER={self.llm_provider.value}")
+            problems.append(f"LLM_API_KEY: required when LLM_PROVIDER={self.llm_provider.value}")
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     @property
@@ -132,12 +135,12 @@ def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        lines = []
+        lines: list[str] = []
         for error in exc.errors():
             loc = ".".join(str(part) for part in error["loc"])
             message = error["msg"].removeprefix("Value error, ")
             if not loc:
-                lines.append(f"invalid setting {message}")
+                lines.extend(f"invalid setting {line}" for line in message.splitlines())
             else:
                 got = error.get("input")
                 shown = "" if isinstance(got, dict) or got is None else f" (got {str(got)[:60]!r})"

@@ -41,39 +41,37 @@ def split_message(text: str, limit: int = TELEGRAM_MESSAGE_LIMIT_UNITS) -> list[
     if utf16_len(text) <= limit:
         return [text]
     chunks: list[str] = []
-    lines: list[str] = []
+    current: list[str] = []
     size = 0
-    open_fence: str | None = None  # the opening fence line of a code block we are inside
-
-    def flush() -> None:
-        nonlocal lines, size
-        if not lines:
-            return
-        body = "\n".join(lines)
-        if open_fence is not None:
-            body += "\n" + _closing(open_fence)
-        chunks.append(body)
-        lines = [open_fence] if open_fence is not None else []
-        size = utf16_len(open_fence) if open_fence is not None else 0
+    fence: str | None = None  # opening line of the code block the current chunk is inside
 
     for raw in text.split("\n"):
-        reserve = utf16_len(_closing(open_fence)) + 1 if open_fence else 0
-        room = limit - reserve - (utf16_len(open_fence) + 1 if open_fence else 0) - 1
-        for piece in _hard_split(raw, max(room, 8)) if utf16_len(raw) > room else [raw]:
-            added = utf16_len(piece) + (1 if lines else 0)
-            reserve = utf16_len(_closing(open_fence)) + 1 if open_fence else 0
-            if size + added + reserve > limit and lines and lines != [open_fence]:
-                flush()
-                added = utf16_len(piece) + (1 if lines else 0)
-            lines.append(piece)
+        # Inside a block a piece of a long line shares its chunk with the reopened and the closing fence.
+        room = limit if fence is None else max(limit - utf16_len(fence) - utf16_len(_closing(fence)) - 2, 8)
+        for piece in _hard_split(raw, room) if utf16_len(raw) > room else [raw]:
+            after = _toggle(fence, piece)
+            reserve = utf16_len(_closing(after)) + 1 if after is not None else 0
+            added = utf16_len(piece) + (1 if current else 0)
+            has_content = len(current) > (1 if fence is not None else 0)
+            if has_content and size + added + reserve > limit:
+                body = "\n".join(current)
+                chunks.append(body + ("\n" + _closing(fence) if fence is not None else ""))
+                current = [fence] if fence is not None else []
+                size = utf16_len(fence) if fence is not None else 0
+                added = utf16_len(piece) + (1 if current else 0)
+            current.append(piece)
             size += added
-        match = _FENCE.match(raw)
-        if match:
-            open_fence = None if open_fence is not None else raw.strip()
-    if lines and lines != [open_fence]:
-        body = "\n".join(lines)
-        chunks.append(body)
-    return [chunk for chunk in chunks if chunk.strip()] or [text[:limit]]
+            fence = after
+    if len(current) > (1 if fence is not None else 0) or not chunks:
+        chunks.append("\n".join(current))
+    return chunks
+
+
+def _toggle(fence: str | None, line: str) -> str | None:
+    """The open fence after `line`: a fence line opens a block outside one and closes it inside."""
+    if not _FENCE.match(line):
+        return fence
+    return line.strip() if fence is None else None
 
 
 def _closing(fence_line: str | None) -> str:

@@ -1,0 +1,173 @@
+"""The offline demo model through a real pydantic-ai Agent: quotes the chat, spawns on `background:`."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+
+from bot.agent.main_agent import MainAgent, TurnDeps, spawn_subagent
+from bot.agent.offline import offline_main_model
+from bot.agent.prompt import build_prompt, instructions_for
+from bot.delivery import Delivery
+from bot.engine import Turn
+from bot.store import ChatStore, MessageStore, NewMessage
+from tests.bot.helpers import RecordingChannel, RecordingSpawner
+
+CHAT = 4242
+NAME = "Crew"
+
+
+def tool_calls(messages: list[ModelMessage]) -> list[ToolCallPart]:
+    return [
+        part for m in messages if isinstance(m, ModelResponse) for part in m.parts if isinstance(part, ToolCallPart)
+    ]
+
+
+def final_text(messages: list[ModelMessage]) -> str:
+    last = messages[-1]
+    assert isinstance(last, ModelResponse)
+    return "".join(part.content for part in last.parts if isinstance(part, TextPart))
+
+
+class Offline:
+    def __init__(self, chats: ChatStore, messages: MessageStore) -> None:
+        self.chats = chats
+        self.messages = messages
+        self.spawner = RecordingSpawner(run_id="run-0001")
+        self._next_id = 0
+
+    async def say(self, text: str, *, sender: str = "Alice", trigger: bool = True) -> None:
+        await self.chats.ensure(CHAT, "group", "Demo")
+        self._next_id += 1
+        await self.messages.add(
+            NewMessage(
+                chat_id=CHAT, sender_name=sender, content=text, platform_message_id=self._next_id, is_trigger=trigger
+            )
+        )
+
+    def agent(self, *, can_spawn: bool) -> Agent[TurnDeps, str]:
+        return Agent(
+            offline_main_model(NAME),
+            deps_type=TurnDeps,
+            instructions=instructions_for(NAME, can_spawn=can_spawn),
+            tools=[spawn_subagent] if can_spawn else [],
+        )
+
+    async def run(self, *, can_spawn: bool = True) -> list[ModelMessage]:
+        prompt = await build_prompt(self.messages, CHAT, 50, NAME)
+        deps = TurnDeps(chat_id=CHAT, turn=Turn(id="turn-off", chat_id=CHAT, started_at=0.0), spawner=self.spawner)
+        result = await self.agent(can_spawn=can_spawn).run(prompt.text, deps=deps)
+        return result.all_messages()
+
+
+@pytest.fixture
+def offline(chats: ChatStore, messages: MessageStore) -> Offline:
+    return Offline(chats, messages)
+
+
+async def test_plain_reply_quotes_the_latest_message(offline: Offline) -> None:
+    await offline.say("an older remark", sender="Bob", trigger=False)
+    await offline.say("@crew how   are\nyou?")
+
+    messages = await offline.run()
+
+    text = final_text(messages)
+    assert "Alice wrote: “@crew how are you?”." in text
+    assert "I can see 2 message(s) of this chat." in text
+    assert "background: $ echo hello" in text  # the hint, since the tool is there
+    assert tool_calls(messages) == []
+    assert offline.spawner.calls == []
+
+
+async def test_background_phrase_calls_spawn_subagent(offline: Offline) -> None:
+    await offline.say("@crew background: $ echo hi")
+
+    messages = await offline.run()
+
+    calls = tool_calls(messages)
+    assert len(calls) == 1
+    assert calls[0].tool_name == "spawn_subagent"
+    assert calls[0].args_as_dict() == {"task": "$ echo hi", "label": "echo hi", "include_context": False}
+    assert offline.spawner.calls == [(CHAT, "turn-off", "$ echo hi", "echo hi", False)]
+    assert final_text(messages).startswith("Started subagent run run-0001 (echo hi).")
+
+
+async def test_background_phrase_is_case_insensitive_and_keeps_multiline_tasks(offline: Offline) -> None:
+    await offline.say("@crew Background: $ echo one\n$ echo two")
+
+    await offline.run()
+
+    assert [call[2] for call in offline.spawner.calls] == ["$ echo one\n$ echo two"]
+    assert offline.spawner.calls[0][3] == "echo one"
+
+
+async def test_no_tool_call_without_the_phrase(offline: Offline) -> None:
+    await offline.say("@crew please run echo hi in the background")
+
+    messages = await offline.run()
+
+    assert tool_calls(messages) == []
+    assert offline.spawner.calls == []
+
+
+async def test_no_tool_call_when_the_tool_is_not_registered(offline: Offline) -> None:
+    await offline.say("@crew background: $ echo hi")
+
+    messages = await offline.run(can_spawn=False)
+
+    assert tool_calls(messages) == []
+    assert "background: $ echo hi" in final_text(messages)
+    assert "To try a subagent" not in final_text(messages)
+
+
+async def test_empty_background_task_is_not_spawned(offline: Offline) -> None:
+    await offline.say("@crew background:   ")
+
+    messages = await offline.run()
+
+    assert tool_calls(messages) == []
+
+
+async def test_latest_subagent_result_is_mentioned(offline: Offline) -> None:
+    await offline.say("@crew background: $ echo hi")
+    await offline.messages.add(
+        NewMessage(chat_id=CHAT, sender_name="[Subagent]", content="[Task: echo hi]\nhi", is_bot=True, kind="subagent")
+    )
+    await offline.say("@crew what happened?")
+
+    messages = await offline.run()
+
+    assert "Latest subagent result: [Task: echo hi]" in final_text(messages)
+
+
+async def test_deterministic(offline: Offline) -> None:
+    await offline.say("some context", sender="Bob", trigger=False)
+    await offline.say("@crew background: $ echo hi")
+
+    first = await offline.run()
+    second = await offline.run()
+
+    assert final_text(first) == final_text(second)
+    assert [c.args_as_dict() for c in tool_calls(first)] == [c.args_as_dict() for c in tool_calls(second)]
+    assert offline.spawner.calls[0][1:] == offline.spawner.calls[1][1:]
+
+
+async def test_offline_model_behind_main_agent_replies_in_the_chat(offline: Offline) -> None:
+    await offline.say("@crew hello bot")
+    channel = RecordingChannel()
+    agent = MainAgent(
+        offline_main_model(NAME),
+        offline.messages,
+        Delivery(offline.messages, channel, NAME),
+        offline.spawner,
+        assistant_name=NAME,
+        history_window=50,
+        timeout_seconds=10,
+    )
+
+    await agent(Turn(id="t", chat_id=CHAT, started_at=0.0))
+
+    assert len(channel.sent) == 1
+    assert channel.sent[0][1].startswith("Crew: Offline demo model here")
+    assert "Alice wrote: “@crew hello bot”." in channel.sent[0][1]

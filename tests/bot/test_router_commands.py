@@ -1,0 +1,327 @@
+"""Inbound path and chat commands: allow-list, storing, triggering turns, admin checks, run control."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from bot.commands import MAX_LISTED_RUNS, Commands, RunSummary
+from bot.delivery import Delivery
+from bot.engine import ChatEngine
+from bot.router import InboundRouter
+from bot.settings import Settings, load_settings
+from bot.store import ChatStore, MessageStore, StoredMessage
+from bot.typing_indicator import TypingIndicator
+from tests.bot.helpers import (
+    WAIT_SECONDS,
+    ControlledRunner,
+    FakeRunControl,
+    RecordingChannel,
+    RecordingLifecycle,
+    inbound,
+)
+
+ALLOWED = -100777
+STRANGER = -100999
+ADMIN = 7
+MEMBER = 42
+
+
+@dataclass
+class Bot:
+    settings: Settings
+    channel: RecordingChannel
+    chats: ChatStore
+    messages: MessageStore
+    runner: ControlledRunner
+    engine: ChatEngine
+    typing: TypingIndicator
+    runs: FakeRunControl
+    router: InboundRouter
+
+    async def stored(self, chat_id: int) -> list[StoredMessage]:
+        return await self.messages.recent(chat_id, 100)
+
+    async def last_reply(self, chat_id: int) -> str:
+        await self.channel.wait_for(lambda: bool(self.channel.texts(chat_id)))
+        return self.channel.texts(chat_id)[-1]
+
+
+@pytest.fixture
+async def bot(chats: ChatStore, messages: MessageStore) -> AsyncIterator[Bot]:
+    settings = load_settings(_env_file=None, ALLOWED_CHAT_IDS=f"{ALLOWED}", ADMIN_USER_IDS=f"{ADMIN}")
+    channel = RecordingChannel(admin=False)
+    typing = TypingIndicator(channel.send_typing, interval_seconds=1.0)
+    runner = ControlledRunner()
+    engine = ChatEngine(runner, RecordingLifecycle(), typing, settings.merge_window_seconds)
+    delivery = Delivery(messages, channel, settings.assistant_name)
+    runs = FakeRunControl()
+    commands = Commands(channel, delivery, engine, runs, settings.admin_user_ids)
+    router = InboundRouter(settings, channel, chats, messages, engine, commands)
+    yield Bot(settings, channel, chats, messages, runner, engine, typing, runs, router)
+    await engine.close()
+    await typing.close()
+
+
+# --- allow-list -------------------------------------------------------------------------------------
+
+
+async def test_other_chats_are_not_stored_and_get_no_reply(bot: Bot) -> None:
+    await bot.router.handle(inbound(STRANGER, "@crew hello?", platform_message_id=1, triggers=True))
+    await bot.router.handle(inbound(STRANGER, "/help", platform_message_id=2, triggers=True, command="help"))
+
+    assert await bot.messages.count() == 0
+    assert await bot.chats.get(STRANGER) is None
+    assert bot.channel.sent == []
+    assert bot.engine.idle(STRANGER)
+    assert bot.runner.started == []
+
+
+async def test_start_in_another_chat_replies_with_its_id(bot: Bot) -> None:
+    await bot.router.handle(inbound(STRANGER, "/start", platform_message_id=1, triggers=True, command="start"))
+
+    assert len(bot.channel.sent) == 1
+    chat_id, text = bot.channel.sent[0]
+    assert chat_id == STRANGER
+    assert str(STRANGER) in text
+    assert "ALLOWED_CHAT_IDS" in text
+    assert await bot.messages.count() == 0
+
+
+async def test_allow_all_chats_lets_everyone_in(chats: ChatStore, messages: MessageStore) -> None:
+    settings = load_settings(_env_file=None, ALLOW_ALL_CHATS="true")
+    channel = RecordingChannel()
+    typing = TypingIndicator(channel.send_typing, 1.0)
+    engine = ChatEngine(ControlledRunner(), RecordingLifecycle(), typing, 3.0)
+    delivery = Delivery(messages, channel, "Crew")
+    router = InboundRouter(settings, channel, chats, messages, engine, Commands(channel, delivery, engine, None, []))
+    try:
+        await router.handle(inbound(STRANGER, "just chatting", platform_message_id=1))
+        assert await messages.count(STRANGER) == 1
+    finally:
+        await engine.close()
+        await typing.close()
+
+
+# --- storing and triggering -------------------------------------------------------------------------
+
+
+async def test_non_triggering_message_is_stored_but_starts_no_turn(bot: Bot) -> None:
+    await bot.router.handle(inbound(ALLOWED, "lunch at noon?", platform_message_id=10, sender_name="Bob"))
+
+    stored = await bot.stored(ALLOWED)
+    assert [(m.sender_name, m.content, m.is_trigger, m.is_bot) for m in stored] == [
+        ("Bob", "lunch at noon?", False, False)
+    ]
+    assert bot.engine.idle(ALLOWED)
+    assert bot.channel.sent == []
+    chat = await bot.chats.get(ALLOWED)
+    assert chat is not None and chat.kind == "group"
+
+
+async def test_triggering_message_is_stored_and_starts_a_turn(bot: Bot) -> None:
+    await bot.router.handle(inbound(ALLOWED, "@crew what's up?", platform_message_id=11, triggers=True))
+
+    turn = await bot.runner.next_started(1)
+    assert turn.chat_id == ALLOWED
+    stored = await bot.stored(ALLOWED)
+    assert [(m.content, m.is_trigger, m.platform_message_id) for m in stored] == [("@crew what's up?", True, 11)]
+    bot.runner.finish(turn)
+
+
+async def test_duplicate_platform_message_is_processed_once(bot: Bot) -> None:
+    message = inbound(ALLOWED, "@crew once please", platform_message_id=12, triggers=True)
+    await bot.router.handle(message)
+    turn = await bot.runner.next_started(1)
+    bot.runner.finish(turn)
+    await asyncio.wait_for(bot.typing.wait_idle(ALLOWED), WAIT_SECONDS)
+
+    await bot.router.handle(message)  # Telegram redelivers the update
+
+    assert bot.engine.idle(ALLOWED)  # no new turn was started
+    assert len(bot.runner.started) == 1
+    assert await bot.messages.count(ALLOWED) == 1
+
+
+async def test_overlong_message_is_truncated_when_stored(bot: Bot) -> None:
+    await bot.router.handle(inbound(ALLOWED, "x" * 50_000, platform_message_id=13))
+
+    (stored,) = await bot.stored(ALLOWED)
+    assert stored.content.endswith(" [truncated]")
+    assert len(stored.content) < 50_000
+
+
+# --- commands ---------------------------------------------------------------------------------------
+
+
+async def handle_command(bot: Bot, text: str, *, sender_id: int = MEMBER, platform_message_id: int = 50) -> str:
+    name, *args = text.removeprefix("/").split()
+    await bot.router.handle(
+        inbound(
+            ALLOWED,
+            text,
+            platform_message_id=platform_message_id,
+            sender_id=sender_id,
+            triggers=True,
+            command=name,
+            command_args=tuple(args),
+        )
+    )
+    return await bot.last_reply(ALLOWED)
+
+
+async def test_commands_are_stored_but_never_trigger_a_turn(bot: Bot) -> None:
+    reply = await handle_command(bot, "/help")
+
+    assert "/subagents" in reply
+    assert bot.engine.idle(ALLOWED)
+    stored = await bot.stored(ALLOWED)
+    assert stored[0].content == "/help"
+    assert stored[0].is_trigger is False
+    assert stored[-1].is_bot is True  # the reply is stored as the bot's own
+
+
+async def test_cancel_by_a_non_admin_in_a_group_is_refused(bot: Bot) -> None:
+    reply = await handle_command(bot, "/cancel run-1", sender_id=MEMBER)
+
+    assert reply == "Crew: Only chat admins can use /cancel."
+    assert bot.channel.admin_checks == [(ALLOWED, MEMBER)]
+    assert bot.runs.calls == []
+
+
+async def test_cancel_by_a_configured_admin_is_accepted(bot: Bot) -> None:
+    reply = await handle_command(bot, "/cancel run-1", sender_id=ADMIN)
+
+    assert reply == "Crew: Cancelled run run-1."
+    assert bot.runs.calls == [("cancel_run", ALLOWED, "run-1")]
+    assert bot.channel.admin_checks == []  # no need to ask Telegram
+
+
+async def test_cancel_by_a_chat_admin_is_accepted(bot: Bot) -> None:
+    bot.channel.admin = True
+
+    reply = await handle_command(bot, "/cancel all", sender_id=MEMBER)
+
+    assert reply == "Crew: Cancelled 0 subagent run(s)."
+    assert bot.runs.calls == [("cancel_chat", ALLOWED, "cancel all")]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [("not_found", "No run nope in this chat."), ("completed", "had already ended (completed)")],
+)
+async def test_cancel_outcomes_are_explained(bot: Bot, outcome: str, expected: str) -> None:
+    bot.runs.cancel_outcome = outcome
+
+    reply = await handle_command(bot, "/cancel nope", sender_id=ADMIN)
+
+    assert expected in reply
+
+
+@pytest.mark.parametrize("text", ["/cancel", "/cancel a b"])
+async def test_cancel_with_wrong_arguments_gives_usage(bot: Bot, text: str) -> None:
+    reply = await handle_command(bot, text, sender_id=ADMIN)
+
+    assert reply == "Crew: Usage: /cancel <run id> or /cancel all"
+    assert bot.runs.calls == []
+
+
+async def test_subagents_lists_runs(bot: Bot) -> None:
+    now = time.time()
+    bot.runs.runs = [
+        RunSummary(id="run-b", label="build docs", status="running", created_at=now - 30),
+        RunSummary(id="run-a", label="echo hi", status="completed", created_at=now - 600),
+    ]
+
+    reply = await handle_command(bot, "/subagents")
+
+    lines = reply.splitlines()
+    assert lines[0] == "Crew: Subagent runs (newest first):"
+    assert "`run-b`" in lines[1] and "running" in lines[1] and "build docs" in lines[1]
+    assert "`run-a`" in lines[2] and "completed" in lines[2] and "10m" in lines[2]
+    assert bot.runs.calls == [("list_runs", ALLOWED, MAX_LISTED_RUNS)]
+
+
+async def test_subagents_with_no_runs(bot: Bot) -> None:
+    assert await handle_command(bot, "/subagents") == "Crew: No subagent runs in this chat yet."
+
+
+async def test_stop_with_no_turn_and_no_runs_says_nothing_to_stop(bot: Bot) -> None:
+    reply = await handle_command(bot, "/stop", sender_id=ADMIN)
+
+    assert reply == "Crew: Nothing to stop."
+
+
+async def test_stop_with_no_turn_cancels_the_chats_runs(bot: Bot) -> None:
+    bot.runs.chat_cancelled = 2
+
+    reply = await handle_command(bot, "/stop", sender_id=ADMIN)
+
+    assert reply == "Crew: Stopped 2 subagent run(s)."
+    assert bot.runs.calls == [("cancel_chat", ALLOWED, "stop")]
+
+
+async def test_stop_aborts_the_running_turn(bot: Bot) -> None:
+    await bot.router.handle(inbound(ALLOWED, "@crew long question", platform_message_id=60, triggers=True))
+    turn = await bot.runner.next_started(1)
+
+    reply = await handle_command(bot, "/stop", sender_id=ADMIN, platform_message_id=61)
+
+    assert reply == "Crew: Stopped my current answer and the subagents it started."
+    assert turn.aborted
+    await bot.runner.wait_for(lambda: bot.runner.cancelled == [turn])
+
+
+async def test_stop_by_a_non_admin_is_refused(bot: Bot) -> None:
+    await bot.router.handle(inbound(ALLOWED, "@crew question", platform_message_id=70, triggers=True))
+    turn = await bot.runner.next_started(1)
+
+    reply = await handle_command(bot, "/stop", sender_id=MEMBER, platform_message_id=71)
+
+    assert reply == "Crew: Only chat admins can use /stop."
+    assert not turn.aborted
+    bot.runner.finish(turn)
+
+
+async def test_admin_check_failure_counts_as_not_admin(bot: Bot) -> None:
+    async def failing(chat_id: int, user_id: int) -> bool:
+        raise RuntimeError("Telegram unreachable")
+
+    bot.channel.is_chat_admin = failing  # type: ignore[method-assign]
+
+    reply = await handle_command(bot, "/cancel all", sender_id=MEMBER)
+
+    assert reply == "Crew: Only chat admins can use /cancel."
+    assert bot.runs.calls == []
+
+
+async def test_private_chat_user_is_admin_of_their_chat(chats: ChatStore, messages: MessageStore) -> None:
+    private = 555
+    settings = load_settings(_env_file=None, ALLOWED_CHAT_IDS=str(private))
+    channel = RecordingChannel(admin=False)
+    typing = TypingIndicator(channel.send_typing, 1.0)
+    engine = ChatEngine(ControlledRunner(), RecordingLifecycle(), typing, 3.0)
+    runs = FakeRunControl()
+    commands = Commands(channel, Delivery(messages, channel, "Crew"), engine, runs, [])
+    router = InboundRouter(settings, channel, chats, messages, engine, commands)
+    try:
+        await router.handle(
+            inbound(
+                private,
+                "/cancel all",
+                platform_message_id=1,
+                sender_id=private,
+                chat_kind="private",
+                triggers=True,
+                command="cancel",
+                command_args=("all",),
+            )
+        )
+        assert runs.calls == [("cancel_chat", private, "cancel all")]
+    finally:
+        await engine.close()
+        await typing.close()
