@@ -143,10 +143,11 @@ class App:
 
     async def stop(self) -> None:
         """Stop taking work, finish writing, leave containers running for the next start to re-attach."""
-        await self.channel.stop()
+        await self.channel.stop_receiving()
         await self.engine.close()
         if self.subagents is not None:
             await self.subagents.stop()
         await self.typing.close()
+        await self.channel.stop()
         await self.stores.db.close()
         log.info("crewbot_stopped")

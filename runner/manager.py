@@ -112,6 +112,7 @@ class TaskManager:
         self._live = live
         self._chat_cancel_before: dict[int, float] = {}
         self._closing = False
+        self._notices: set[asyncio.Task[bool]] = set()
 
     # --- what the proxy and the app ask ---------------------------------------------------------
 
@@ -144,7 +145,7 @@ class TaskManager:
                 return RequestOutcome.DUPLICATE
             log.info("run_not_started", run_id=run_id, chat_id=chat_id, status=status, reason=reason)
             if status == REJECTED:
-                await self._delivery.notice(chat_id, self._reject_text(chat_id))
+                self._notify(chat_id, self._reject_text(chat_id))
             return RequestOutcome.ACCEPTED
         live = LiveRun(id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
         self._live.add(live)
@@ -169,6 +170,12 @@ class TaskManager:
         if cutoff is not None and request.created_at <= cutoff:
             return CANCELLED, "the chat's runs were cancelled before the request was picked up"
         return None, None
+
+    def _notify(self, chat_id: int, text: str) -> None:
+        """Tell the chat without holding up the IPC watcher (a send may wait out Telegram's rate limit)."""
+        task = asyncio.create_task(self._delivery.notice(chat_id, text), name=f"notice-{chat_id}")
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
 
     def _reject_text(self, chat_id: int) -> str:
         template = self._settings.subagent_reject_message
@@ -401,9 +408,12 @@ class TaskManager:
         return [RunSummary(id=r.id, label=r.label, status=r.status, created_at=r.created_at) for r in records]
 
     async def close(self) -> None:
-        """Shutdown: stop watching containers but leave them running; the next start re-attaches them."""
+        """Shutdown: leave running containers for the next start to re-attach; finish what has ended."""
+        concluded = [r.task for r in self._live.all() if r.task is not None and r.released]
+        running = [r.task for r in self._live.all() if r.task is not None and not r.released]
+        # A run whose outcome is recorded only has its logs to keep and its container to remove.
+        await asyncio.gather(*concluded, return_exceptions=True)
         self._closing = True
-        tasks = [r.task for r in self._live.all() if r.task is not None]
-        for task in tasks:
+        for task in running:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*running, *self._notices, return_exceptions=True)

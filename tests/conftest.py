@@ -68,3 +68,12 @@ def docker_engine() -> Iterator[None]:
             pytest.fail(f"{reason} (CI=true: Docker tests must not skip)")
         pytest.skip(reason)
     yield
+
+
+@pytest.fixture(scope="session")
+def subagent_image(docker_engine: None) -> str:
+    """The real subagent image, built once if missing or stale (`make test` builds it beforehand)."""
+    from runner.image import DEFAULT_IMAGE, build_image
+
+    build_image(DEFAULT_IMAGE, log=lambda line: None)
+    return DEFAULT_IMAGE

@@ -25,6 +25,9 @@ class Channel(Protocol):
     async def start(self, handler: InboundHandler) -> None:
         """Begin receiving; each message is passed to `handler`, in order within a chat."""
 
+    async def stop_receiving(self) -> None:
+        """Take no more inbound messages; sending still works (shutdown finishes its deliveries)."""
+
     async def stop(self) -> None: ...
 
     async def send_text(self, chat_id: int, text: str) -> list[int]:

@@ -54,6 +54,9 @@ class ConsoleChannel:
         )
         self._reader = asyncio.create_task(self._read_loop(handler), name="console-reader")
 
+    async def stop_receiving(self) -> None:
+        await self.stop()
+
     async def stop(self) -> None:
         if self._reader is not None:
             self._reader.cancel()

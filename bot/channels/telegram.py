@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime as dtm
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from telegram import Message, MessageEntity, Update
+from telegram._utils.types import JSONDict
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, ContextTypes, TypeHandler
@@ -44,6 +47,26 @@ _MEDIA_KINDS = (
 _PERMANENT_MARKERS = ("chat not found", "bot was kicked", "bot was blocked", "not a member", "user is deactivated")
 
 
+class MessageRateLimiter(AIORateLimiter):
+    """Telegram's flood limits (20 per minute in a group) are for messages; typing is not throttled.
+
+    Without this, a typing action every few seconds would use up a group's budget and delay replies.
+    """
+
+    async def process_request(
+        self,
+        callback: Callable[..., Coroutine[Any, Any, bool | JSONDict | list[JSONDict]]],
+        args: Any,
+        kwargs: dict[str, Any],
+        endpoint: str,
+        data: dict[str, Any],
+        rate_limit_args: int | None,
+    ) -> bool | JSONDict | list[JSONDict]:
+        if endpoint == "sendChatAction":
+            return await callback(*args, **kwargs)
+        return await super().process_request(callback, args, kwargs, endpoint, data, rate_limit_args)
+
+
 def _media_placeholder(message: Message) -> str | None:
     for kind in _MEDIA_KINDS:
         if getattr(message, kind, None):
@@ -77,7 +100,7 @@ class TelegramChannel:
             ApplicationBuilder()
             .token(self._token)
             .base_url(self._base_url)
-            .rate_limiter(AIORateLimiter(max_retries=RATE_LIMIT_MAX_RETRIES))
+            .rate_limiter(MessageRateLimiter(max_retries=RATE_LIMIT_MAX_RETRIES))
             # One update at a time: the handler only stores and hands off, so chats still run concurrently
             # in the engine, and order within a chat is the order Telegram delivered.
             .concurrent_updates(False)
@@ -107,12 +130,16 @@ class TelegramChannel:
         )
         log.info("telegram_started", bot_username=self._bot_username)
 
+    async def stop_receiving(self) -> None:
+        app = self._app
+        if app is not None and app.updater is not None and app.updater.running:
+            await app.updater.stop()
+
     async def stop(self) -> None:
+        await self.stop_receiving()
         app, self._app = self._app, None
         if app is None:
             return
-        if app.updater is not None and app.updater.running:
-            await app.updater.stop()
         if app.running:
             await app.stop()
         await app.shutdown()

@@ -47,6 +47,9 @@ class RecordingChannel(Recorder):
     async def start(self, handler: InboundHandler) -> None:
         self.handler = handler
 
+    async def stop_receiving(self) -> None:
+        self.handler = None
+
     async def stop(self) -> None:
         self.handler = None
 
