@@ -64,7 +64,8 @@ def final(record: RunRecord) -> bool:
 def labelled_containers(chat_id: int) -> list[Any]:
     client = docker.from_env()
     try:
-        return list(client.containers.list(all=True, filters={"label": f"{LABEL_CHAT_ID}={chat_id}"}))
+        # sparse: the list call alone, with no per-container inspect that races with removal
+        return list(client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL_CHAT_ID}={chat_id}"}))
     finally:
         client.close()
 
