@@ -14,7 +14,7 @@ from bot.store.runs import RunStore
 from bot.typing_indicator import TypingIndicator
 from container.protocol import ProgressMessage, SpawnRequest
 from runner.docker_runtime import DockerRuntime
-from runner.ipc import ensure_chat_dirs, ensure_ipc_root
+from runner.ipc import ensure_ipc_root
 from runner.ipc_outcome import RequestOutcome
 from runner.live_runs import LiveRuns
 from runner.llm_proxy import LlmProxy, UpstreamConfig
@@ -94,11 +94,6 @@ class SubagentService:
             return RequestOutcome.ACCEPTED
         await self._delivery.post(chat_id, message.text, kind="progress", sender_name=SUBAGENT_SENDER)
         return RequestOutcome.ACCEPTED
-
-    async def prepare_chat(self, chat_id: int) -> None:
-        chat = await self._stores.chats.get(chat_id)
-        if chat is not None:
-            await asyncio.to_thread(ensure_chat_dirs, self.paths.ipc_root, chat.folder)
 
     async def start(self) -> None:
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 from pathlib import Path
 
 from bot.store.chats import ChatStore
 from container.protocol import SpawnRequest
-from runner.ipc import DirOwner, ensure_chat_dirs, write_spawn_request
+from runner.ipc import container_owner, ensure_chat_dirs, write_spawn_request
 
 RUN_ID_BYTES = 6  # 12 hex characters: short enough to type in /cancel, unique enough per deployment
 
@@ -44,5 +43,5 @@ class IpcSpawner:
 
     def _write(self, folder: str, request: SpawnRequest) -> None:
         # The first spawn of a chat creates its folders, owned by the container's user when we are root.
-        ensure_chat_dirs(self._ipc_root, folder, owner=DirOwner() if os.getuid() == 0 else None)
+        ensure_chat_dirs(self._ipc_root, folder, owner=container_owner())
         write_spawn_request(self._ipc_root, folder, request)

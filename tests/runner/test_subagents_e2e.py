@@ -19,7 +19,7 @@ from bot.store.messages import MessageStore
 from bot.store.runs import RunRecord, RunStore
 from container.protocol import SpawnRequest
 from runner.ipc import ensure_chat_dirs, write_spawn_request
-from runner.runtime import LABEL_CHAT_ID
+from runner.runtime import LABEL_CHAT_ID, LABEL_RUN_ID
 from tests.fakes.llm_server import FakeLLM, openai_text, openai_tool_call
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, prompt_text, telegram_app
@@ -131,8 +131,14 @@ async def test_cap_rejects_overflow_and_never_runs_more(tmp_path: Path, tg: Fake
         async def sample() -> None:
             nonlocal most_running
             while not stop_sampling.is_set():
+                # Only this batch's containers: other tests may run containers for the same chat id.
                 running = await asyncio.to_thread(
-                    lambda: [c for c in labelled_containers(GROUP_ID) if c.status == "running"]
+                    lambda: [
+                        c
+                        for c in labelled_containers(GROUP_ID)
+                        if c.status == "running"
+                        and (c.attrs.get("Labels") or {}).get(LABEL_RUN_ID, "").startswith(f"cap-{batch}-")
+                    ]
                 )
                 most_running = max(most_running, len(running))
                 await asyncio.sleep(0.1)

@@ -1,0 +1,545 @@
+"""IPC files on a real filesystem: what is handed over, what is quarantined and why (via `sweep()`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from container.protocol import ProgressMessage, SpawnRequest
+from runner.ipc import (
+    CHAT_DIR_MODE,
+    CHAT_SUBDIR_MODE,
+    ERRORS_DIR,
+    REASON_SUFFIX,
+    DirOwner,
+    IpcKind,
+    ensure_chat_dirs,
+    quarantine,
+    quarantine_name,
+    remove_if_same,
+    write_progress_message,
+    write_spawn_request,
+)
+from runner.ipc_outcome import RequestOutcome
+from runner.watcher import IpcWatcher
+
+CHATS = {"chat_1": 1, "chat_m100200": -100200}
+MAX_BYTES = 4096
+HOUR_SECONDS = 3600.0
+QUARANTINE_NAME = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-(?P<folder>[A-Za-z0-9._-]+?)-(?P<name>[A-Za-z0-9._-]+?)(-\d+)?$")
+
+
+# --- helpers shared with test_watcher and test_ipc_fuzz ------------------------------------------------
+
+
+class FolderMap:
+    """The resolver: folder -> chat id, None for folders that are no allowed chat."""
+
+    def __init__(self, chats: dict[str, int]) -> None:
+        self.chats = dict(chats)
+        self.fail = False
+
+    async def __call__(self, folder: str) -> int | None:
+        if self.fail:
+            raise RuntimeError("database is locked")
+        return self.chats.get(folder)
+
+
+@dataclass
+class Recorder:
+    """Request and message handler: records, can sleep, fail the first N calls or report duplicates."""
+
+    result: RequestOutcome = RequestOutcome.ACCEPTED
+    fail_first: int = 0
+    fail_ids: set[str] = field(default_factory=set)
+    delay_seconds: float = 0.0
+    dedupe: bool = False
+    requests: list[tuple[int, SpawnRequest]] = field(default_factory=list)
+    messages: list[tuple[int, ProgressMessage]] = field(default_factory=list)
+    calls: int = 0
+    concurrent: int = 0
+    max_concurrent: int = 0
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    arrival_times: dict[str, float] = field(default_factory=dict)
+    _seen: set[tuple[str, str]] = field(default_factory=set)
+
+    async def _handle(self, kind: str, item_id: str) -> RequestOutcome:
+        self.calls += 1
+        self.concurrent += 1
+        self.max_concurrent = max(self.max_concurrent, self.concurrent)
+        try:
+            if self.delay_seconds:
+                await asyncio.sleep(self.delay_seconds)
+            if self.calls <= self.fail_first or item_id in self.fail_ids:
+                raise RuntimeError("boom")
+            if self.dedupe:
+                if (kind, item_id) in self._seen:
+                    return RequestOutcome.DUPLICATE
+                self._seen.add((kind, item_id))
+            return self.result
+        finally:
+            self.concurrent -= 1
+
+    async def on_request(self, chat_id: int, request: SpawnRequest) -> RequestOutcome:
+        result = await self._handle("request", request.request_id)
+        self.requests.append((chat_id, request))
+        self.arrival_times.setdefault(request.request_id, time.monotonic())
+        self.arrived.set()
+        return result
+
+    async def on_message(self, chat_id: int, message: ProgressMessage) -> RequestOutcome:
+        result = await self._handle("message", message.message_id)
+        self.messages.append((chat_id, message))
+        self.arrived.set()
+        return result
+
+    def request_ids(self) -> list[str]:
+        return [request.request_id for _, request in self.requests]
+
+
+def make_watcher(
+    root: Path,
+    recorder: Recorder,
+    folders: FolderMap | None = None,
+    *,
+    rescan_interval_seconds: float = 60.0,
+    force_polling: bool = False,
+    max_file_bytes: int = MAX_BYTES,
+    max_handler_failures: int = 5,
+    clock: Callable[[], float] = time.time,
+) -> IpcWatcher:
+    return IpcWatcher(
+        root,
+        folders or FolderMap(CHATS),
+        recorder.on_request,
+        recorder.on_message,
+        rescan_interval_seconds=rescan_interval_seconds,
+        force_polling=force_polling,
+        max_file_bytes=max_file_bytes,
+        max_handler_failures=max_handler_failures,
+        clock=clock,
+    )
+
+
+def request_json(request_id: str = "req-000001", **fields: object) -> bytes:
+    body: dict[str, object] = {"request_id": request_id, "task": "count the files", **fields}
+    return json.dumps(body).encode()
+
+
+def put(root: Path, folder: str, kind: str, name: str, data: bytes) -> Path:
+    path = root / folder / kind / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def quarantined(root: Path) -> dict[str, str]:
+    """errors/ as {quarantined entry name: reason line}."""
+    errors = root / ERRORS_DIR
+    out: dict[str, str] = {}
+    for entry in sorted(os.listdir(errors)):
+        if entry.endswith(REASON_SUFFIX):
+            continue
+        out[entry] = (errors / (entry + REASON_SUFFIX)).read_text(encoding="utf-8")
+    return out
+
+
+def only_reason(root: Path) -> str:
+    entries = quarantined(root)
+    assert len(entries) == 1, entries
+    (reason,) = entries.values()
+    assert reason.endswith("\n") and reason.count("\n") == 1
+    return reason.strip()
+
+
+def left_in(root: Path) -> list[str]:
+    """Every non-directory entry under the root outside errors/."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        if rel.parts[:1] == (ERRORS_DIR,):
+            continue
+        found += [str(rel / name) for name in filenames]
+        found += [str(rel / name) for name in dirnames if (Path(dirpath) / name).is_symlink()]
+    return sorted(found)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    ipc = tmp_path / "ipc"
+    for folder in CHATS:
+        ensure_chat_dirs(ipc, folder)
+    return ipc
+
+
+# --- handing over -----------------------------------------------------------------------------------
+
+
+async def test_valid_request_is_handed_over_with_the_folders_chat_and_deleted(root: Path) -> None:
+    recorder = Recorder()
+    path = put(root, "chat_m100200", "tasks", "req-000001.json", request_json(label="files"))
+    await make_watcher(root, recorder).sweep()
+    assert [(chat_id, r.request_id, r.label) for chat_id, r in recorder.requests] == [(-100200, "req-000001", "files")]
+    assert not path.exists()
+    assert quarantined(root) == {}
+
+
+async def test_matching_chat_id_in_the_file_is_accepted(root: Path) -> None:
+    recorder = Recorder()
+    put(root, "chat_1", "tasks", "req-000001.json", request_json(chat_id=1))
+    await make_watcher(root, recorder).sweep()
+    assert len(recorder.requests) == 1
+
+
+async def test_progress_message_is_handed_over(root: Path) -> None:
+    recorder = Recorder()
+    message = ProgressMessage(message_id="msg-000001", text="half way", run_id="run-1")
+    path = write_progress_message(root, "chat_1", message)
+    await make_watcher(root, recorder).sweep()
+    assert recorder.messages == [(1, message)]
+    assert not path.exists()
+
+
+async def test_write_spawn_request_round_trips(root: Path) -> None:
+    recorder = Recorder()
+    request = SpawnRequest(request_id="req-abcdef", task="t", include_context=True)
+    path = write_spawn_request(root, "chat_1", request)
+    assert path == root / "chat_1" / "tasks" / "req-abcdef.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    await make_watcher(root, recorder).sweep()
+    assert recorder.requests == [(1, request)]
+
+
+# --- quarantine reasons --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "reason"),
+    [
+        ("req-000001.json", b'{"request_id": "req-000001", "task": ', "invalid JSON: EOF while parsing"),
+        ("req-000001.json", b"", "invalid JSON: EOF while parsing a value at line 1 column 0"),
+        ("req-000001.json", b"\xff\xfe{}", "invalid UTF-8 at byte 0"),
+        ("req-000001.json", b"[1, 2]", "schema violation: (top level): Input should be an object"),
+        ("req-000001.json", b'{"request_id": "req-000001"}', "schema violation: task: Field required"),
+        ("req-000001.json", request_json(task=""), "schema violation: task: String should have at least 1"),
+        ("req-000001.json", request_json(admin=True), "schema violation: admin: Extra inputs are not permitted"),
+        ("bad id!.json", request_json("bad id!"), "schema violation: request_id: String should match pattern"),
+        ("req-000001.json", request_json(version=2), "schema violation: version: Input should be 1"),
+        (
+            "req-000001.json",
+            b'{"request_id":"req-000001","task":"x","created_at":NaN}',
+            "schema violation: created_at: must be a",
+        ),
+        ("req-000001.json", request_json(chat_id=-100200), "unauthorised: chat_id -100200 is not the folder's"),
+        ("other.json", request_json("req-000001"), "file name does not match request_id"),
+        ("req-000001.json", request_json("req-000002"), "file name does not match request_id"),
+    ],
+)
+async def test_bad_request_is_quarantined_with_its_reason(root: Path, name: str, data: bytes, reason: str) -> None:
+    recorder = Recorder()
+    put(root, "chat_1", "tasks", name, data)
+    await make_watcher(root, recorder).sweep()
+    assert recorder.calls == 0
+    assert only_reason(root).startswith(reason)
+    assert left_in(root) == []
+
+
+async def test_bad_message_is_quarantined(root: Path) -> None:
+    recorder = Recorder()
+    put(root, "chat_1", "messages", "msg-000001.json", b'{"message_id": "msg-000002", "text": "hi"}')
+    await make_watcher(root, recorder).sweep()
+    assert only_reason(root) == "file name does not match message_id"
+
+
+async def test_quarantine_file_name_and_content(root: Path) -> None:
+    put(root, "chat_1", "tasks", "req-000001.json", b"{")
+    await make_watcher(root, Recorder()).sweep()
+    ((name, reason),) = quarantined(root).items()
+    match = QUARANTINE_NAME.match(name)
+    assert match is not None, name
+    assert (match["folder"], match["name"]) == ("chat_1", "req-000001.json")
+    assert (root / ERRORS_DIR / name).read_bytes() == b"{"
+    assert reason.startswith("invalid JSON: ") and reason.count("\n") == 1
+
+
+async def test_oversized_file_is_quarantined_without_being_read_whole(root: Path) -> None:
+    put(root, "chat_1", "tasks", "req-000001.json", request_json(label="x" * MAX_BYTES))
+    await make_watcher(root, Recorder()).sweep()
+    assert re.fullmatch(r"file too large \(\d+ bytes, limit 4096\)", only_reason(root))
+
+
+async def test_file_at_exactly_the_limit_is_read(root: Path) -> None:
+    recorder = Recorder()
+    data = request_json()
+    data = data[:-1] + b" " * (MAX_BYTES - len(data)) + b"}"
+    assert len(data) == MAX_BYTES
+    put(root, "chat_1", "tasks", "req-000001.json", data)
+    await make_watcher(root, recorder).sweep()
+    assert len(recorder.requests) == 1
+
+
+async def test_unknown_folder_is_unauthorised(root: Path) -> None:
+    recorder = Recorder()
+    ensure_chat_dirs(root, "chat_999")
+    put(root, "chat_999", "tasks", "req-000001.json", request_json())
+    put(root, "chat_999", "messages", "msg-000001.json", b'{"message_id": "msg-000001", "text": "hi"}')
+    await make_watcher(root, recorder).sweep()
+    assert recorder.calls == 0
+    assert sorted(quarantined(root).values()) == ["unauthorised: folder is not an allowed chat\n"] * 2
+    assert (root / "chat_999" / "tasks").is_dir()  # the folder stays; it may become a chat later
+
+
+async def test_chat_no_longer_allowed_is_unauthorised(root: Path) -> None:
+    folders = FolderMap(CHATS)
+    del folders.chats["chat_1"]
+    put(root, "chat_1", "tasks", "req-000001.json", request_json())
+    await make_watcher(root, Recorder(), folders).sweep()
+    assert only_reason(root) == "unauthorised: folder is not an allowed chat"
+
+
+async def test_symlinked_file_is_quarantined_and_its_target_untouched(root: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_bytes(request_json())
+    (root / "chat_1" / "tasks" / "req-000001.json").symlink_to(secret)
+    recorder = Recorder()
+    await make_watcher(root, recorder).sweep()
+    assert recorder.calls == 0
+    assert only_reason(root) == "not a regular file (symlink)"
+    (moved,) = quarantined(root)
+    assert (root / ERRORS_DIR / moved).is_symlink()
+    assert secret.read_bytes() == request_json()
+
+
+async def test_symlinked_tasks_folder_is_quarantined_and_never_followed(root: Path, tmp_path: Path) -> None:
+    """A container that swaps tasks/ for a symlink must not make the host read, move or delete elsewhere."""
+    outside = tmp_path / "host-dir"
+    outside.mkdir()
+    victims = {"req-000001.json": request_json(), "junk.json": b"{", ".tmp-old.json": b"x", "plain": b"y"}
+    for name, data in victims.items():
+        (outside / name).write_bytes(data)
+        os.utime(outside / name, (0, 0))
+    tasks = root / "chat_1" / "tasks"
+    tasks.rmdir()
+    tasks.symlink_to(outside)
+    recorder = Recorder()
+    await make_watcher(root, recorder, clock=lambda: time.time() + HOUR_SECONDS).sweep()
+    assert recorder.calls == 0
+    assert only_reason(root) == "tasks is not a directory (symlink)"
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == victims
+
+
+async def test_non_regular_entries_are_quarantined(root: Path) -> None:
+    tasks = root / "chat_1" / "tasks"
+    os.mkfifo(tasks / "req-000001.json")
+    (tasks / "req-000002.json").mkdir()
+    (tasks / "req-000002.json" / "inner").write_text("x")
+    await make_watcher(root, Recorder()).sweep()
+    assert sorted(quarantined(root).values()) == [
+        "not a regular file (directory)\n",
+        "not a regular file (fifo)\n",
+    ]
+    assert left_in(root) == []
+
+
+async def test_entries_outside_tasks_and_messages_are_quarantined(root: Path) -> None:
+    (root / "stray.json").write_bytes(request_json())
+    (root / "chat_1" / "notes.txt").write_text("x")
+    (root / "chat_1" / "sub").mkdir()
+    await make_watcher(root, Recorder()).sweep()
+    entries = quarantined(root)
+    assert sorted(entries.values()) == [
+        "unexpected directory in a chat folder\n",
+        "unexpected regular file in a chat folder\n",
+        "unexpected regular file in the ipc root\n",
+    ]
+    assert any(name.endswith("-_root-stray.json") for name in entries)
+    assert left_in(root) == []
+
+
+async def test_fresh_temp_and_non_json_files_wait_stale_ones_are_cleaned(root: Path) -> None:
+    tasks = root / "chat_1" / "tasks"
+    (tasks / ".tmp-abc.json").write_bytes(b"{partial")
+    (tasks / "req-000001.json.part").write_bytes(b"x")
+    recorder = Recorder()
+    await make_watcher(root, recorder).sweep()
+    assert sorted(p.name for p in tasks.iterdir()) == [".tmp-abc.json", "req-000001.json.part"]
+    assert quarantined(root) == {}
+
+    await make_watcher(root, recorder, clock=lambda: time.time() + HOUR_SECONDS).sweep()
+    assert list(tasks.iterdir()) == []
+    assert only_reason(root) == "not a .json file"
+    assert recorder.calls == 0
+
+
+async def test_future_mtime_does_not_keep_a_temp_file_fresh_forever(root: Path) -> None:
+    tmp = root / "chat_1" / "tasks" / ".tmp-abc.json"
+    tmp.write_bytes(b"x")
+    future = time.time() + 10 * HOUR_SECONDS
+    os.utime(tmp, (future, future))
+    await make_watcher(root, Recorder(), clock=lambda: time.time() + HOUR_SECONDS).sweep()
+    assert not tmp.exists()
+
+
+# --- handler outcomes ------------------------------------------------------------------------------------
+
+
+async def test_handler_failure_is_retried_then_quarantined_after_n(root: Path) -> None:
+    recorder = Recorder(fail_first=100)
+    path = put(root, "chat_1", "tasks", "req-000001.json", request_json())
+    watcher = make_watcher(root, recorder, max_handler_failures=3)
+    for _ in range(2):
+        await watcher.sweep()
+        assert path.exists()
+    assert quarantined(root) == {}
+    await watcher.sweep()
+    assert not path.exists()
+    assert only_reason(root) == "handler failed 3 times; last error: RuntimeError: boom"
+    assert recorder.calls == 3
+
+
+async def test_handler_failure_then_success_hands_over_once(root: Path) -> None:
+    recorder = Recorder(fail_first=2)
+    path = put(root, "chat_1", "tasks", "req-000001.json", request_json())
+    watcher = make_watcher(root, recorder)
+    for _ in range(4):
+        await watcher.sweep()
+    assert recorder.calls == 3
+    assert not path.exists()
+    assert quarantined(root) == {}
+
+
+async def test_duplicate_goes_to_errors_with_reason(root: Path) -> None:
+    recorder = Recorder(dedupe=True)
+    watcher = make_watcher(root, recorder)
+    put(root, "chat_1", "tasks", "req-000001.json", request_json())
+    await watcher.sweep()
+    put(root, "chat_1", "tasks", "req-000001.json", request_json())
+    await watcher.sweep()
+    assert recorder.calls == 2
+    assert only_reason(root) == "duplicate request id"
+
+
+async def test_duplicate_message_reason(root: Path) -> None:
+    put(root, "chat_1", "messages", "msg-000001.json", b'{"message_id": "msg-000001", "text": "hi"}')
+    await make_watcher(root, Recorder(result=RequestOutcome.DUPLICATE)).sweep()
+    assert only_reason(root) == "duplicate message id"
+
+
+async def test_resolver_failure_leaves_files_for_the_next_scan(root: Path) -> None:
+    folders = FolderMap(CHATS)
+    folders.fail = True
+    recorder = Recorder()
+    path = put(root, "chat_1", "tasks", "req-000001.json", request_json())
+    watcher = make_watcher(root, recorder, folders)
+    await watcher.sweep()
+    assert path.exists() and quarantined(root) == {}
+    folders.fail = False
+    await watcher.sweep()
+    assert not path.exists() and recorder.calls == 1
+
+
+async def test_concurrent_sweeps_hand_a_file_over_once(root: Path) -> None:
+    recorder = Recorder(delay_seconds=0.05)
+    for i in range(5):
+        put(root, "chat_1", "tasks", f"req-00000{i}.json", request_json(f"req-00000{i}"))
+    watcher = make_watcher(root, recorder)
+    await asyncio.gather(*(watcher.sweep() for _ in range(4)))
+    assert sorted(recorder.request_ids()) == [f"req-00000{i}" for i in range(5)]
+    assert left_in(root) == []
+
+
+# --- folders and helpers ---------------------------------------------------------------------------------
+
+
+def test_ensure_chat_dirs_modes_and_owner(tmp_path: Path) -> None:
+    root = tmp_path / "ipc"
+    chat = ensure_chat_dirs(root, "chat_1", owner=DirOwner(uid=1000, gid=1000))
+    assert chat == root / "chat_1"
+    assert stat.S_IMODE(chat.stat().st_mode) == CHAT_DIR_MODE
+    for kind in IpcKind:
+        st = (chat / kind).stat()
+        assert stat.S_IMODE(st.st_mode) == CHAT_SUBDIR_MODE
+        if os.geteuid() == 0:
+            assert (st.st_uid, st.st_gid) == (1000, 1000)
+    assert (root / ERRORS_DIR).is_dir()
+    assert ensure_chat_dirs(root, "chat_1") == chat  # idempotent
+
+
+def test_ensure_chat_dirs_replaces_a_symlinked_tasks_without_touching_its_target(tmp_path: Path) -> None:
+    root = tmp_path / "ipc"
+    outside = tmp_path / "etc"
+    outside.mkdir(mode=0o700)
+    ensure_chat_dirs(root, "chat_1")
+    (root / "chat_1" / "tasks").rmdir()
+    (root / "chat_1" / "tasks").symlink_to(outside)
+    ensure_chat_dirs(root, "chat_1", owner=DirOwner(uid=1000, gid=1000))
+    assert (root / "chat_1" / "tasks").is_dir() and not (root / "chat_1" / "tasks").is_symlink()
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o700
+    assert outside.stat().st_uid == os.geteuid()
+    assert only_reason(root) == "tasks is not a directory"
+
+
+@pytest.mark.parametrize("folder", ["", "errors", "../x", "a/b", ".hidden", "x" * 65])
+def test_invalid_folder_names_are_refused(tmp_path: Path, folder: str) -> None:
+    with pytest.raises(ValueError, match="invalid IPC folder name"):
+        ensure_chat_dirs(tmp_path, folder)
+
+
+def test_write_refuses_a_symlinked_tasks_folder(root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / "chat_1" / "tasks").rmdir()
+    (root / "chat_1" / "tasks").symlink_to(outside)
+    with pytest.raises(OSError):
+        write_spawn_request(root, "chat_1", SpawnRequest(request_id="req-000001", task="t"))
+    assert list(outside.iterdir()) == []
+
+
+def test_quarantine_never_overwrites(root: Path) -> None:
+    tasks = root / "chat_1" / "tasks"
+    now = time.time()
+    names = []
+    for content in (b"1", b"2", b"3"):
+        (tasks / "x.json").write_bytes(content)
+        fd = os.open(tasks, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            names.append(quarantine(root, fd, "x.json", folder="chat_1", reason="r", now=now).name)
+        finally:
+            os.close(fd)
+    assert len(set(names)) == 3
+    assert sorted((root / ERRORS_DIR / n).read_bytes() for n in names) == [b"1", b"2", b"3"]
+
+
+def test_quarantine_name_is_sanitised_and_bounded() -> None:
+    name = quarantine_name("chat_1", "a/b\nc\udcff\u202e" + "é" * 300, 0.5)
+    assert name.startswith("19700101T000000.500000Z-chat_1-a_b_c__")
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", name)
+    assert len((name + REASON_SUFFIX).encode()) <= 255
+
+
+def test_quarantined_entry_is_never_named_like_a_reason_file() -> None:
+    assert not quarantine_name("chat_1", "x" + REASON_SUFFIX, 0).endswith(REASON_SUFFIX)
+
+
+def test_remove_if_same_keeps_a_replaced_file(root: Path) -> None:
+    tasks = root / "chat_1" / "tasks"
+    (tasks / "a.json").write_text("1")
+    read = (tasks / "a.json").stat()
+    (tasks / "b.json").write_text("2")
+    os.replace(tasks / "b.json", tasks / "a.json")
+    fd = os.open(tasks, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert remove_if_same(fd, "a.json", read) is False
+        assert remove_if_same(fd, "a.json", (tasks / "a.json").stat()) is True
+    finally:
+        os.close(fd)
+    assert not (tasks / "a.json").exists()
