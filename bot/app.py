@@ -15,11 +15,13 @@ from bot.commands import Commands, RunControl
 from bot.delivery import Delivery
 from bot.engine import ChatEngine, Turn
 from bot.logging import get_logger
+from bot.outbox import Outbox
 from bot.router import InboundRouter
 from bot.settings import CancelScope, LLMProvider, Settings
 from bot.store.chats import ChatStore
 from bot.store.db import Database
 from bot.store.messages import MessageStore
+from bot.store.outbox import OutboxStore
 from bot.store.turns import TurnStore
 from bot.typing_indicator import TypingIndicator
 
@@ -49,11 +51,12 @@ class Stores:
     chats: ChatStore
     messages: MessageStore
     turns: TurnStore
+    outbox: OutboxStore
 
     @classmethod
     async def open(cls, settings: Settings) -> Stores:
         db = await Database.open(settings.db_path)
-        return cls(db=db, chats=ChatStore(db), messages=MessageStore(db), turns=TurnStore(db))
+        return cls(db=db, chats=ChatStore(db), messages=MessageStore(db), turns=TurnStore(db), outbox=OutboxStore(db))
 
 
 class TurnRecorder:
@@ -99,7 +102,8 @@ class App:
         self.channel = channel
         self.stores = stores
         self.typing = TypingIndicator(channel.send_typing, settings.typing_interval_seconds)
-        self.delivery = Delivery(stores.messages, channel, settings.assistant_name)
+        self.outbox = Outbox(stores.outbox, channel)
+        self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
         self.agent = MainAgent(
@@ -135,6 +139,7 @@ class App:
         if self.subagents is not None:
             await self.subagents.start()
         await self.channel.start(self.router.handle)
+        self.outbox.start()  # also sends whatever a crash left owed
         log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
 
     async def wait_quiet(self, chat_id: int) -> None:
@@ -148,6 +153,7 @@ class App:
         if self.subagents is not None:
             await self.subagents.stop()
         await self.typing.close()
+        await self.outbox.close()
         await self.channel.stop()
         await self.stores.db.close()
         log.info("crewbot_stopped")

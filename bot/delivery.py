@@ -1,46 +1,40 @@
-"""Bot messages out: stored as the bot's own first (never triggering a turn), then sent to the chat."""
+"""Bot messages out: stored as the bot's own (never triggering a turn) and owed to the chat in one step."""
 
 from __future__ import annotations
 
-from bot.channels.base import Channel, DeliveryError
-from bot.logging import get_logger
-from bot.store.messages import MessageStore, NewMessage
-
-log = get_logger(__name__)
+from bot.outbox import Outbox
+from bot.store.messages import NewMessage
+from bot.store.outbox import OutboxStore, Outgoing
 
 
 class Delivery:
-    def __init__(self, messages: MessageStore, channel: Channel, assistant_name: str) -> None:
-        self._messages = messages
-        self._channel = channel
+    def __init__(self, store: OutboxStore, outbox: Outbox, assistant_name: str) -> None:
+        self._store = store
+        self._outbox = outbox
         self._assistant_name = assistant_name
 
-    def outgoing_text(self, content: str) -> str:
-        """What the chat sees: the assistant's name as prefix, as operators configure it."""
-        return f"{self._assistant_name}: {content}"
-
-    async def post(self, chat_id: int, content: str, *, kind: str = "reply", sender_name: str | None = None) -> bool:
-        """Store and send; True when the chat got it. A send failure is logged, the stored copy stays."""
-        await self._messages.add(
-            NewMessage(
-                chat_id=chat_id,
-                sender_name=sender_name or self._assistant_name,
-                content=content,
-                is_bot=True,
-                kind=kind,
-            )
+    def outgoing(self, chat_id: int, content: str, *, kind: str, sender_name: str | None = None) -> Outgoing:
+        """The stored copy (what prompts see) and what the chat is sent: prefixed with the assistant's name."""
+        message = NewMessage(
+            chat_id=chat_id, sender_name=sender_name or self._assistant_name, content=content, is_bot=True, kind=kind
         )
-        return await self.send_stored(chat_id, content, kind=kind)
+        return Outgoing(message=message, text=f"{self._assistant_name}: {content}")
 
-    async def send_stored(self, chat_id: int, content: str, *, kind: str) -> bool:
-        """Send a message the caller already stored (in its own transaction, e.g. with a run's outcome)."""
-        try:
-            await self._channel.send_text(chat_id, self.outgoing_text(content))
-        except DeliveryError as exc:
-            log.error("delivery_failed", chat_id=chat_id, kind=kind, permanent=exc.permanent, error=str(exc))
-            return False
-        return True
+    async def post(
+        self, chat_id: int, content: str, *, kind: str = "reply", sender_name: str | None = None, wait: bool = True
+    ) -> bool:
+        """Store and send. With `wait` the first attempt happens now and True means the chat has it;
+        either way a failed send is retried by the outbox, also after a restart."""
+        await self._store.add(self.outgoing(chat_id, content, kind=kind, sender_name=sender_name))
+        if wait:
+            return await self._outbox.flush(chat_id)
+        self._outbox.flush_soon(chat_id)
+        return False
 
-    async def notice(self, chat_id: int, content: str) -> bool:
+    async def notice(self, chat_id: int, content: str, *, wait: bool = True) -> bool:
         """A short operational notice (rejections, refusals, errors); stored so the agent sees it too."""
-        return await self.post(chat_id, content, kind="notice")
+        return await self.post(chat_id, content, kind="notice", wait=wait)
+
+    async def flush(self, chat_id: int) -> bool:
+        """Send what a caller staged in its own transaction (e.g. a run's outcome with its message)."""
+        return await self._outbox.flush(chat_id)

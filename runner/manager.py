@@ -22,7 +22,7 @@ from bot.delivery import Delivery
 from bot.logging import get_logger
 from bot.settings import LLMProvider, Settings
 from bot.store.chats import Chat, ChatStore
-from bot.store.messages import MessageStore, NewMessage
+from bot.store.messages import MessageStore
 from bot.store.runs import CANCELLED, COMPLETED, FAILED, REJECTED, TIMED_OUT, DuplicateRun, RunRecord, RunStore
 from bot.store.turns import TurnStore
 from bot.typing_indicator import TypingIndicator
@@ -112,7 +112,6 @@ class TaskManager:
         self._live = live
         self._chat_cancel_before: dict[int, float] = {}
         self._closing = False
-        self._notices: set[asyncio.Task[bool]] = set()
 
     # --- what the proxy and the app ask ---------------------------------------------------------
 
@@ -145,7 +144,8 @@ class TaskManager:
                 return RequestOutcome.DUPLICATE
             log.info("run_not_started", run_id=run_id, chat_id=chat_id, status=status, reason=reason)
             if status == REJECTED:
-                self._notify(chat_id, self._reject_text(chat_id))
+                # Stored now, sent in the background: the IPC watcher never waits on Telegram.
+                await self._delivery.notice(chat_id, self._reject_text(chat_id), wait=False)
             return RequestOutcome.ACCEPTED
         live = LiveRun(id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
         self._live.add(live)
@@ -170,12 +170,6 @@ class TaskManager:
         if cutoff is not None and request.created_at <= cutoff:
             return CANCELLED, "the chat's runs were cancelled before the request was picked up"
         return None, None
-
-    def _notify(self, chat_id: int, text: str) -> None:
-        """Tell the chat without holding up the IPC watcher (a send may wait out Telegram's rate limit)."""
-        task = asyncio.create_task(self._delivery.notice(chat_id, text), name=f"notice-{chat_id}")
-        self._notices.add(task)
-        task.add_done_callback(self._notices.discard)
 
     def _reject_text(self, chat_id: int) -> str:
         template = self._settings.subagent_reject_message
@@ -273,19 +267,18 @@ class TaskManager:
             body = f"Timed out: {error}"
         else:
             body = f"Failed: {error}"
-        content = subagent_content(live.label, body)
-        message = NewMessage(
-            chat_id=live.chat_id, sender_name=SUBAGENT_SENDER, content=content, is_bot=True, kind="subagent"
+        outgoing = self._delivery.outgoing(
+            live.chat_id, subagent_content(live.label, body), kind="subagent", sender_name=SUBAGENT_SENDER
         )
         recorded = await self._runs.finish(
-            live.id, status, result=result, error=error, session_out=session_out, message=message
+            live.id, status, result=result, error=error, session_out=session_out, outgoing=outgoing
         )
         if not recorded:
             log.info("run_outcome_already_recorded", run_id=live.id, attempted=status)
             return False
         log.info("run_finished", run_id=live.id, status=status)
         self._release(live)
-        await self._delivery.send_stored(live.chat_id, content, kind="subagent")
+        await self._delivery.flush(live.chat_id)
         return True
 
     async def _prepare(self, live: LiveRun, request: SpawnRequest, chat: Chat, run_dir: Path) -> str | None:
@@ -416,4 +409,4 @@ class TaskManager:
         self._closing = True
         for task in running:
             task.cancel()
-        await asyncio.gather(*running, *self._notices, return_exceptions=True)
+        await asyncio.gather(*running, return_exceptions=True)

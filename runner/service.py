@@ -92,7 +92,7 @@ class SubagentService:
         if message.run_id is not None and not self.live.is_live(message.run_id):
             log.info("progress_message_dropped", chat_id=chat_id, run_id=message.run_id, reason="run not live")
             return RequestOutcome.ACCEPTED
-        await self._delivery.post(chat_id, message.text, kind="progress", sender_name=SUBAGENT_SENDER)
+        await self._delivery.post(chat_id, message.text, kind="progress", sender_name=SUBAGENT_SENDER, wait=False)
         return RequestOutcome.ACCEPTED
 
     async def start(self) -> None:

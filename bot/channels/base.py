@@ -30,8 +30,14 @@ class Channel(Protocol):
 
     async def stop(self) -> None: ...
 
+    def split(self, text: str) -> list[str]:
+        """The parts `text` is sent as (Telegram: at most 4,096 characters each, code blocks intact)."""
+
+    async def send_part(self, chat_id: int, part: str) -> int | None:
+        """Send one part, formatted as the channel needs; its platform message id if it has one."""
+
     async def send_text(self, chat_id: int, text: str) -> list[int]:
-        """Send `text`, split and formatted as the channel needs; returns the platform message ids."""
+        """Send every part of `text` now (for replies outside the outbox, e.g. to a chat not allowed)."""
 
     async def send_typing(self, chat_id: int) -> None: ...
 

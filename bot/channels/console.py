@@ -106,9 +106,16 @@ class ConsoleChannel:
         self._stdout.write(text + "\n")
         self._stdout.flush()
 
-    async def send_text(self, chat_id: int, text: str) -> list[int]:
+    def split(self, text: str) -> list[str]:
+        return [text]  # a terminal has no message size limit
+
+    async def send_part(self, chat_id: int, part: str) -> int | None:
         self._last_typing = 0.0
-        self._print(text)
+        self._print(part)
+        return None
+
+    async def send_text(self, chat_id: int, text: str) -> list[int]:
+        await self.send_part(chat_id, text)
         return []
 
     async def send_typing(self, chat_id: int) -> None:

@@ -228,13 +228,13 @@ class TelegramChannel:
             raise DeliveryError("the Telegram channel is not running", permanent=False)
         return self._app
 
-    async def send_text(self, chat_id: int, text: str) -> list[int]:
-        ids: list[int] = []
-        for chunk in split_message(text, TELEGRAM_MESSAGE_LIMIT_UNITS - SPLIT_MARGIN_UNITS):
-            ids.append(await self._send_chunk(chat_id, chunk))
-        return ids
+    def split(self, text: str) -> list[str]:
+        return split_message(text, TELEGRAM_MESSAGE_LIMIT_UNITS - SPLIT_MARGIN_UNITS)
 
-    async def _send_chunk(self, chat_id: int, chunk: str) -> int:
+    async def send_text(self, chat_id: int, text: str) -> list[int]:
+        return [await self.send_part(chat_id, part) for part in self.split(text)]
+
+    async def send_part(self, chat_id: int, chunk: str) -> int:
         bot = self._bot().bot
         html_text = markdown_to_telegram_html(chunk)
         try:

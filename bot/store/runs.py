@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import aiosqlite
 
 from bot.store.db import Database
-from bot.store.messages import NewMessage, insert_message
+from bot.store.outbox import Outgoing, stage
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -156,9 +156,9 @@ class RunStore:
         result: str | None = None,
         error: str | None = None,
         session_out: str | None = None,
-        message: NewMessage | None = None,
+        outgoing: Outgoing | None = None,
     ) -> bool:
-        """Move a live run to `status` and, in the same transaction, store its chat message.
+        """Move a live run to `status` and, in the same transaction, store its message and owe it to the chat.
 
         Returns False (and stores nothing) when the run had already reached a final status: whichever
         outcome is recorded first (say, a cancel racing a completion) is the only one.
@@ -174,8 +174,8 @@ class RunStore:
             )
             if cursor.rowcount != 1:
                 return False
-            if message is not None:
-                await insert_message(conn, message)
+            if outgoing is not None:
+                await stage(conn, outgoing)
         return True
 
     # --- sessions -------------------------------------------------------------------------------

@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from bot.channels.base import InboundHandler
+from bot.channels.base import Channel, InboundHandler
 from bot.commands import RunSummary
+from bot.delivery import Delivery
 from bot.engine import Turn
 from bot.inbound import InboundMessage
+from bot.outbox import Outbox
+from bot.store.db import Database
+from bot.store.outbox import OutboxStore
 
 # Upper bound for any wait on an event: only there so a broken test fails instead of hanging.
 WAIT_SECONDS = 5.0
@@ -53,11 +57,18 @@ class RecordingChannel(Recorder):
     async def stop(self) -> None:
         self.handler = None
 
-    async def send_text(self, chat_id: int, text: str) -> list[int]:
-        self.sent.append((chat_id, text))
+    def split(self, text: str) -> list[str]:
+        return [text]
+
+    async def send_part(self, chat_id: int, part: str) -> int | None:
+        self.sent.append((chat_id, part))
         self._next_id += 1
         self.changed()
-        return [self._next_id]
+        return self._next_id
+
+    async def send_text(self, chat_id: int, text: str) -> list[int]:
+        message_id = await self.send_part(chat_id, text)
+        return [message_id] if message_id is not None else []
 
     async def send_typing(self, chat_id: int) -> None:
         self.typing.append(chat_id)
@@ -211,3 +222,9 @@ def inbound(
         command=command,
         command_args=command_args,
     )
+
+
+def make_delivery(messages_db: Database, channel: Channel, assistant_name: str = "Crew") -> Delivery:
+    """The real Delivery over the real outbox, sending through `channel` (no dispatcher: sends are inline)."""
+    store = OutboxStore(messages_db)
+    return Delivery(store, Outbox(store, channel), assistant_name)

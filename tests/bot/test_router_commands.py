@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import pytest
 
 from bot.commands import MAX_LISTED_RUNS, Commands, RunSummary
-from bot.delivery import Delivery
 from bot.engine import ChatEngine
 from bot.router import InboundRouter
 from bot.settings import Settings, load_settings
 from bot.store import ChatStore, MessageStore, StoredMessage
+from bot.store.db import Database
 from bot.typing_indicator import TypingIndicator
 from tests.bot.helpers import (
     WAIT_SECONDS,
@@ -23,6 +23,7 @@ from tests.bot.helpers import (
     RecordingChannel,
     RecordingLifecycle,
     inbound,
+    make_delivery,
 )
 
 ALLOWED = -100777
@@ -52,13 +53,13 @@ class Bot:
 
 
 @pytest.fixture
-async def bot(chats: ChatStore, messages: MessageStore) -> AsyncIterator[Bot]:
+async def bot(db: Database, chats: ChatStore, messages: MessageStore) -> AsyncIterator[Bot]:
     settings = load_settings(_env_file=None, ALLOWED_CHAT_IDS=f"{ALLOWED}", ADMIN_USER_IDS=f"{ADMIN}")
     channel = RecordingChannel(admin=False)
     typing = TypingIndicator(channel.send_typing, interval_seconds=1.0)
     runner = ControlledRunner()
     engine = ChatEngine(runner, RecordingLifecycle(), typing, settings.merge_window_seconds)
-    delivery = Delivery(messages, channel, settings.assistant_name)
+    delivery = make_delivery(db, channel, settings.assistant_name)
     runs = FakeRunControl()
     commands = Commands(channel, delivery, engine, runs, settings.admin_user_ids)
     router = InboundRouter(settings, channel, chats, messages, engine, commands)
@@ -92,12 +93,12 @@ async def test_start_in_another_chat_replies_with_its_id(bot: Bot) -> None:
     assert await bot.messages.count() == 0
 
 
-async def test_allow_all_chats_lets_everyone_in(chats: ChatStore, messages: MessageStore) -> None:
+async def test_allow_all_chats_lets_everyone_in(db: Database, chats: ChatStore, messages: MessageStore) -> None:
     settings = load_settings(_env_file=None, ALLOW_ALL_CHATS="true")
     channel = RecordingChannel()
     typing = TypingIndicator(channel.send_typing, 1.0)
     engine = ChatEngine(ControlledRunner(), RecordingLifecycle(), typing, 3.0)
-    delivery = Delivery(messages, channel, "Crew")
+    delivery = make_delivery(db, channel, "Crew")
     router = InboundRouter(settings, channel, chats, messages, engine, Commands(channel, delivery, engine, None, []))
     try:
         await router.handle(inbound(STRANGER, "just chatting", platform_message_id=1))
@@ -299,14 +300,14 @@ async def test_admin_check_failure_counts_as_not_admin(bot: Bot) -> None:
     assert bot.runs.calls == []
 
 
-async def test_private_chat_user_is_admin_of_their_chat(chats: ChatStore, messages: MessageStore) -> None:
+async def test_private_chat_user_is_admin_of_their_chat(db: Database, chats: ChatStore, messages: MessageStore) -> None:
     private = 555
     settings = load_settings(_env_file=None, ALLOWED_CHAT_IDS=str(private))
     channel = RecordingChannel(admin=False)
     typing = TypingIndicator(channel.send_typing, 1.0)
     engine = ChatEngine(ControlledRunner(), RecordingLifecycle(), typing, 3.0)
     runs = FakeRunControl()
-    commands = Commands(channel, Delivery(messages, channel, "Crew"), engine, runs, [])
+    commands = Commands(channel, make_delivery(db, channel, "Crew"), engine, runs, [])
     router = InboundRouter(settings, channel, chats, messages, engine, commands)
     try:
         await router.handle(

@@ -19,10 +19,10 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bot.agent.main_agent import APOLOGY, MainAgent
 from bot.agent.prompt import LATEST_MARKER
-from bot.delivery import Delivery
 from bot.engine import Turn
 from bot.store import ChatStore, MessageStore, NewMessage, StoredMessage
-from tests.bot.helpers import RecordingChannel, RecordingSpawner
+from bot.store.db import Database
+from tests.bot.helpers import RecordingChannel, RecordingSpawner, make_delivery
 
 CHAT = -100555
 NAME = "Crew"
@@ -68,11 +68,11 @@ class ScriptedModel:
 
 
 class Env:
-    def __init__(self, chats: ChatStore, messages: MessageStore) -> None:
+    def __init__(self, db: Database, chats: ChatStore, messages: MessageStore) -> None:
         self.chats = chats
         self.messages = messages
         self.channel = RecordingChannel()
-        self.delivery = Delivery(messages, self.channel, NAME)
+        self.delivery = make_delivery(db, self.channel, NAME)
         self.spawner = RecordingSpawner()
         self._next_platform_id = 1
 
@@ -113,8 +113,8 @@ class Env:
 
 
 @pytest.fixture
-def env(chats: ChatStore, messages: MessageStore) -> Env:
-    return Env(chats, messages)
+def env(db: Database, chats: ChatStore, messages: MessageStore) -> Env:
+    return Env(db, chats, messages)
 
 
 def new_turn(turn_id: str = "turn-1") -> Turn:

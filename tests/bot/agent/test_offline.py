@@ -9,10 +9,10 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from bot.agent.main_agent import MainAgent, TurnDeps, spawn_subagent
 from bot.agent.offline import offline_main_model
 from bot.agent.prompt import build_prompt, instructions_for
-from bot.delivery import Delivery
 from bot.engine import Turn
 from bot.store import ChatStore, MessageStore, NewMessage
-from tests.bot.helpers import RecordingChannel, RecordingSpawner
+from bot.store.db import Database
+from tests.bot.helpers import RecordingChannel, RecordingSpawner, make_delivery
 
 CHAT = 4242
 NAME = "Crew"
@@ -31,7 +31,8 @@ def final_text(messages: list[ModelMessage]) -> str:
 
 
 class Offline:
-    def __init__(self, chats: ChatStore, messages: MessageStore) -> None:
+    def __init__(self, db: Database, chats: ChatStore, messages: MessageStore) -> None:
+        self.db = db
         self.chats = chats
         self.messages = messages
         self.spawner = RecordingSpawner(run_id="run-0001")
@@ -62,8 +63,8 @@ class Offline:
 
 
 @pytest.fixture
-def offline(chats: ChatStore, messages: MessageStore) -> Offline:
-    return Offline(chats, messages)
+def offline(db: Database, chats: ChatStore, messages: MessageStore) -> Offline:
+    return Offline(db, chats, messages)
 
 
 async def test_plain_reply_quotes_the_latest_message(offline: Offline) -> None:
@@ -159,7 +160,7 @@ async def test_offline_model_behind_main_agent_replies_in_the_chat(offline: Offl
     agent = MainAgent(
         offline_main_model(NAME),
         offline.messages,
-        Delivery(offline.messages, channel, NAME),
+        make_delivery(offline.db, channel, NAME),
         offline.spawner,
         assistant_name=NAME,
         history_window=50,

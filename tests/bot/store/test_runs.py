@@ -9,6 +9,7 @@ import pytest
 from bot.store.chats import ChatStore
 from bot.store.db import Database
 from bot.store.messages import MessageStore, NewMessage
+from bot.store.outbox import OutboxStore, Outgoing
 from bot.store.runs import DuplicateRun, RunStore
 
 CHAT = -500
@@ -40,7 +41,7 @@ async def test_statuses_only_move_forward(runs: RunStore) -> None:
 
 
 async def test_cancel_racing_completion_records_one_outcome_and_one_message(
-    runs: RunStore, messages: MessageStore
+    db: Database, runs: RunStore, messages: MessageStore
 ) -> None:
     for n in range(30):
         run_id = f"race-{n:04d}"
@@ -49,8 +50,9 @@ async def test_cancel_racing_completion_records_one_outcome_and_one_message(
         message = NewMessage(
             chat_id=CHAT, sender_name="[Subagent]", content=f"[Task: label]\n{n}", is_bot=True, kind="subagent"
         )
+        outgoing = Outgoing(message=message, text=f"Crew: {message.content}")
         completed, cancelled = await asyncio.gather(
-            runs.finish(run_id, "completed", result=str(n), message=message),
+            runs.finish(run_id, "completed", result=str(n), outgoing=outgoing),
             runs.finish(run_id, "cancelled", error="cancelled: merge"),
         )
         assert completed != cancelled
@@ -60,6 +62,7 @@ async def test_cancel_racing_completion_records_one_outcome_and_one_message(
     stored = [m for m in await messages.recent(CHAT, 100) if m.kind == "subagent"]
     completed_runs = [r for r in await runs.for_chat(CHAT, 100) if r.status == "completed"]
     assert len(stored) == len(completed_runs)
+    assert len(await OutboxStore(db).pending(CHAT)) == len(completed_runs)  # each owed once, no more
 
 
 async def test_usage_accumulates_and_sessions_are_per_chat(runs: RunStore) -> None:
