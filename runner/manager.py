@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import shutil
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -23,7 +24,17 @@ from bot.logging import get_logger
 from bot.settings import LLMProvider, Settings
 from bot.store.chats import Chat, ChatStore
 from bot.store.messages import MessageStore
-from bot.store.runs import CANCELLED, COMPLETED, FAILED, REJECTED, TIMED_OUT, DuplicateRun, RunRecord, RunStore
+from bot.store.runs import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    INTERRUPTED,
+    REJECTED,
+    TIMED_OUT,
+    DuplicateRun,
+    RunRecord,
+    RunStore,
+)
 from bot.store.turns import TurnStore
 from bot.typing_indicator import TypingIndicator
 from container.protocol import (
@@ -45,6 +56,7 @@ from runner.paths import DataPaths, container_user, hand_to_container
 from runner.runtime import (
     LABEL_APP,
     LABEL_CHAT_ID,
+    LABEL_INSTANCE,
     LABEL_RUN_ID,
     ContainerRuntime,
     ContainerSpec,
@@ -187,11 +199,9 @@ class TaskManager:
     # --- running --------------------------------------------------------------------------------
 
     async def _execute(self, live: LiveRun, request: SpawnRequest) -> None:
-        run_dir = self._paths.run_dir(live.id)
-        try:
-            chat = await self._chats.get(live.chat_id)
-            if chat is None:
-                raise RuntimeError(f"chat {live.chat_id} is unknown")
+        """A new run: prepare its folders, start its container, supervise it to the end."""
+
+        async def body(chat: Chat, run_dir: Path) -> None:
             session_in = await self._prepare(live, request, chat, run_dir)
             await self._llm.open_run(live.id, run_dir / LLM_SOCKET_FILE)
             if not await self._runs.mark_running(live.id, session_in):
@@ -208,6 +218,25 @@ class TaskManager:
             if live.cancelled:  # a cancel arrived while the engine was creating the container
                 await self._runtime.kill(live.container_id)
             await self._await_container(live, chat, run_dir)
+
+        await self._guarded(live, body)
+
+    async def _resume(self, live: LiveRun) -> None:
+        """A run re-attached after a restart: its container runs (or has exited) already."""
+
+        async def body(chat: Chat, run_dir: Path) -> None:
+            await self._llm.open_run(live.id, run_dir / LLM_SOCKET_FILE)
+            await self._await_container(live, chat, run_dir)
+
+        await self._guarded(live, body)
+
+    async def _guarded(self, live: LiveRun, body: Callable[[Chat, Path], Awaitable[None]]) -> None:
+        run_dir = self._paths.run_dir(live.id)
+        try:
+            chat = await self._chats.get(live.chat_id)
+            if chat is None:
+                raise RuntimeError(f"chat {live.chat_id} is unknown")
+            await body(chat, run_dir)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -215,6 +244,41 @@ class TaskManager:
             await self._conclude(live, FAILED, error=f"internal error: {exc}")
         finally:
             await self._cleanup(live, run_dir)
+
+    # --- after a restart ------------------------------------------------------------------------
+
+    def _adopt(self, record: RunRecord, container_id: str | None, started_at: float | None) -> LiveRun:
+        live = LiveRun(id=record.id, chat_id=record.chat_id, turn_id=record.turn_id, label=record.label)
+        live.container_id = container_id
+        if started_at is not None:
+            # The time-out counts from the container's real start, not from our restart.
+            live.started_monotonic = time.monotonic() - max(time.time() - started_at, 0.0)
+        self._live.add(live)
+        self._typing.acquire(record.chat_id)
+        return live
+
+    def reattach(self, record: RunRecord, container_id: str, started_at: float | None) -> None:
+        """Supervise a run whose container survived the restart; its result is delivered as usual."""
+        live = self._adopt(record, container_id, started_at or time.time())
+        live.task = asyncio.create_task(self._resume(live), name=f"run-{record.id}")
+
+    def restart_queued(self, record: RunRecord) -> None:
+        """A run accepted before the restart whose container never started: start it now."""
+        request = SpawnRequest(
+            request_id=record.id,
+            task=record.task,
+            label=record.label,
+            include_context=record.include_context,
+            turn_id=record.turn_id,
+        )
+        live = self._adopt(record, None, None)
+        live.task = asyncio.create_task(self._execute(live, request), name=f"run-{record.id}")
+
+    async def interrupt(self, record: RunRecord, reason: str) -> bool:
+        """A run whose container is gone: recorded `interrupted` and the chat is told, once."""
+        live = LiveRun(id=record.id, chat_id=record.chat_id, turn_id=record.turn_id, label=record.label)
+        live.released = True  # it holds no slot and no typing in this process
+        return await self._conclude(live, INTERRUPTED, error=reason)
 
     async def _await_container(self, live: LiveRun, chat: Chat, run_dir: Path) -> None:
         assert live.container_id is not None and live.started_monotonic is not None
@@ -265,6 +329,8 @@ class TaskManager:
                 body = body[:MAX_RESULT_CHARS] + f"\n… [{len(body) - MAX_RESULT_CHARS} more characters cut]"
         elif status == TIMED_OUT:
             body = f"Timed out: {error}"
+        elif status == INTERRUPTED:
+            body = f"Interrupted: {error}"
         else:
             body = f"Failed: {error}"
         outgoing = self._delivery.outgoing(
@@ -322,7 +388,12 @@ class TaskManager:
             name=container_name(live.id),
             image=s.subagent_image,
             command=[],
-            labels={LABEL_APP: "1", LABEL_RUN_ID: live.id, LABEL_CHAT_ID: str(live.chat_id)},
+            labels={
+                LABEL_APP: "1",
+                LABEL_INSTANCE: self._paths.instance_id,
+                LABEL_RUN_ID: live.id,
+                LABEL_CHAT_ID: str(live.chat_id),
+            },
             mounts=[
                 Mount(self._paths.workspace(chat.folder).resolve(), CONTAINER_WORKSPACE_DIR),
                 Mount(run_dir.resolve(), CONTAINER_RUN_DIR),

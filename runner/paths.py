@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,11 @@ CONTAINER_GID = 1000
 @dataclass(frozen=True, slots=True)
 class DataPaths:
     data_dir: Path
+
+    @property
+    def instance_id(self) -> str:
+        """Stable per data dir, so two deployments on one engine never adopt each other's containers."""
+        return hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:16]
 
     @property
     def ipc_root(self) -> Path:

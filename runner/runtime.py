@@ -9,6 +9,7 @@ from typing import Protocol
 LABEL_APP = "crewbot"
 LABEL_RUN_ID = "crewbot.run_id"
 LABEL_CHAT_ID = "crewbot.chat_id"
+LABEL_INSTANCE = "crewbot.instance"  # which deployment (data dir) owns it: recovery touches only its own
 
 
 class RuntimeUnavailable(Exception):

@@ -20,11 +20,14 @@ from runner.live_runs import LiveRuns
 from runner.llm_proxy import LlmProxy, UpstreamConfig
 from runner.manager import SUBAGENT_SENDER, TaskManager
 from runner.paths import DataPaths
-from runner.runtime import ContainerRuntime
+from runner.recovery import Recovery
+from runner.runtime import ContainerRuntime, RuntimeUnavailable
 from runner.spawner import IpcSpawner
 from runner.watcher import IpcWatcher
 
 log = get_logger(__name__)
+
+RECOVERY_RETRY_SECONDS = 30.0  # how often to retry reconciling while the engine is down at start
 
 
 class SubagentService:
@@ -67,7 +70,9 @@ class SubagentService:
             force_polling=settings.ipc_force_polling,
             max_file_bytes=settings.ipc_max_file_bytes,
         )
+        self.recovery = Recovery(self.runs, runtime, self.manager, self.paths)
         self._watch_task: asyncio.Task[None] | None = None
+        self._recovery_task: asyncio.Task[None] | None = None
 
     @property
     def spawner(self) -> IpcSpawner:
@@ -96,15 +101,33 @@ class SubagentService:
         return RequestOutcome.ACCEPTED
 
     async def start(self) -> None:
+        """Reconcile with the engine before taking new work, then watch the IPC folders."""
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
-        try:
-            await self._runtime.ping()
-        except Exception as exc:
-            log.error("docker_unavailable_at_start", error=str(exc))
+        if not await self._recover():
+            # The engine is down: keep answering chats, and reconcile as soon as it is back.
+            self._recovery_task = asyncio.create_task(self._recover_when_engine_returns(), name="recovery")
         self._watch_task = asyncio.create_task(self.watcher.run(), name="ipc-watcher")
         await self.watcher.ready.wait()
 
+    async def _recover(self) -> bool:
+        try:
+            await self.recovery.run()
+        except RuntimeUnavailable as exc:
+            log.error("docker_unavailable_at_start", error=str(exc))
+            return False
+        return True
+
+    async def _recover_when_engine_returns(self) -> None:
+        while True:  # a retry with a fixed pause: the engine gives no event when it comes back
+            await asyncio.sleep(RECOVERY_RETRY_SECONDS)
+            if await self._recover():
+                return
+
     async def stop(self) -> None:
+        if self._recovery_task is not None:
+            self._recovery_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery_task
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

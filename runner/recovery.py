@@ -1,0 +1,75 @@
+"""Restart recovery: reconcile the store's live runs with the engine's containers before taking work.
+
+A run recorded live whose container still exists is re-attached (a finished container's result is
+collected at once); one whose container is gone is `interrupted` and its chat told once; a queued run
+that never got a container starts now. Containers of this deployment with no live run are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from bot.logging import get_logger
+from bot.store.runs import QUEUED, RUNNING, RunStore
+from runner.manager import TaskManager
+from runner.paths import DataPaths
+from runner.runtime import LABEL_APP, LABEL_INSTANCE, LABEL_RUN_ID, ContainerRuntime
+
+log = get_logger(__name__)
+
+ADOPTABLE_STATES = frozenset({"running", "exited"})  # created/dead/paused containers are not worth saving
+GONE_REASON = "the bot restarted and the subagent's container was gone"
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    reattached: int = 0
+    restarted: int = 0
+    interrupted: int = 0
+    removed: int = 0
+
+
+class Recovery:
+    def __init__(self, runs: RunStore, runtime: ContainerRuntime, manager: TaskManager, paths: DataPaths) -> None:
+        self._runs = runs
+        self._runtime = runtime
+        self._manager = manager
+        self._paths = paths
+
+    async def run(self) -> RecoveryReport:
+        report = RecoveryReport()
+        containers = await self._runtime.list({LABEL_APP: "1", LABEL_INSTANCE: self._paths.instance_id})
+        by_run = {c.labels.get(LABEL_RUN_ID, ""): c for c in containers}
+        for record in await self._runs.with_status(QUEUED, RUNNING):
+            info = by_run.pop(record.id, None)
+            if info is not None and info.status in ADOPTABLE_STATES:
+                self._manager.reattach(record, info.id, info.started_at)
+                report.reattached += 1
+                continue
+            if info is not None:
+                await self._discard(info.id)
+            if record.status == QUEUED:
+                self._manager.restart_queued(record)
+                report.restarted += 1
+            elif await self._manager.interrupt(record, GONE_REASON):
+                report.interrupted += 1
+        for info in by_run.values():
+            await self._discard(info.id)
+            report.removed += 1
+        log.info(
+            "recovery_done",
+            reattached=report.reattached,
+            restarted=report.restarted,
+            interrupted=report.interrupted,
+            removed=report.removed,
+        )
+        return report
+
+    async def _discard(self, container_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await self._runtime.kill(container_id)
+        try:
+            await self._runtime.remove(container_id)
+        except Exception as exc:
+            log.warning("orphan_container_not_removed", container_id=container_id[:12], error=str(exc))
