@@ -14,6 +14,7 @@ from bot.channels.base import Channel
 from bot.commands import Commands, RunControl
 from bot.delivery import Delivery
 from bot.engine import ChatEngine, Turn
+from bot.flood import FloodGuard
 from bot.logging import get_logger
 from bot.outbox import Outbox
 from bot.router import InboundRouter
@@ -125,7 +126,9 @@ class App:
             subagents.control if subagents else None,
             settings.admin_user_ids,
         )
-        self.router = InboundRouter(settings, channel, stores.chats, stores.messages, self.engine, self.commands)
+        self.router = InboundRouter(
+            settings, channel, stores.chats, stores.messages, self.engine, self.commands, self.delivery, FloodGuard()
+        )
 
     async def start(self) -> None:
         if self.settings.llm_provider is LLMProvider.OFFLINE:

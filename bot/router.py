@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from bot.channels.base import Channel
 from bot.commands import Commands
+from bot.delivery import Delivery
 from bot.engine import ChatEngine
+from bot.flood import FLOOD_NOTICE, FloodGuard
 from bot.inbound import InboundMessage
 from bot.logging import get_logger
 from bot.settings import Settings
@@ -25,6 +27,8 @@ class InboundRouter:
         messages: MessageStore,
         engine: ChatEngine,
         commands: Commands,
+        delivery: Delivery,
+        flood: FloodGuard,
     ) -> None:
         self._settings = settings
         self._channel = channel
@@ -32,6 +36,8 @@ class InboundRouter:
         self._messages = messages
         self._engine = engine
         self._commands = commands
+        self._delivery = delivery
+        self._flood = flood
 
     def _allowed(self, message: InboundMessage) -> bool:
         return message.chat_kind == "console" or self._settings.chat_allowed(message.chat_id)
@@ -70,3 +76,6 @@ class InboundRouter:
             await self._commands.handle(message)
         elif message.triggers:
             self._engine.notify(message.chat_id)
+            if self._flood.should_notice(message.chat_id):
+                log.info("chat_flooding", chat_id=message.chat_id)
+                await self._delivery.notice(message.chat_id, FLOOD_NOTICE, wait=False)

@@ -11,6 +11,7 @@ import pytest
 
 from bot.commands import MAX_LISTED_RUNS, Commands, RunSummary
 from bot.engine import ChatEngine
+from bot.flood import FloodGuard
 from bot.router import InboundRouter
 from bot.settings import Settings, load_settings
 from bot.store import ChatStore, MessageStore, StoredMessage
@@ -62,7 +63,7 @@ async def bot(db: Database, chats: ChatStore, messages: MessageStore) -> AsyncIt
     delivery = make_delivery(db, channel, settings.assistant_name)
     runs = FakeRunControl()
     commands = Commands(channel, delivery, engine, runs, settings.admin_user_ids)
-    router = InboundRouter(settings, channel, chats, messages, engine, commands)
+    router = InboundRouter(settings, channel, chats, messages, engine, commands, delivery, FloodGuard())
     yield Bot(settings, channel, chats, messages, runner, engine, typing, runs, router)
     await engine.close()
     await typing.close()
@@ -99,7 +100,8 @@ async def test_allow_all_chats_lets_everyone_in(db: Database, chats: ChatStore, 
     typing = TypingIndicator(channel.send_typing, 1.0)
     engine = ChatEngine(ControlledRunner(), RecordingLifecycle(), typing, 3.0)
     delivery = make_delivery(db, channel, "Crew")
-    router = InboundRouter(settings, channel, chats, messages, engine, Commands(channel, delivery, engine, None, []))
+    commands = Commands(channel, delivery, engine, None, [])
+    router = InboundRouter(settings, channel, chats, messages, engine, commands, delivery, FloodGuard())
     try:
         await router.handle(inbound(STRANGER, "just chatting", platform_message_id=1))
         assert await messages.count(STRANGER) == 1
@@ -307,8 +309,9 @@ async def test_private_chat_user_is_admin_of_their_chat(db: Database, chats: Cha
     typing = TypingIndicator(channel.send_typing, 1.0)
     engine = ChatEngine(ControlledRunner(), RecordingLifecycle(), typing, 3.0)
     runs = FakeRunControl()
-    commands = Commands(channel, make_delivery(db, channel, "Crew"), engine, runs, [])
-    router = InboundRouter(settings, channel, chats, messages, engine, commands)
+    delivery = make_delivery(db, channel, "Crew")
+    commands = Commands(channel, delivery, engine, runs, [])
+    router = InboundRouter(settings, channel, chats, messages, engine, commands, delivery, FloodGuard())
     try:
         await router.handle(
             inbound(
