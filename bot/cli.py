@@ -81,12 +81,22 @@ async def _until_console_done(app: App, channel: ConsoleChannel, stop: asyncio.E
     eof.cancel()
 
 
+def _console(settings: Settings) -> ConsoleChannel:
+    """The terminal is the chat: logs go to a file so they do not interleave with the conversation."""
+    log_path = settings.data_dir / "logs" / "console.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    stream = log_path.open("a", encoding="utf-8")  # lives as long as the process
+    configure_logging(settings.log_format.value, settings.log_level, _secrets(settings), stream=stream)
+    print(f"(logs: {log_path})", file=sys.stderr)
+    return ConsoleChannel(settings.assistant_name)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     settings = _load(args)
     channel: Channel
     if settings.telegram_bot_token is None:
         log.warning("no_telegram_token", message="TELEGRAM_BOT_TOKEN is not set: starting the console channel")
-        channel = ConsoleChannel(settings.assistant_name)
+        channel = _console(settings)
     else:
         channel = TelegramChannel(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base_url)
     return asyncio.run(_serve(settings, channel))
@@ -94,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_console(args: argparse.Namespace) -> int:
     settings = _load(args)
-    return asyncio.run(_serve(settings, ConsoleChannel(settings.assistant_name)))
+    return asyncio.run(_serve(settings, _console(settings)))
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
