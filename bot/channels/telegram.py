@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dtm
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -10,7 +12,7 @@ from telegram import Message, MessageEntity, Update
 from telegram._utils.types import JSONDict
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
-from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, ContextTypes, TypeHandler
+from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
 from bot.channels.base import DeliveryError, InboundHandler
 from bot.channels.formatting import (
@@ -19,6 +21,7 @@ from bot.channels.formatting import (
     split_message,
     utf16_len,
 )
+from bot.channels.polling import Poller
 from bot.inbound import InboundMessage
 from bot.logging import get_logger
 
@@ -94,6 +97,7 @@ class TelegramChannel:
         self._handler: InboundHandler | None = None
         self._bot_id: int | None = None
         self._bot_username: str | None = None
+        self._polling: asyncio.Task[None] | None = None
 
     def _build(self) -> Application:  # type: ignore[type-arg]
         return (
@@ -101,9 +105,9 @@ class TelegramChannel:
             .token(self._token)
             .base_url(self._base_url)
             .rate_limiter(MessageRateLimiter(max_retries=RATE_LIMIT_MAX_RETRIES))
-            # One update at a time: the handler only stores and hands off, so chats still run concurrently
-            # in the engine, and order within a chat is the order Telegram delivered.
-            .concurrent_updates(False)
+            # Updates are handled one at a time by our poller: the handler only stores and hands off, so
+            # chats still run concurrently in the engine, and order within a chat is Telegram's order.
+            .updater(None)
             .get_updates_read_timeout(self._poll_timeout_seconds + 10)
             .build()
         )
@@ -115,39 +119,31 @@ class TelegramChannel:
     async def start(self, handler: InboundHandler) -> None:
         self._handler = handler
         app = self._build()
-        app.add_handler(TypeHandler(Update, self._on_update))
-        app.add_error_handler(self._on_error)
-        await app.initialize()
+        await app.initialize()  # getMe: fails here, clearly, on a bad token or an unreachable API
         self._app = app
         self._bot_id = app.bot.id
         self._bot_username = app.bot.username
-        await app.start()
-        assert app.updater is not None
-        await app.updater.start_polling(
-            timeout=dtm.timedelta(seconds=self._poll_timeout_seconds),
-            allowed_updates=ALLOWED_UPDATES,
-            bootstrap_retries=3,
+        await app.bot.delete_webhook()  # long polling and a webhook exclude each other
+        poller = Poller(
+            app.bot, self._on_update, timeout_seconds=self._poll_timeout_seconds, allowed_updates=ALLOWED_UPDATES
         )
+        self._polling = asyncio.create_task(poller.run(), name="telegram-polling")
         log.info("telegram_started", bot_username=self._bot_username)
 
     async def stop_receiving(self) -> None:
-        app = self._app
-        if app is not None and app.updater is not None and app.updater.running:
-            await app.updater.stop()
+        polling, self._polling = self._polling, None
+        if polling is not None:
+            polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await polling
 
     async def stop(self) -> None:
         await self.stop_receiving()
         app, self._app = self._app, None
-        if app is None:
-            return
-        if app.running:
-            await app.stop()
-        await app.shutdown()
+        if app is not None:
+            await app.shutdown()
 
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        log.error("telegram_handler_error", error=str(context.error), error_type=type(context.error).__name__)
-
-    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def _on_update(self, update: Update) -> None:
         inbound = self.to_inbound(update)
         if inbound is None or self._handler is None:
             return
