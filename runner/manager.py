@@ -50,6 +50,7 @@ from container.protocol import (
     write_json_atomic,
 )
 from runner.docker_runtime import container_name
+from runner.ipc import container_owner, ensure_chat_dirs
 from runner.ipc_outcome import RequestOutcome
 from runner.live_runs import LiveRun, LiveRuns
 from runner.paths import DataPaths, container_user, hand_to_container
@@ -365,8 +366,10 @@ class TaskManager:
         return session_in
 
     def _write_run_dir(self, run_dir: Path, chat: Chat, spec: TaskSpec, session_in: str | None) -> None:
+        # Everything the container mounts must be writable by its (non-root) user.
         hand_to_container(run_dir)
         hand_to_container(self._paths.workspace(chat.folder))
+        ensure_chat_dirs(self._paths.ipc_root, chat.folder, owner=container_owner())
         write_json_atomic(run_dir / TASK_FILE, spec)
         if session_in is not None:
             source = self._paths.session_file(chat.folder, session_in)
