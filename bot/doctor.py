@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import httpx
 
 from bot.channels.telegram import TelegramChannel
+from bot.logging import SecretRedactor
 from bot.settings import LLMProvider, Settings
 from bot.store.db import Database
 
@@ -121,6 +122,10 @@ async def run_doctor(settings: Settings, out: Callable[[str], None] = print) -> 
         results.extend(await asyncio.wait_for(check_docker(settings), CONTAINER_CHECK_TIMEOUT_SECONDS + 10))
     except Exception as exc:
         results.append(("docker", CheckResult("FAIL", f"{type(exc).__name__}: {exc}")))
+    # Library errors quote what they were given (a rejected token, say): never print a secret.
+    redactor = SecretRedactor(
+        value.get_secret_value() for value in (settings.telegram_bot_token, settings.llm_api_key) if value
+    )
     for name, result in results:
-        out(f"{result.status:<4} {name:<9} {result.detail}")
+        out(redactor.scrub(f"{result.status:<4} {name:<9} {result.detail}"))
     return 1 if any(result.status == "FAIL" for _, result in results) else 0

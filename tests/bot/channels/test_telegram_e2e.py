@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -165,3 +166,16 @@ async def test_per_chat_order_holds_with_twenty_chats_at_once(tmp_path: Path) ->
                 assert stored == [f"@{tg.bot_username} m{n}" for n in range(3)]
                 answered = [int(m.plain_text.rsplit("m", 1)[1]) for m in tg.sent_messages(chat_id)]
                 assert answered == sorted(answered) and answered[-1] == 2
+
+
+async def test_rejected_formatting_falls_back_to_plain_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whatever the converter produces, Telegram may still refuse it: the reply must go out as plain text.
+    monkeypatch.setattr("bot.channels.telegram.markdown_to_telegram_html", lambda text: f"<b>{text}")
+    recorder = RecordingModel("**bold** claim & more")
+    async with FakeTelegram() as tg:
+        settings = make_settings(tmp_path, tg)
+        async with telegram_app(settings, model=recorder.model()):
+            tg.push_message(GROUP_ID, f"@{tg.bot_username} format this")
+            sent = await tg.wait_for_messages(GROUP_ID, 1)
+            assert sent[0].parse_mode is None
+            assert sent[0].text == "Crew: **bold** claim & more"
