@@ -167,9 +167,11 @@ class TaskManager:
             await self._runs.create(
                 run_id, chat_id, request.turn_id, request.task, label, request.include_context, "queued"
             )
-        except BaseException:
+        except BaseException as exc:
             self._release(live)
             self._live.discard(run_id)
+            if isinstance(exc, DuplicateRun):  # the same id raced in from another folder
+                return RequestOutcome.DUPLICATE
             raise
         log.info("run_queued", run_id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
         live.task = asyncio.create_task(self._execute(live, request), name=f"run-{run_id}")
