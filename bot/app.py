@@ -139,9 +139,11 @@ class App:
         interrupted = await self.stores.turns.close_interrupted()
         if interrupted:
             log.info("turns_interrupted_by_restart", count=interrupted)
+        # The channel first: re-attached runs show typing at once. Spawn requests that new turns write
+        # meanwhile wait in their folders until recovery is done and the watcher starts.
+        await self.channel.start(self.router.handle)
         if self.subagents is not None:
             await self.subagents.start()
-        await self.channel.start(self.router.handle)
         self.outbox.start()  # also sends whatever a crash left owed
         log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
 

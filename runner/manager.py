@@ -74,6 +74,7 @@ MAX_RESULT_CHARS = 20_000  # a result longer than this is cut before it is store
 CONTAINER_RUN_DIR = "/crewbot/run"
 CONTAINER_IPC_DIR = "/crewbot/ipc"
 CONTAINER_WORKSPACE_DIR = "/workspace"
+ENGINE_RETRY_SECONDS = 2.0  # while the engine is unreachable, how often a waiting run asks again
 
 
 class LlmGateway(Protocol):
@@ -283,12 +284,28 @@ class TaskManager:
         live.released = True  # it holds no slot and no typing in this process
         return await self._conclude(live, INTERRUPTED, error=reason)
 
-    async def _await_container(self, live: LiveRun, chat: Chat, run_dir: Path) -> None:
+    async def _wait_for_exit(self, live: LiveRun) -> int | None:
+        """The container's exit code, or None at the run's time limit. An engine that drops out
+        meanwhile (a daemon restart) is waited for: the container keeps running without it."""
         assert live.container_id is not None and live.started_monotonic is not None
-        remaining = self._settings.subagent_timeout_seconds - (time.monotonic() - live.started_monotonic)
-        exit_code = await self._runtime.wait(live.container_id, max(remaining, 0.0))
+        while True:
+            remaining = self._settings.subagent_timeout_seconds - (time.monotonic() - live.started_monotonic)
+            try:
+                return await self._runtime.wait(live.container_id, max(remaining, 0.0))
+            except RuntimeUnavailable as exc:
+                if remaining <= 0:
+                    return None
+                log.warning("engine_unreachable_while_waiting", run_id=live.id, error=str(exc))
+                await asyncio.sleep(min(ENGINE_RETRY_SECONDS, remaining))
+
+    async def _await_container(self, live: LiveRun, chat: Chat, run_dir: Path) -> None:
+        assert live.container_id is not None
+        exit_code = await self._wait_for_exit(live)
         if exit_code is None:
-            await self._runtime.kill(live.container_id)
+            try:
+                await self._runtime.kill(live.container_id)
+            except RuntimeUnavailable as exc:  # recovery removes it once the engine is back
+                log.error("timed_out_container_not_killed", run_id=live.id, error=str(exc))
             limit = self._settings.subagent_timeout_seconds
             log.warning("run_timed_out", run_id=live.id, timeout_seconds=limit)
             await self._conclude(live, TIMED_OUT, error=f"timed out after {limit:g} s and was stopped")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dtm
+import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -47,6 +48,7 @@ _MEDIA_KINDS = (
     "dice",
     "story",
 )
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _PERMANENT_MARKERS = ("chat not found", "bot was kicked", "bot was blocked", "not a member", "user is deactivated")
 
 
@@ -68,6 +70,11 @@ class MessageRateLimiter(AIORateLimiter):
         if endpoint == "sendChatAction":
             return await callback(*args, **kwargs)
         return await super().process_request(callback, args, kwargs, endpoint, data, rate_limit_args)
+
+
+def _valid_unicode(text: str | None) -> str | None:
+    """Lone surrogates (which JSON escapes can carry) cannot be stored as UTF-8: replace them."""
+    return None if text is None else _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def _media_placeholder(message: Message) -> str | None:
@@ -160,7 +167,7 @@ class TelegramChannel:
             return None
         chat = message.chat
         sender_id, sender_name = _sender_name(message)
-        text = message.text or message.caption
+        text = _valid_unicode(message.text or message.caption)
         kind = "text"
         if edited:
             kind = "edit"
@@ -209,7 +216,11 @@ class TelegramChannel:
         if reply is not None and reply.from_user is not None and reply.from_user.id == self._bot_id:
             return True
         username = (self._bot_username or "").lower()
-        entities = message.parse_entities() if message.text else message.parse_caption_entities()
+        try:
+            entities = message.parse_entities() if message.text else message.parse_caption_entities()
+        except UnicodeError:
+            # Entity offsets are UTF-16; text with a lone surrogate cannot be sliced by them.
+            return f"@{username}" in (message.text or message.caption or "").lower()
         for entity, value in entities.items():
             if entity.type == MessageEntity.MENTION and value.lower() == f"@{username}":
                 return True
