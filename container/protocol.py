@@ -89,9 +89,13 @@ class RunResult(_Strict):
 
 
 def write_json_atomic(path: Path, model: BaseModel) -> None:
-    """Write to a temp file in the same folder, fsync, then rename: a reader sees all or nothing."""
+    """Write a model as JSON so a reader sees all of it or nothing (see `write_bytes_atomic`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = model.model_dump_json().encode("utf-8")
+    write_bytes_atomic(path, model.model_dump_json().encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, then rename: a reader sees all or nothing."""
     fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:

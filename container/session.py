@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from container.protocol import write_bytes_atomic
 
 
 class SessionError(Exception):
@@ -30,18 +30,4 @@ def load_history(path: Path) -> list[ModelMessage]:
 
 def save_history(path: Path, messages: list[ModelMessage]) -> None:
     """Write `messages` to `path` atomically (temp file in the same folder, fsync, rename)."""
-    _write_bytes_atomic(path, ModelMessagesTypeAdapter.dump_json(messages))
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, ModelMessagesTypeAdapter.dump_json(messages))

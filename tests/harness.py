@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 
 from bot.app import App, Stores
@@ -33,16 +32,6 @@ def make_settings(data_dir: Path, tg: FakeTelegram | None = None, **overrides: A
         values["TELEGRAM_API_BASE_URL"] = tg.base_url
     values.update(overrides)
     return load_settings(**values)
-
-
-def prompt_text(messages: list[ModelMessage]) -> str:
-    """The user prompt a model received (what the main agent built from the store)."""
-    for message in messages:
-        if isinstance(message, ModelRequest):
-            for part in message.parts:
-                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
-                    return part.content
-    return ""
 
 
 @asynccontextmanager

@@ -27,7 +27,8 @@ SPAWN_TOOL = "spawn_subagent"
 MAX_QUOTE_CHARS = 200
 
 
-def _prompt_text(messages: list[ModelMessage]) -> str:
+def prompt_text(messages: list[ModelMessage]) -> str:
+    """The user prompt of a model request (the transcript the prompt builder made)."""
     for message in messages:
         if isinstance(message, ModelRequest):
             for part in message.parts:
@@ -64,7 +65,7 @@ def offline_main_model(assistant_name: str) -> FunctionModel:
             for part in last.parts:
                 if isinstance(part, ToolReturnPart) and part.tool_name == SPAWN_TOOL:
                     return ModelResponse(parts=[TextPart(f"{part.content}")])
-        prompt = _prompt_text(messages)
+        prompt = prompt_text(messages)
         sender, text = _latest(prompt)
         can_spawn = any(tool.name == SPAWN_TOOL for tool in info.function_tools)
         lowered = text.lower()
