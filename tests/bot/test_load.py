@@ -13,9 +13,10 @@ from pathlib import Path
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from bot.agent.offline import prompt_text
 from bot.agent.prompt import LATEST_MARKER
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import make_settings, prompt_text, telegram_app
+from tests.harness import make_settings, telegram_app
 
 CHATS = 50
 MESSAGES_PER_CHAT = 20

@@ -13,12 +13,13 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from bot.agent.offline import prompt_text
 from bot.store.messages import MessageStore
 from bot.store.runs import RunRecord, RunStore
 from container.protocol import SpawnRequest
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import GROUP_ID, make_settings, prompt_text, telegram_app
+from tests.harness import GROUP_ID, make_settings, telegram_app
 from tests.runner.test_subagents_e2e import RUN_WAIT_SECONDS, final, labelled_containers, wait_for_runs
 
 pytestmark = pytest.mark.docker

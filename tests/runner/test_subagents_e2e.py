@@ -14,7 +14,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from bot.agent.offline import offline_main_model
+from bot.agent.offline import offline_main_model, prompt_text
 from bot.store.messages import MessageStore
 from bot.store.runs import RunRecord, RunStore
 from container.protocol import SpawnRequest
@@ -22,7 +22,7 @@ from runner.ipc import ensure_chat_dirs, write_spawn_request
 from runner.runtime import LABEL_CHAT_ID, LABEL_RUN_ID
 from tests.fakes.llm_server import FakeLLM, openai_text, openai_tool_call
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import GROUP_ID, make_settings, prompt_text, telegram_app
+from tests.harness import GROUP_ID, make_settings, telegram_app
 
 pytestmark = pytest.mark.docker
 

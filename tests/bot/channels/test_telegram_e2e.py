@@ -9,10 +9,11 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from bot.agent.offline import prompt_text
 from bot.channels.formatting import utf16_len
 from bot.store.messages import MessageStore
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import GROUP_ID, make_settings, prompt_text, telegram_app
+from tests.harness import GROUP_ID, make_settings, telegram_app
 
 
 class RecordingModel:
