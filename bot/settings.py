@@ -11,7 +11,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_TELEGRAM_API_BASE_URL = "https://api.telegram.org/bot"
 DEFAULT_REJECT_MESSAGE = (
-    "All subagent slots are busy ({running} running, limit {limit}). Your task was not started; please try again later."
+    "All subagent slots are busy ({running} running, limit {limit}): {not_started} not started. Please try again later."
 )
 
 

@@ -54,6 +54,7 @@ from runner.ipc import container_owner, ensure_chat_dirs
 from runner.ipc_outcome import RequestOutcome
 from runner.live_runs import LiveRun, LiveRuns
 from runner.paths import DataPaths, container_user, hand_to_container
+from runner.rejections import RejectionNotices
 from runner.runtime import (
     LABEL_APP,
     LABEL_CHAT_ID,
@@ -125,6 +126,7 @@ class TaskManager:
         self._paths = paths
         self._live = live
         self._chat_cancel_before: dict[int, float] = {}
+        self._rejections = RejectionNotices(self._tell_rejected)
         self._closing = False
 
     # --- what the proxy and the app ask ---------------------------------------------------------
@@ -158,8 +160,7 @@ class TaskManager:
                 return RequestOutcome.DUPLICATE
             log.info("run_not_started", run_id=run_id, chat_id=chat_id, status=status, reason=reason)
             if status == REJECTED:
-                # Stored now, sent in the background: the IPC watcher never waits on Telegram.
-                await self._delivery.notice(chat_id, self._reject_text(chat_id), wait=False)
+                self._rejections.add(chat_id)
             return RequestOutcome.ACCEPTED
         live = LiveRun(id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
         self._live.add(live)
@@ -187,13 +188,19 @@ class TaskManager:
             return CANCELLED, "the chat's runs were cancelled before the request was picked up"
         return None, None
 
-    def _reject_text(self, chat_id: int) -> str:
+    async def _tell_rejected(self, chat_id: int, count: int) -> None:
+        # Stored now, sent in the background: the IPC watcher never waits on Telegram.
+        await self._delivery.notice(chat_id, self._reject_text(chat_id, count), wait=False)
+
+    def _reject_text(self, chat_id: int, count: int) -> str:
         template = self._settings.subagent_reject_message
         values = {
             "running": self.live_runs(),
             "limit": self._settings.max_concurrent_subagents,
             "chat_running": self.live_runs(chat_id),
             "chat_limit": self._settings.max_subagents_per_chat,
+            "count": count,
+            "not_started": "your task was" if count == 1 else f"{count} tasks were",
         }
         try:
             return template.format(**values)
@@ -495,6 +502,7 @@ class TaskManager:
 
     async def close(self) -> None:
         """Shutdown: leave running containers for the next start to re-attach; finish what has ended."""
+        await self._rejections.close()
         concluded = [r.task for r in self._live.all() if r.task is not None and r.released]
         running = [r.task for r in self._live.all() if r.task is not None and not r.released]
         # A run whose outcome is recorded only has its logs to keep and its container to remove.
