@@ -54,7 +54,11 @@ async def telegram_app(
 
         factory = factory_fn
     app = App(settings, channel, stores, factory, model=model)
-    await app.start()
+    try:
+        await app.start()
+    except BaseException:
+        await app.stop()  # else the database thread keeps the test process alive
+        raise
     try:
         yield app
     finally:

@@ -30,9 +30,13 @@ def _chat(row: aiosqlite.Row) -> Chat:
 class ChatStore:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._written: dict[int, Chat] = {}  # chats as last written: most messages need no write at all
 
     async def ensure(self, chat_id: int, kind: str, title: str | None) -> Chat:
         """Record the chat the first time it is seen; keep its title current afterwards."""
+        known = self._written.get(chat_id)
+        if known is not None and known.kind == kind and known.title == title:
+            return known
         async with self._db.write() as conn:
             await conn.execute(
                 "INSERT INTO chats (id, kind, title, folder, created_at) VALUES (?, ?, ?, ?, ?) "
@@ -41,6 +45,7 @@ class ChatStore:
             )
         chat = await self.get(chat_id)
         assert chat is not None
+        self._written[chat_id] = chat
         return chat
 
     async def get(self, chat_id: int) -> Chat | None:
