@@ -176,8 +176,10 @@ class IpcWatcher:
         max_file_bytes: int,
         max_handler_failures: int = MAX_HANDLER_FAILURES,
         stale_after_seconds: float = STALE_ENTRY_SECONDS,
+        poll_delay_ms: int = POLL_DELAY_MS,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self._poll_delay_ms = poll_delay_ms
         self._ipc_root = ipc_root
         self._resolve_folder = resolve_folder
         self._on_request = on_request
@@ -276,7 +278,7 @@ class IpcWatcher:
             rust_timeout=WATCH_IDLE_CHECK_MS,
             yield_on_timeout=True,
             force_polling=self._force_polling,
-            poll_delay_ms=POLL_DELAY_MS,
+            poll_delay_ms=self._poll_delay_ms,
             recursive=False,
             # A directory a container made unreadable must not break the host's watch.
             ignore_permission_denied=True,

@@ -2,46 +2,14 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import socket
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from pydantic_ai import models
 
-# Real model classes refuse to run unless a test opts in (only ever for a fake server on 127.0.0.1).
-models.ALLOW_MODEL_REQUESTS = False
+from tests.fakes.loopback_guard import install_loopback_guard
 
-_real_connect = socket.socket.connect
-_real_connect_ex = socket.socket.connect_ex
-
-
-def _check_address(sock: socket.socket, address: Any) -> None:
-    if sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return  # Unix sockets: the Docker engine and the LLM proxy
-    host = address[0]
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback:
-        raise ConnectionRefusedError(f"tests may only connect to loopback, not {host!r}")
-
-
-def _guarded_connect(self: socket.socket, address: Any) -> None:
-    _check_address(self, address)
-    _real_connect(self, address)
-
-
-def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
-    _check_address(self, address)
-    return _real_connect_ex(self, address)
-
-
-socket.socket.connect = _guarded_connect  # type: ignore[method-assign,assignment]
-socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign,assignment]
+install_loopback_guard()
 
 
 def docker_engine_available() -> str | None:

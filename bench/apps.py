@@ -1,0 +1,136 @@
+"""The real app for benchmarks (real PTB, SQLite, task manager, Docker), with timing taps at its edges.
+
+The taps observe, they do not change behaviour: `TimedDockerRuntime` is the product's Docker runtime
+noting when a container's start returned and when a kill was asked for, and `FirstCallProbe` notes when a
+run's first request reached the LLM proxy (the proxy asks the run gate `is_live` before anything else).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from pydantic_ai.models import Model
+
+from bot.app import App, Stores
+from bot.channels.telegram import TelegramChannel
+from bot.delivery import Delivery
+from bot.settings import Settings
+from bot.store.runs import FINAL_STATUSES
+from bot.typing_indicator import TypingIndicator
+from runner.docker_runtime import DockerRuntime
+from runner.live_runs import LiveRuns
+from runner.runtime import ContainerSpec
+from runner.service import SubagentService
+
+POLL_TIMEOUT_SECONDS = 1  # short long-polls keep the app's shutdown quick
+
+
+class TimedDockerRuntime(DockerRuntime):
+    """The product's runtime; notes (perf_counter) when start() returned and when kill() was first asked."""
+
+    def __init__(self, max_concurrency: int) -> None:
+        super().__init__(max_concurrency=max_concurrency)
+        self.started: dict[str, tuple[str, float]] = {}  # container name -> (id, when start returned)
+        self.kill_asked: dict[str, float] = {}  # container id -> first kill() call
+
+    async def start(self, spec: ContainerSpec) -> str:
+        container_id = await super().start(spec)
+        self.started[spec.name] = (container_id, time.perf_counter())
+        return container_id
+
+    async def kill(self, container_id: str) -> None:
+        self.kill_asked.setdefault(container_id, time.perf_counter())
+        await super().kill(container_id)
+
+
+class FirstCallProbe:
+    """When each run's first LLM request arrived at the proxy: the subagent's process is really running."""
+
+    def __init__(self, live: LiveRuns) -> None:
+        self._is_live = live.is_live
+        self.first: dict[str, float] = {}
+        self._changed = asyncio.Event()
+        # An instance attribute shadows the method for every caller holding this LiveRuns (the proxy's gate).
+        setattr(live, "is_live", self)  # noqa: B010
+
+    def __call__(self, run_id: str) -> bool:
+        if run_id not in self.first:
+            self.first[run_id] = time.perf_counter()
+            self._changed.set()
+        return self._is_live(run_id)
+
+    async def wait(self, run_id: str, timeout_seconds: float) -> float:
+        deadline = time.monotonic() + timeout_seconds
+        while run_id not in self.first:
+            self._changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"run {run_id} made no LLM request within {timeout_seconds:g} s")
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                continue
+        return self.first[run_id]
+
+
+@dataclass(slots=True)
+class BenchApp:
+    app: App
+    service: SubagentService | None
+    runtime: TimedDockerRuntime | None
+
+    def subagents(self) -> tuple[SubagentService, TimedDockerRuntime]:
+        if self.service is None or self.runtime is None:
+            raise RuntimeError("this app was built without subagents")
+        return self.service, self.runtime
+
+    async def wait_run_done(self, run_id: str, timeout_seconds: float) -> str:
+        """Until the run has its final status and its container is cleaned up; returns the status."""
+        service, _ = self.subagents()
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            record = await service.runs.get(run_id)
+            if record is not None and record.status in FINAL_STATUSES and run_id not in service.live:
+                return record.status
+            if time.monotonic() > deadline:
+                status = record.status if record else "no record"
+                raise TimeoutError(f"run {run_id} not done within {timeout_seconds:g} s (status {status})")
+            await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def bench_app(
+    settings: Settings, *, model: Model | None = None, with_subagents: bool = False
+) -> AsyncIterator[BenchApp]:
+    """As tests.harness.telegram_app, but with the timing runtime and a typed handle on the service."""
+    stores = await Stores.open(settings)
+    if settings.telegram_bot_token is None:
+        raise ValueError("the benchmark app needs TELEGRAM_BOT_TOKEN (the fake server's)")
+    channel = TelegramChannel(
+        settings.telegram_bot_token.get_secret_value(),
+        settings.telegram_api_base_url,
+        poll_timeout_seconds=POLL_TIMEOUT_SECONDS,
+    )
+    runtime = TimedDockerRuntime(settings.max_concurrent_subagents) if with_subagents else None
+    built: list[SubagentService] = []
+
+    def factory(delivery: Delivery, typing: TypingIndicator) -> SubagentService:
+        assert runtime is not None
+        service = SubagentService(settings, stores, delivery, typing, runtime)
+        built.append(service)
+        return service
+
+    app = App(settings, channel, stores, factory if with_subagents else None, model=model)
+    try:
+        await app.start()
+    except BaseException:
+        await app.stop()  # as the CLI does: otherwise the database thread keeps the process alive
+        raise
+    try:
+        yield BenchApp(app, built[0] if built else None, runtime)
+    finally:
+        await app.stop()

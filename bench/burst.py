@@ -1,0 +1,227 @@
+"""Burst: 50 spawn requests land at once; the caps must hold and no request may be lost.
+
+The full app with the offline provider and real containers (`$ sleep 2` each), a fresh app per scenario:
+- ten chats (five requests each), MAX_CONCURRENT_SUBAGENTS 3 and then 10, MAX_SUBAGENTS_PER_CHAT 10 (so
+  only the global cap binds and no chat gets more rejection notices than Telegram's per-group burst);
+- one chat, all 50, with the default caps (3 and 3): what a single busy group sees.
+
+Reported per scenario: the most containers of these chats the engine ever reported running (sampled
+every 75 ms), requests accepted / rejected / lost (lost: no run record at the end), the time from the
+first write until every accepted run had its final status, and until every accepted run's result had
+reached its chat (the fake Telegram server's record). Baseline for both times: one request alone in the
+same app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from dataclasses import dataclass
+
+from bench.apps import BenchApp, bench_app
+from bench.common import BenchContext, bench_settings, poll_until
+from bench.engine import engine_client, running_containers_of
+from bench.report import Measure, Row
+from bot.store.runs import FINAL_STATUSES, REJECTED, RunRecord
+from container.protocol import SpawnRequest
+from runner.ipc import ERRORS_DIR, IpcKind, container_owner, ensure_chat_dirs, write_spawn_request
+from tests.fakes.telegram_server import FakeTelegram
+
+NAME = "burst"
+REQUESTS = 50
+TASK = "$ sleep 2"
+SAMPLE_SECONDS = 0.075
+WAIT_SECONDS = 180.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    key: str
+    chats: int
+    cap: int
+    per_chat_cap: int
+    requests: int
+
+    @property
+    def label(self) -> str:
+        where = "one chat" if self.chats == 1 else f"{self.chats} chats"
+        return f"{self.requests} requests at once, {where}, cap {self.cap}"
+
+
+class _Sampler:
+    """Counts running containers of the given chats on the engine, keeping the largest count seen."""
+
+    def __init__(self, chat_ids: set[int]) -> None:
+        self._chat_ids = chat_ids
+        self.most = 0
+        self.samples = 0
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        client = await asyncio.to_thread(engine_client)
+        try:
+            while not self._stop.is_set():
+                running = await asyncio.to_thread(running_containers_of, client, self._chat_ids)
+                self.most = max(self.most, running)
+                self.samples += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), SAMPLE_SECONDS)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+async def _records(bench: BenchApp, chat_ids: list[int]) -> list[RunRecord]:
+    service, _ = bench.subagents()
+    found: list[RunRecord] = []
+    for chat_id in chat_ids:
+        found += await service.runs.for_chat(chat_id, REQUESTS * 2)
+    return found
+
+
+async def _settled(bench: BenchApp, chat_ids: list[int], ids: set[str]) -> list[RunRecord] | None:
+    """All runs of `ids` final and cleaned up, or None (runs not recorded yet count as unsettled)."""
+    service, _ = bench.subagents()
+    records = [r for r in await _records(bench, chat_ids) if r.id in ids]
+    if len(records) < len(ids) or any(r.status not in FINAL_STATUSES for r in records):
+        return None
+    if any(r.id in service.live for r in records):
+        return None
+    return records
+
+
+def _delivered(tg: FakeTelegram, chat_ids: list[int], marker: str, count: int) -> float | None:
+    """When (monotonic) the last of `count` result messages containing `marker` was sent, once all were."""
+    sent = [m.at for m in tg.sent_messages() if m.chat_id in chat_ids and marker in m.plain_text]
+    return max(sent) if len(sent) >= count else None
+
+
+async def _scenario(ctx: BenchContext, scenario: Scenario, chat_offset: int) -> list[Row]:
+    chat_ids = [ctx.chat_id(chat_offset + i) for i in range(scenario.chats)]
+    data_dir = ctx.work_dir / f"data-{scenario.key}"
+    async with FakeTelegram() as tg:
+        settings = bench_settings(
+            data_dir,
+            token=tg.token,
+            base_url=tg.base_url,
+            ALLOWED_CHAT_IDS=",".join(str(c) for c in chat_ids),
+            MAX_CONCURRENT_SUBAGENTS=scenario.cap,
+            MAX_SUBAGENTS_PER_CHAT=scenario.per_chat_cap,
+            SUBAGENT_TIMEOUT_SECONDS=120,
+        )
+        ipc_root = data_dir / "ipc"
+        folders: dict[int, str] = {}
+        async with bench_app(settings, with_subagents=True) as bench:
+            for chat_id in chat_ids:
+                tg.add_chat(chat_id, title=f"bench burst {chat_id}")
+                chat = await bench.app.stores.chats.ensure(chat_id, "supergroup", "bench burst")
+                folders[chat_id] = chat.folder
+                await asyncio.to_thread(ensure_chat_dirs, ipc_root, chat.folder, owner=container_owner())
+            await asyncio.sleep(0.5)  # the watcher restarts for the new folders; let it settle
+            batch = secrets.token_hex(3)
+
+            # Baseline: one request alone.
+            alone_id = f"alone-{batch}"
+            t_alone, m_alone = time.time(), time.monotonic()
+            request = SpawnRequest(request_id=alone_id, task=TASK, label="alone")
+            write_spawn_request(ipc_root, folders[chat_ids[0]], request)
+            (alone,) = await poll_until(lambda: _settled(bench, chat_ids, {alone_id}), WAIT_SECONDS, "the lone run")
+            alone_finished = (alone.finished_at or time.time()) - t_alone
+            alone_delivered = await tg.wait_until(lambda: _delivered(tg, chat_ids, "[Task: alone]", 1), WAIT_SECONDS)
+            alone_delivered -= m_alone
+
+            # The burst.
+            requests = [
+                SpawnRequest(request_id=f"burst-{batch}-{i:02d}", task=TASK, label=f"burst {i}")
+                for i in range(scenario.requests)
+            ]
+            ids = {r.request_id for r in requests}
+            sampler = _Sampler(set(chat_ids))
+            sampling = asyncio.create_task(sampler.run())
+            t0, m0 = time.time(), time.monotonic()
+            for i, request in enumerate(requests):
+                write_spawn_request(ipc_root, folders[chat_ids[i % len(chat_ids)]], request)
+            write_seconds = time.time() - t0
+            try:
+                records = await poll_until(lambda: _settled(bench, chat_ids, ids), WAIT_SECONDS, "the runs", 0.2)
+            except TimeoutError:
+                records = [r for r in await _records(bench, chat_ids) if r.id in ids]
+                ctx.note(f"{scenario.label}: not all runs settled within {WAIT_SECONDS:g} s")
+            finally:
+                sampler.stop()
+                await sampling
+            accepted = [r for r in records if r.status != REJECTED]
+            delivered_at = await tg.wait_until(
+                lambda: _delivered(tg, chat_ids, "[Task: burst ", len(accepted)), WAIT_SECONDS
+            )
+            for chat_id in chat_ids:
+                await asyncio.wait_for(bench.app.wait_quiet(chat_id), WAIT_SECONDS)
+
+    rejected = [r for r in records if r.status == REJECTED]
+    lost = len(ids - {r.id for r in records})
+    left_in_tasks = sum(len(list((ipc_root / folder / IpcKind.TASKS).iterdir())) for folder in folders.values())
+    quarantined = len(list((ipc_root / ERRORS_DIR).iterdir())) if (ipc_root / ERRORS_DIR).is_dir() else 0
+    statuses: dict[str, int] = {}
+    for record in accepted:
+        statuses[record.status] = statuses.get(record.status, 0) + 1
+    finished = [r.finished_at for r in accepted if r.finished_at is not None]
+    finished_seconds = max(finished) - t0 if finished else float("nan")
+    ctx.note(
+        f"{scenario.label}: accepted runs ended {statuses}; {left_in_tasks} file(s) left in tasks/, "
+        f"{quarantined} in errors/; the writes took {write_seconds * 1000:.0f} ms; {sampler.samples} engine samples"
+    )
+    return [
+        Row(
+            bench=NAME,
+            metric=f"{scenario.label}: most containers running at once",
+            unit="",
+            result=Measure.figure(sampler.most, sampler.samples),
+            baseline_label="the cap",
+            baseline=Measure.figure(scenario.cap),
+        ),
+        Row(
+            bench=NAME,
+            metric=f"{scenario.label}: accepted / rejected / lost",
+            unit="",
+            result=Measure.figure(len(accepted), scenario.requests),
+            text=f"{len(accepted)} / {len(rejected)} / {lost}",
+            baseline_label="requests written",
+            baseline_text=str(scenario.requests),
+            extra={"accepted": len(accepted), "rejected": len(rejected), "lost": lost, "left_in_tasks": left_in_tasks},
+        ),
+        Row(
+            bench=NAME,
+            metric=f"{scenario.label}: first write → every accepted run finished",
+            unit="s",
+            result=Measure.figure(finished_seconds, len(accepted)),
+            baseline_label="one request alone → finished",
+            baseline=Measure.figure(alone_finished),
+        ),
+        Row(
+            bench=NAME,
+            metric=f"{scenario.label}: first write → every accepted run's result in its chat",
+            unit="s",
+            result=Measure.figure(delivered_at - m0, len(accepted)),
+            baseline_label="one request alone → result in the chat",
+            baseline=Measure.figure(alone_delivered),
+        ),
+    ]
+
+
+async def run(ctx: BenchContext) -> list[Row]:
+    scenarios = [
+        Scenario("ten-chats-cap3", chats=10, cap=3, per_chat_cap=10, requests=REQUESTS),
+        Scenario("ten-chats-cap10", chats=10, cap=10, per_chat_cap=10, requests=REQUESTS),
+        # Quick runs keep the rejection notices within Telegram's per-group burst (20), so they stay quick.
+        Scenario("one-chat", chats=1, cap=3, per_chat_cap=3, requests=ctx.scaled(REQUESTS, 20)),
+    ]
+    rows: list[Row] = []
+    offset = 0
+    for scenario in scenarios:
+        rows += await _scenario(ctx, scenario, offset)
+        offset += scenario.chats
+    return rows

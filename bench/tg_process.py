@@ -1,0 +1,114 @@
+"""The fake Telegram Bot API in a process of its own, driven over loopback HTTP.
+
+For the ingest and memory benchmarks: the server's work (and its memory: it keeps every update and
+message) must not be counted as the bot's. `python -m bench.tg_process` prints `PORT <n>` and serves until
+its stdin closes; `/control/push` takes `{"messages": [{"chat_id": .., "text": ..}]}` and `/control/sent`
+answers how many messages the bot has sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+from aiohttp import web
+
+from tests.fakes.telegram_server import DEFAULT_BOT_USERNAME, DEFAULT_TOKEN, FakeTelegram
+
+CONTROL_PREFIX = "/control/"
+START_TIMEOUT_SECONDS = 30.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ControlledFakeTelegram(FakeTelegram):
+    """The tests' fake, plus two control routes ahead of the Bot API ones."""
+
+    def _build_app(self) -> web.Application:
+        app = super()._build_app()
+        app.middlewares.append(self._control)
+        return app
+
+    @web.middleware
+    async def _control(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.startswith(CONTROL_PREFIX):
+            return await handler(request)
+        action = request.path.removeprefix(CONTROL_PREFIX)
+        if action == "push":
+            body = await request.json()
+            for message in body["messages"]:
+                self.push_message(int(message["chat_id"]), str(message["text"]))
+            return web.json_response({"pushed": len(body["messages"])})
+        if action == "sent":
+            return web.json_response({"sent": len(self.sent_messages())})
+        return web.json_response({"error": f"unknown control action {action!r}"}, status=404)
+
+
+async def _serve() -> None:
+    async with ControlledFakeTelegram() as tg:
+        print(f"PORT {tg.port}", flush=True)
+        await asyncio.to_thread(sys.stdin.read)  # until the parent closes our stdin (or dies)
+
+
+class TelegramProcess:
+    """Starts the controlled fake in a child process; `async with` it, then push and count over HTTP."""
+
+    def __init__(self) -> None:
+        self._process: asyncio.subprocess.Process | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.port = 0
+        self.token = DEFAULT_TOKEN
+        self.bot_username = DEFAULT_BOT_USERNAME
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/bot"
+
+    async def __aenter__(self) -> Self:
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.tg_process", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        assert self._process.stdout is not None
+        line = await asyncio.wait_for(self._process.stdout.readline(), START_TIMEOUT_SECONDS)
+        if not line.startswith(b"PORT "):
+            raise RuntimeError(f"the fake Telegram process did not start: {line!r}")
+        self.port = int(line.split()[1])
+        self._session = aiohttp.ClientSession(base_url=f"http://127.0.0.1:{self.port}")
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._session is not None:
+            await self._session.close()
+        process = self._process
+        if process is None:
+            return
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()  # our own child
+            await process.wait()
+
+    async def _call(self, method: str, path: str, payload: Any = None) -> dict[str, Any]:
+        assert self._session is not None
+        async with self._session.request(method, CONTROL_PREFIX + path, json=payload) as response:
+            response.raise_for_status()
+            data: dict[str, Any] = await response.json()
+            return data
+
+    async def push(self, messages: list[tuple[int, str]]) -> None:
+        await self._call("POST", "push", {"messages": [{"chat_id": c, "text": t} for c, t in messages]})
+
+    async def sent(self) -> int:
+        return int((await self._call("GET", "sent"))["sent"])
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve())

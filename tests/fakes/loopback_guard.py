@@ -1,0 +1,39 @@
+"""Nothing under test (or benchmark) may connect beyond loopback, and no real model may run."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Any
+
+from pydantic_ai import models
+
+
+def _check(sock: socket.socket, address: Any) -> None:
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return  # Unix sockets: the Docker engine, the LLM proxy
+    host = address[0]
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        raise ConnectionRefusedError(f"only loopback may be reached here, not {host!r}")
+
+
+def install_loopback_guard() -> None:
+    # Real model classes refuse to run unless a caller opts in (only ever for a fake on 127.0.0.1).
+    models.ALLOW_MODEL_REQUESTS = False
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+
+    def connect(self: socket.socket, address: Any) -> None:
+        _check(self, address)
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        _check(self, address)
+        return real_connect_ex(self, address)
+
+    socket.socket.connect = connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
