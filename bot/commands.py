@@ -52,7 +52,7 @@ HELP_TEXT = (
     "Mention me or reply to me to talk. For long or code-running work I start subagents.\n"
     "/subagents – this chat's subagent runs\n"
     "/cancel <run id> or /cancel all – cancel runs (admins)\n"
-    "/stop – abort my current answer and its subagents (admins)"
+    "/stop – abort my current answer and stop all of this chat's subagents (admins)"
 )
 
 
@@ -107,7 +107,7 @@ class Commands:
             cancelled = await self._runs.cancel_chat(chat_id, "stop") if self._runs else 0
             text = f"Stopped {cancelled} subagent run(s)." if cancelled else "Nothing to stop."
         else:
-            text = "Stopped my current answer and the subagents it started."
+            text = "Stopped my current answer and this chat's subagents."
         await self._delivery.notice(chat_id, text)
 
     async def _list(self, chat_id: int) -> None:

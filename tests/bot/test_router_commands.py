@@ -274,7 +274,7 @@ async def test_stop_aborts_the_running_turn(bot: Bot) -> None:
 
     reply = await handle_command(bot, "/stop", sender_id=ADMIN, platform_message_id=61)
 
-    assert reply == "Crew: Stopped my current answer and the subagents it started."
+    assert reply == "Crew: Stopped my current answer and this chat's subagents."
     assert turn.aborted
     await bot.runner.wait_for(lambda: bot.runner.cancelled == [turn])
 
