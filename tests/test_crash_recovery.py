@@ -265,3 +265,37 @@ async def test_sigkill_between_storing_a_result_and_sending_it(
     finally:
         await asyncio.to_thread(bot.stop)
         await asyncio.to_thread(remove_containers, [chat_id])
+
+
+async def test_sigterm_stops_cleanly_and_the_next_start_reattaches(
+    tmp_path: Path, tg: FakeTelegram, subagent_image: str
+) -> None:
+    (chat_id,) = unique_group_ids(1)
+    tg.add_chat(chat_id, title="graceful stop")
+    data_dir = tmp_path / "data"
+    db = data_dir / "crewbot.sqlite3"
+    output = f"term{secrets.token_hex(3)}"
+    bot = BotProcess(bot_env(tg, data_dir, [chat_id], subagent_image), tmp_path)
+    try:
+        bot.start()
+        tg.push_message(chat_id, f"@{tg.bot_username} background: $ sleep 8 && echo {output}")
+        await until(
+            "the run's first LLM call",
+            lambda: query(db, "SELECT 1 FROM subagent_runs WHERE status = 'running' AND llm_requests >= 1"),
+            bot,
+        )
+        assert bot.proc is not None
+        await asyncio.to_thread(bot.stop)  # SIGTERM
+        assert bot.proc.returncode == 0, f"SIGTERM should end it cleanly; see {bot.log_path}"
+        # Stopped taking work, wrote what it had, and left the container for the next start.
+        assert [c.status for c in chat_containers([chat_id])] == ["running"]
+        (run,) = query(db, "SELECT status FROM subagent_runs")
+        assert run["status"] == "running"
+        bot.start()
+        await until("the result", lambda: any(output in t for t in texts(tg, chat_id)), bot)
+        await until("the container removed", lambda: not chat_containers([chat_id]), bot, timeout_seconds=30)
+        assert len([t for t in texts(tg, chat_id) if output in t]) == 1
+        assert "reattached=1" in bot.log_path.read_text() or '"reattached": 1' in bot.log_path.read_text()
+    finally:
+        await asyncio.to_thread(bot.stop)
+        await asyncio.to_thread(remove_containers, [chat_id])
