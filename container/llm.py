@@ -19,15 +19,18 @@ PROXY_ORIGIN = "http://llm"  # any host: the transport goes to the socket
 PLACEHOLDER_API_KEY = "unused"
 LLM_REQUEST_TIMEOUT_SECONDS = 600.0
 LLM_CONNECT_TIMEOUT_SECONDS = 10.0
-# One retry rides out a proxy restart; more would hide a dead proxy behind minutes of back-off.
+# The SDK retries a failed request once; more would hide a broken provider behind minutes of back-off.
 LLM_SDK_MAX_RETRIES = 1
+# Connecting is retried apart from that, after 0, 0.5, 1, 2, 4, 8 and 16 s (about 30 s in all): the
+# socket is missing or refuses while the host restarts, and the run must outlive a normal restart.
+LLM_CONNECT_RETRIES = 7
 
 
 @asynccontextmanager
 async def open_model(task: TaskSpec, socket_path: Path) -> AsyncIterator[Model]:
     """The model `task` asks for, talking to the proxy on `socket_path`; closes the connection after."""
     timeout = httpx2.Timeout(LLM_REQUEST_TIMEOUT_SECONDS, connect=LLM_CONNECT_TIMEOUT_SECONDS)
-    transport = httpx2.AsyncHTTPTransport(uds=str(socket_path))
+    transport = httpx2.AsyncHTTPTransport(uds=str(socket_path), retries=LLM_CONNECT_RETRIES)
     async with httpx2.AsyncClient(transport=transport, timeout=timeout) as http_client:
         yield _build_model(task, http_client, timeout)
 

@@ -292,9 +292,14 @@ async def test_sigterm_stops_cleanly_and_the_next_start_reattaches(
         (run,) = query(db, "SELECT status FROM subagent_runs")
         assert run["status"] == "running"
         bot.start()
-        await until("the result", lambda: any(output in t for t in texts(tg, chat_id)), bot)
+
+        def results() -> list[str]:  # the "Started…" reply quotes the command too: count outcomes only
+            return [t for t in texts(tg, chat_id) if t.startswith("Crew: [Task:") and output in t]
+
+        await until("the result", results, bot)
         await until("the container removed", lambda: not chat_containers([chat_id]), bot, timeout_seconds=30)
-        assert len([t for t in texts(tg, chat_id) if output in t]) == 1
+        (result,) = results()
+        assert result.endswith(f"{output}\n[exit code: 0]")  # it completed in the container it started in
         assert "reattached=1" in bot.log_path.read_text() or '"reattached": 1' in bot.log_path.read_text()
     finally:
         await asyncio.to_thread(bot.stop)
