@@ -23,7 +23,7 @@ def _restore_logging() -> Iterator[None]:
     """configure_logging changes process-wide state; put it back for the rest of the suite."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    quieted = {name: logging.getLogger(name).level for name in ("httpx", "httpx2", "apscheduler")}
+    quieted = {name: logging.getLogger(name).level for name in ("httpx", "httpx2")}
     config = structlog.get_config()
     yield
     structlog.configure(**config)
