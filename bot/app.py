@@ -63,10 +63,10 @@ class Stores:
 class TurnRecorder:
     """The engine's TurnLifecycle: turns in the store, and the cascading cancel of an aborted turn."""
 
-    def __init__(self, turns: TurnStore, scope: CancelScope) -> None:
+    def __init__(self, turns: TurnStore, scope: CancelScope, runs: RunControl | None) -> None:
         self._turns = turns
         self._scope = scope
-        self.runs: RunControl | None = None
+        self.runs = runs
 
     async def turn_started(self, turn: Turn) -> None:
         await self._turns.start(turn.id, turn.chat_id)
@@ -116,16 +116,10 @@ class App:
             history_window=settings.history_window_messages,
             timeout_seconds=settings.llm_timeout_seconds,
         )
-        self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope)
-        self.recorder.runs = subagents.control if subagents else None
+        control = subagents.control if subagents else None
+        self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
         self.engine = ChatEngine(self.agent, self.recorder, self.typing, settings.merge_window_seconds)
-        self.commands = Commands(
-            channel,
-            self.delivery,
-            self.engine,
-            subagents.control if subagents else None,
-            settings.admin_user_ids,
-        )
+        self.commands = Commands(channel, self.delivery, self.engine, control, settings.admin_user_ids)
         self.router = InboundRouter(
             settings, channel, stores.chats, stores.messages, self.engine, self.commands, self.delivery, FloodGuard()
         )
