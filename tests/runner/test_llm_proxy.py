@@ -23,15 +23,14 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from bot.settings import LLMProvider, load_settings
-from runner.llm_proxy import (
+from runner.llm_proxy import LlmProxy
+from runner.llm_upstream import (
     DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_ANTHROPIC_VERSION,
     DEFAULT_OPENAI_BASE_URL,
-    LlmProxy,
-    SseUsageScanner,
     UpstreamConfig,
-    Usage,
 )
+from runner.llm_usage import SseUsageScanner, Usage
 
 API_KEY = "sk-test-provider-key-0123456789"
 CONTAINER_TOKEN = "container-made-up-token"
