@@ -1,10 +1,9 @@
-"""Watches the IPC folders and hands each valid file to the caller's handler, one handling at a time.
+"""Watches the IPC folders and decides when to look at them; what is found there is handled by runner/ipc_scan.
 
 A file is noticed three ways so none is missed: a sweep when watching starts, inotify through watchfiles,
 and a rescan every `rescan_interval_seconds` (inotify is not delivered through some bind mounts and
-network filesystems). Whichever sees a file first handles it; an in-process set of in-flight entries keeps
-the others away. The handler decides (it knows which ids it has seen); the file is deleted once it accepted
-it, quarantined when it reports a duplicate or has failed `max_handler_failures` times.
+network filesystems). All three go through one `IpcScanner`, which hands each valid file to the caller's
+handler and quarantines the rest (see there for how a file is handed over exactly once).
 
 Only the ipc root, the chat folders and their tasks/ and messages/ are watched, each non-recursively: a
 container cannot make the host spend inotify watches on a tree it builds, and errors/ (which only grows)
@@ -19,8 +18,7 @@ import math
 import os
 import stat
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from contextlib import ExitStack
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,33 +26,30 @@ from watchfiles import Change, awatch
 from watchfiles._rust_notify import WatchfilesRustInternalError
 
 from bot.logging import get_logger
-from container.protocol import ProgressMessage, SpawnRequest
 from runner.ipc import (
     ERRORS_DIR,
-    ROOT_LABEL,
     STALE_ENTRY_SECONDS,
     TEMP_PREFIX,
-    Action,
     IpcKind,
-    IpcRejected,
-    Triage,
-    describe_type,
     ensure_ipc_root,
-    is_not_directory,
     list_dir,
     lstat_at,
     open_dir,
-    parse_message,
-    parse_request,
-    printable,
-    quarantine,
-    read_entry,
-    remove_if_same,
-    triage,
-    triage_stray,
     valid_folder_name,
 )
-from runner.ipc_outcome import RequestOutcome
+from runner.ipc_scan import FolderResolver, IpcScanner, MessageHandler, RequestHandler
+
+# The handler types live in runner.ipc_scan; they type IpcWatcher's arguments, so callers get them from here.
+__all__ = [
+    "MAX_HANDLER_FAILURES",
+    "POLL_DELAY_MS",
+    "FolderResolver",
+    "IpcWatcher",
+    "MessageHandler",
+    "RequestHandler",
+    "WatchTarget",
+    "watch_targets",
+]
 
 # watchfiles sleeps `step` ms between looks at its change set and yields once a look finds nothing new
 # (or `debounce` ms passed), so a tmp+rename reaches us within 1-2 steps. Its defaults (50/1600) cost up
@@ -72,14 +67,6 @@ WATCH_RETRY_SECONDS = 1.0
 WATCH_RESTART_MIN_INTERVAL_SECONDS = 0.2
 MAX_HANDLER_FAILURES = 5
 
-FolderResolver = Callable[[str], Awaitable[int | None]]
-# Handlers get the folder's chat id (never the file's) and the validated model. ACCEPTED: the file is
-# deleted; DUPLICATE: it is quarantined; raising: it stays and is retried on a later scan.
-RequestHandler = Callable[[int, SpawnRequest], Awaitable[RequestOutcome]]
-MessageHandler = Callable[[int, ProgressMessage], Awaitable[RequestOutcome]]
-# (folder, kind or "" for an entry outside tasks/ and messages/, name)
-EntryKey = tuple[str, str, str]
-
 log = get_logger(__name__)
 
 
@@ -88,20 +75,6 @@ class WatchTarget:
     path: str
     dev: int
     ino: int
-
-
-@dataclass(frozen=True, slots=True)
-class _KindDir:
-    """tasks/ or messages/ of one chat folder, opened for the duration of a visit."""
-
-    folder: str
-    kind: IpcKind
-    chat_id: int | None  # None: the folder is not an allowed chat
-    fd: int
-
-
-class _ResolveFailed(Exception):
-    """The resolver raised: leave the folder alone until the next scan."""
 
 
 def watch_targets(root: Path) -> tuple[WatchTarget, ...]:
@@ -181,19 +154,21 @@ class IpcWatcher:
     ) -> None:
         self._poll_delay_ms = poll_delay_ms
         self._ipc_root = ipc_root
-        self._resolve_folder = resolve_folder
-        self._on_request = on_request
-        self._on_message = on_message
         self._rescan_interval_seconds = rescan_interval_seconds
         self._force_polling = force_polling
-        self._max_file_bytes = max_file_bytes
-        self._max_handler_failures = max_handler_failures
-        self._stale_after_seconds = stale_after_seconds
-        self._clock = clock
+        # One scanner for the start-up sweep, the watch and the rescans: its in-flight set is what keeps
+        # them from handing the same file over twice.
+        self._scanner = IpcScanner(
+            ipc_root,
+            resolve_folder,
+            on_request,
+            on_message,
+            max_file_bytes=max_file_bytes,
+            max_handler_failures=max_handler_failures,
+            stale_after_seconds=stale_after_seconds,
+            clock=clock,
+        )
         self.ready = asyncio.Event()  # set while watching, after the sweep that follows each (re)start
-        self._in_flight: set[EntryKey] = set()
-        self._failures: dict[EntryKey, int] = {}
-        self._stuck: set[EntryKey] = set()  # could be neither deleted nor moved: skipped while it exists
         self._stop: asyncio.Event | None = None
         self._finished: asyncio.Event | None = None
         self._root_created_once = False
@@ -298,7 +273,7 @@ class IpcWatcher:
                 # task, which only returns once it sees session_stop (below).
                 await asyncio.wait({pending})
                 changes = pending.result()
-                structural = await self._handle_changes(root, changes)
+                structural = await self._scanner.visit_paths(root, (path for _change, path in changes))
                 # Re-listing the directories costs a few syscalls per chat: only when a directory may
                 # have come or gone, or on the idle tick (an empty batch).
                 if (structural or not changes) and watch_targets(root) != targets:
@@ -323,250 +298,10 @@ class IpcWatcher:
         self._root_created_once = True
         return Path(os.path.realpath(self._ipc_root))
 
-    # --- scanning ----------------------------------------------------------------------------------------
-
     async def sweep(self) -> None:
         """Look at everything under the ipc root once (done at start and on every rescan)."""
         try:
             root = self._ensure_root()
-            with open_dir(root, follow=True) as root_fd:
-                for name in list_dir(root_fd):
-                    await self._visit_guarded(root_fd, (name,))
+            await self._scanner.sweep(root)
         except Exception:
             log.exception("ipc_sweep_failed")
-
-    async def _handle_changes(self, root: Path, changes: Iterable[tuple[Change, str]]) -> bool:
-        """Visit what a batch of changes touched (a folder-level change visits the whole folder).
-
-        Returns whether a change was above tasks/ and messages/, where watched directories come and go.
-        """
-        wanted: set[tuple[str, ...]] = set()
-        structural = False
-        for _change, path in changes:
-            try:
-                parts = Path(path).relative_to(root).parts[:3]
-            except ValueError:
-                continue
-            structural = structural or len(parts) < 3
-            if parts:
-                wanted.add(parts)
-        visits = [p for p in wanted if not any(p[:n] in wanted for n in range(1, len(p)))]
-        try:
-            with open_dir(root, follow=True) as root_fd:
-                for parts in sorted(visits):
-                    await self._visit_guarded(root_fd, parts)
-        except FileNotFoundError:
-            return True  # the root went away
-        return structural
-
-    async def _visit_guarded(self, root_fd: int, parts: tuple[str, ...]) -> None:
-        """One folder's trouble (say, one the host may not read) must not keep the others from a look."""
-        try:
-            await self._visit(root_fd, parts)
-        except Exception:
-            log.exception("ipc_visit_failed", path="/".join(printable(part) for part in parts))
-
-    async def _visit(self, root_fd: int, parts: tuple[str, ...]) -> None:
-        """Visit `folder`, `folder/sub` or `folder/kind/name` below the root (whatever is there now)."""
-        folder = parts[0]
-        if folder == ERRORS_DIR:
-            return
-        st = lstat_at(root_fd, folder)
-        if st is None:
-            return
-        if not stat.S_ISDIR(st.st_mode):
-            self._dispose_stray(root_fd, folder, st, folder=ROOT_LABEL, where="in the ipc root")
-            return
-        with ExitStack() as stack:
-            try:
-                chat_fd = stack.enter_context(open_dir(folder, root_fd))
-            except OSError as exc:
-                if isinstance(exc, FileNotFoundError) or is_not_directory(exc):
-                    return  # replaced since the lstat: the next change or scan sees what it is now
-                raise
-            try:
-                chat_id = await self._resolve(folder)
-            except _ResolveFailed:
-                return
-            subs = parts[1:2] or tuple(list_dir(chat_fd))
-            for sub in subs:
-                await self._visit_chat_entry(chat_fd, folder, chat_id, sub, parts[2] if len(parts) > 2 else None)
-
-    async def _resolve(self, folder: str) -> int | None:
-        if not valid_folder_name(folder):
-            return None
-        try:
-            return await self._resolve_folder(folder)
-        except Exception:
-            log.exception("ipc_folder_resolve_failed", folder=folder)
-            raise _ResolveFailed from None
-
-    async def _visit_chat_entry(
-        self, chat_fd: int, folder: str, chat_id: int | None, sub: str, name: str | None
-    ) -> None:
-        st = lstat_at(chat_fd, sub)
-        if st is None:
-            return
-        if sub not in (IpcKind.TASKS, IpcKind.MESSAGES):
-            self._dispose_stray(chat_fd, sub, st, folder=folder, where="in a chat folder")
-            return
-        kind = IpcKind(sub)
-        with ExitStack() as stack:
-            try:
-                kind_fd = stack.enter_context(open_dir(sub, chat_fd))
-            except OSError as exc:
-                if is_not_directory(exc):
-                    reason = f"{sub} is not a directory ({describe_type(st)})"
-                    self._quarantine(chat_fd, sub, folder=folder, key=(folder, "", sub), reason=reason)
-                    return
-                if isinstance(exc, FileNotFoundError):
-                    return
-                raise
-            kind_dir = _KindDir(folder, kind, chat_id, kind_fd)
-            if name is not None:
-                await self._process(kind_dir, name)
-                return
-            names = list_dir(kind_fd)
-            self._forget_missing(folder, kind, names)
-            for entry in names:
-                await self._process(kind_dir, entry)
-
-    def _forget_missing(self, folder: str, kind: IpcKind, present: list[str]) -> None:
-        """Drop failure counts and stuck marks of entries that are gone, so neither grows without bound."""
-        names = set(present)
-
-        def gone(key: EntryKey) -> bool:
-            return key[:2] == (folder, kind) and key[2] not in names
-
-        for key in [k for k in self._failures if gone(k)]:
-            del self._failures[key]
-        self._stuck -= {k for k in self._stuck if gone(k)}
-
-    # --- one entry ---------------------------------------------------------------------------------------
-
-    async def _process(self, kind_dir: _KindDir, name: str) -> None:
-        key: EntryKey = (kind_dir.folder, kind_dir.kind, name)
-        if key in self._in_flight or key in self._stuck:
-            return
-        self._in_flight.add(key)
-        try:
-            await self._process_entry(kind_dir, key, name)
-        except Exception as exc:
-            # Not the handler (that is counted in _process_entry): an I/O error reading or moving the
-            # file. Counted the same way, so it cannot be retried forever either.
-            self._count_failure(kind_dir.fd, key, name, exc, what="processing")
-        finally:
-            self._in_flight.discard(key)
-
-    async def _process_entry(self, kind_dir: _KindDir, key: EntryKey, name: str) -> None:
-        folder, kind, fd = kind_dir.folder, kind_dir.kind, kind_dir.fd
-        st = lstat_at(fd, name)
-        if st is None:
-            self._failures.pop(key, None)
-            return
-        decision = triage(name, st, now=self._clock(), stale_after_seconds=self._stale_after_seconds)
-        if decision.action is not Action.READ:
-            self._apply(fd, name, decision, folder=folder, key=key)
-            return
-        if kind_dir.chat_id is None:
-            self._quarantine(fd, name, folder=folder, key=key, reason="unauthorised: folder is not an allowed chat")
-            return
-        chat_id = kind_dir.chat_id
-        item: SpawnRequest | ProgressMessage
-        try:
-            data, read_st = read_entry(fd, name, self._max_file_bytes)
-            if kind is IpcKind.TASKS:
-                item = parse_request(data, name=name, chat_id=chat_id)
-            else:
-                item = parse_message(data, name=name, chat_id=chat_id)
-        except IpcRejected as exc:
-            self._quarantine(fd, name, folder=folder, key=key, reason=str(exc))
-            return
-        except FileNotFoundError:
-            return
-        try:
-            if isinstance(item, SpawnRequest):
-                result = await self._on_request(chat_id, item)
-            else:
-                result = await self._on_message(chat_id, item)
-            if not isinstance(result, RequestOutcome):
-                raise TypeError(f"handler returned {result!r}, not a RequestOutcome")
-        except Exception as exc:
-            self._count_failure(fd, key, name, exc, what="handler")
-            return
-        self._failures.pop(key, None)
-        if result is RequestOutcome.ACCEPTED:
-            log.debug("ipc_file_handled", folder=folder, kind=str(kind), name=printable(name))
-            try:
-                removed = remove_if_same(fd, name, read_st)
-            except OSError:
-                # Taken over but undeletable: never hand it over again (the handler has it already).
-                self._stuck.add(key)
-                log.exception("ipc_file_not_removed", folder=folder, kind=str(kind), name=printable(name))
-                return
-            if not removed:
-                log.warning("ipc_file_replaced_while_handled", folder=folder, kind=str(kind), name=printable(name))
-            return
-        current = lstat_at(fd, name)
-        if current is not None and (current.st_dev, current.st_ino) == (read_st.st_dev, read_st.st_ino):
-            what = "request" if kind is IpcKind.TASKS else "message"
-            self._quarantine(fd, name, folder=folder, key=key, reason=f"duplicate {what} id")
-
-    def _count_failure(self, fd: int, key: EntryKey, name: str, exc: Exception, *, what: str) -> None:
-        attempts = self._failures.get(key, 0) + 1
-        if attempts < self._max_handler_failures:
-            self._failures[key] = attempts
-            log.warning(
-                "ipc_file_failed_will_retry",
-                folder=key[0],
-                kind=key[1],
-                name=printable(name),
-                stage=what,
-                attempt=attempts,
-                max_attempts=self._max_handler_failures,
-                exc_info=exc,
-            )
-            return
-        self._failures.pop(key, None)
-        reason = f"{what} failed {attempts} times; last error: {type(exc).__name__}: {exc}"
-        self._quarantine(fd, name, folder=key[0], key=key, reason=reason)
-
-    def _dispose_stray(self, dir_fd: int, name: str, st: os.stat_result, *, folder: str, where: str) -> None:
-        key: EntryKey = (folder, "", name)
-        if key in self._stuck:
-            return
-        decision = triage_stray(name, st, now=self._clock(), stale_after_seconds=self._stale_after_seconds, where=where)
-        self._apply(dir_fd, name, decision, folder=folder, key=key)
-
-    def _apply(self, dir_fd: int, name: str, decision: Triage, *, folder: str, key: EntryKey) -> None:
-        if decision.action is Action.QUARANTINE:
-            self._quarantine(dir_fd, name, folder=folder, key=key, reason=decision.reason)
-        elif decision.action is Action.REMOVE:
-            try:
-                os.unlink(name, dir_fd=dir_fd)
-            except FileNotFoundError:
-                return
-            except OSError:
-                self._stuck.add(key)
-                log.exception("ipc_stale_temp_not_removed", folder=folder, name=printable(name))
-                return
-            log.info("ipc_stale_temp_removed", folder=folder, kind=key[1], name=printable(name))
-
-    def _quarantine(self, dir_fd: int, name: str, *, folder: str, key: EntryKey, reason: str) -> None:
-        try:
-            dest = quarantine(self._ipc_root, dir_fd, name, folder=folder, reason=reason, now=self._clock())
-        except FileNotFoundError:
-            return
-        except OSError:
-            # Left where it is and skipped from now on, so it is neither handled again nor retried in a loop.
-            self._stuck.add(key)
-            log.exception("ipc_quarantine_failed", folder=folder, kind=key[1], name=printable(name), reason=reason)
-            return
-        log.warning(
-            "ipc_file_quarantined",
-            folder=folder,
-            kind=key[1],
-            name=printable(name),
-            reason=reason,
-            moved_to=dest.name,
-        )

@@ -20,8 +20,7 @@ from container.protocol import ProgressMessage, SpawnRequest
 from runner.ipc import ERRORS_DIR, REASON_SUFFIX, TEMP_PREFIX, ensure_chat_dirs
 from runner.ipc_outcome import RequestOutcome
 from runner.watcher import IpcWatcher
-from tests.runner.test_ipc import left_in
-from tests.runner.test_watcher import until
+from tests.runner.ipc_helpers import left_in, until
 
 KNOWN = {"chat_1": 1, "chat_m5": -5}
 UNKNOWN = "chat_999"

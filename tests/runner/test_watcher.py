@@ -6,7 +6,7 @@ import asyncio
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -15,12 +15,20 @@ import pytest
 from container.protocol import SpawnRequest
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 from runner.watcher import IpcWatcher
-from tests.runner.test_ipc import CHATS, FolderMap, Recorder, left_in, make_watcher, quarantined, request_json
+from tests.runner.ipc_helpers import (
+    ARRIVAL_TIMEOUT_SECONDS,
+    CHATS,
+    FolderMap,
+    Recorder,
+    left_in,
+    make_watcher,
+    quarantined,
+    request_json,
+    until,
+)
 
 # Long enough that a file arriving before it can only have come through the watch, not a rescan.
 NO_RESCAN_SECONDS = 600.0
-# Generous bounds: these tests check the path a file takes, not its speed (bench/ measures that).
-ARRIVAL_TIMEOUT_SECONDS = 5.0
 
 
 @asynccontextmanager
@@ -32,14 +40,6 @@ async def running(watcher: IpcWatcher) -> AsyncIterator[IpcWatcher]:
     finally:
         await asyncio.wait_for(watcher.close(), ARRIVAL_TIMEOUT_SECONDS)
         await task
-
-
-async def until(condition: Callable[[], bool], within_seconds: float = ARRIVAL_TIMEOUT_SECONDS) -> None:
-    deadline = time.monotonic() + within_seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture
