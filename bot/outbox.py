@@ -74,9 +74,6 @@ class Outbox:
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
-    def wake(self) -> None:
-        self._wake.set()
-
     def start(self) -> None:
         self._runner = asyncio.create_task(self._run(), name="outbox")
 

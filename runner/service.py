@@ -12,7 +12,7 @@ from bot.logging import get_logger
 from bot.settings import Settings
 from bot.store.runs import RunStore
 from bot.typing_indicator import TypingIndicator
-from container.protocol import ProgressMessage, SpawnRequest
+from container.protocol import ProgressMessage
 from runner.docker_runtime import DockerRuntime
 from runner.ipc import ensure_ipc_root
 from runner.ipc_outcome import RequestOutcome
@@ -135,10 +135,6 @@ class SubagentService:
         await self.manager.close()
         await self.proxy.close()
         await self._runtime.close()
-
-    async def submit(self, chat_id: int, request: SpawnRequest) -> RequestOutcome:
-        """Hand a request straight to the manager (benchmarks and tests that bypass the folder)."""
-        return await self.manager.on_request(chat_id, request)
 
 
 def build_subagent_system(

@@ -119,10 +119,6 @@ class TelegramChannel:
             .build()
         )
 
-    @property
-    def bot_username(self) -> str | None:
-        return self._bot_username
-
     async def start(self, handler: InboundHandler) -> None:
         self._handler = handler
         app = self._build()
