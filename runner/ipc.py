@@ -32,7 +32,7 @@ from container.protocol import (
     SpawnRequest,
     write_json_atomic,
 )
-from runner.paths import CONTAINER_GID, CONTAINER_UID
+from runner.paths import CONTAINER_GID, CONTAINER_UID, host_is_root
 
 ERRORS_DIR = "errors"
 TEMP_PREFIX = ".tmp-"  # what write_json_atomic names its temp files
@@ -81,7 +81,7 @@ class DirOwner:
 def container_owner() -> DirOwner | None:
     """The owner `ensure_chat_dirs` needs here: the image's user when the host is root (containers then
     run as that user, see `runner.paths.container_user`), else None (they run as the host's user)."""
-    return DirOwner() if os.geteuid() == 0 else None
+    return DirOwner() if host_is_root() else None
 
 
 class IpcRejected(Exception):

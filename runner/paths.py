@@ -46,17 +46,21 @@ class DataPaths:
         return self.sessions_dir / folder / f"{session_id}.json"
 
 
+def host_is_root() -> bool:
+    """Decides who containers run as, and whether host-made folders must be handed to that user."""
+    return os.geteuid() == 0  # the effective uid is what may chown
+
+
 def container_user() -> str:
     """Containers never run as root: as the image's user when the host is root, else as the host's user."""
-    uid = os.getuid()
-    if uid == 0:
+    if host_is_root():
         return f"{CONTAINER_UID}:{CONTAINER_GID}"
-    return f"{uid}:{os.getgid()}"
+    return f"{os.geteuid()}:{os.getegid()}"
 
 
 def hand_to_container(path: Path) -> None:
     """Make a host-created folder writable by the container's user (only needed when the host is root)."""
     path.mkdir(parents=True, exist_ok=True)
-    if os.getuid() == 0:
+    if host_is_root():
         os.chown(path, CONTAINER_UID, CONTAINER_GID)
     path.chmod(0o770)
