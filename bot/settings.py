@@ -74,6 +74,14 @@ class Settings(BaseSettings):
     subagent_cpus: float = Field(default=1.0, gt=0, alias="SUBAGENT_CPUS")
     subagent_pids: int = Field(default=256, ge=16, alias="SUBAGENT_PIDS")
 
+    # Budgets: what one run may cause, enforced on the host (README "Security").
+    subagent_max_tokens: int = Field(default=200_000, ge=1_000, alias="SUBAGENT_MAX_TOKENS")
+    subagent_max_messages: int = Field(default=10, ge=0, le=1_000, alias="SUBAGENT_MAX_MESSAGES")
+    subagent_session_max_messages: int = Field(default=200, ge=0, le=10_000, alias="SUBAGENT_SESSION_MAX_MESSAGES")
+    subagent_allow_provider_tools: bool = Field(default=False, alias="SUBAGENT_ALLOW_PROVIDER_TOOLS")
+    workspace_quota_mb: int = Field(default=1024, ge=1, alias="WORKSPACE_QUOTA_MB")
+    data_retention_days: float = Field(default=30.0, gt=0, alias="DATA_RETENTION_DAYS")
+
     ipc_force_polling: bool = Field(default=False, alias="IPC_FORCE_POLLING")
     ipc_rescan_seconds: float = Field(default=5.0, gt=0, alias="IPC_RESCAN_SECONDS")
     ipc_max_file_bytes: int = Field(default=256 * 1024, ge=1024, alias="IPC_MAX_FILE_BYTES")
