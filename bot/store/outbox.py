@@ -17,6 +17,7 @@ class Outgoing:
 
     message: NewMessage
     text: str
+    run_id: str | None = None  # a subagent's progress message: dropped if its run is cancelled first
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,8 @@ async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
     message_id = await insert_message(conn, outgoing.message)
     now = time.time()
     cursor = await conn.execute(
-        "INSERT INTO outbox (chat_id, message_id, text, next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?)",
-        (outgoing.message.chat_id, message_id, outgoing.text, now, now),
+        "INSERT INTO outbox (chat_id, message_id, text, next_attempt_at, created_at, run_id) VALUES (?, ?, ?, ?, ?, ?)",
+        (outgoing.message.chat_id, message_id, outgoing.text, now, now, outgoing.run_id),
     )
     assert cursor.lastrowid is not None
     return cursor.lastrowid
@@ -101,6 +102,16 @@ class OutboxStore:
             await conn.execute(
                 "UPDATE outbox SET status = 'failed', last_error = ? WHERE id = ?", (error[:500], row_id)
             )
+
+    async def drop_for_run(self, run_id: str, reason: str) -> int:
+        """A cancelled run's progress messages not yet sent are not sent: marked failed with the reason."""
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "UPDATE outbox SET status = 'failed', last_error = ? WHERE run_id = ? AND status = 'pending' "
+                "AND parts_sent = 0",
+                (reason[:500], run_id),
+            )
+        return cursor.rowcount
 
     async def counts(self) -> dict[str, int]:
         async with self._db.conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status") as cursor:
