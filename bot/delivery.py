@@ -35,6 +35,10 @@ class Delivery:
         """A short operational notice (rejections, refusals, errors); stored so the agent sees it too."""
         return await self.post(chat_id, content, kind="notice", wait=wait)
 
+    def send_soon(self, chat_id: int) -> None:
+        """Send what a caller staged in its own transaction, in the background (never waits on the chat)."""
+        self._outbox.flush_soon(chat_id)
+
     async def flush(self, chat_id: int) -> bool:
         """Send what a caller staged in its own transaction (e.g. a run's outcome with its message)."""
         return await self._outbox.flush(chat_id)
