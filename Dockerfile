@@ -23,7 +23,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
 RUN set -eu; \
     useradd --uid 1000 --user-group --no-create-home --home-dir /tmp --shell /bin/bash agent; \
-    mkdir -p /workspace /crewbot/run /crewbot/ipc; \
+    mkdir -p /workspace /crewbot/channel; \
     chown agent:agent /workspace
 COPY --from=venv /opt/venv/ /opt/venv/
 # The agent's code comes last: changing it rebuilds only these two layers.

@@ -35,6 +35,10 @@ class Delivery:
         """A short operational notice (rejections, refusals, errors); stored so the agent sees it too."""
         return await self.post(chat_id, content, kind="notice", wait=wait)
 
+    async def drop_run_messages(self, run_id: str, reason: str) -> int:
+        """A cancelled run's progress messages that were not sent yet are not sent."""
+        return await self._store.drop_for_run(run_id, reason)
+
     def send_soon(self, chat_id: int) -> None:
         """Send what a caller staged in its own transaction, in the background (never waits on the chat)."""
         self._outbox.flush_soon(chat_id)

@@ -3,35 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from pydantic_ai import UsageLimits
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.usage import RunUsage
 
 from container.agent import build_agent, build_prompt
+from container.channel import RunChannel
 from container.llm import open_model
-from container.paths import ContainerPaths
-from container.protocol import RunResult, TaskSpec
-from container.session import SessionError, load_history, save_history
+from container.protocol import MAX_ERROR_CHARS, RunResult, TaskSpec
+from container.session import dump_history, load_history
 from container.tools import Toolbox
 
-MAX_ERROR_CHARS = 2_000
 MAX_ERROR_CAUSES = 3
 
 
-async def run_task(task: TaskSpec, paths: ContainerPaths, log: Callable[[str], None]) -> RunResult:
+async def run_task(
+    task: TaskSpec, channel: RunChannel, socket_path: Path, workspace_dir: Path, log: Callable[[str], None]
+) -> RunResult:
     """Run the agent on `task`; any failure becomes a `failed` result with a short reason."""
     usage = RunUsage()
     try:
-        output = await _run(task, paths, usage, log)
-    except SessionError as exc:
-        return _failed(task, f"unusable session: {exc}", usage)
+        output = await _run(task, channel, socket_path, workspace_dir, usage, log)
     except UsageLimitExceeded:
-        return _failed(task, f"step limit reached: {task.max_steps} model requests", usage)
-    except Exception as exc:  # the run's outcome is the report: every error ends up in result.json
-        return _failed(task, describe_error(exc), usage)
+        return _failed(f"step limit reached: {task.max_steps} model requests", usage)
+    except Exception as exc:  # the run's outcome is the report: every error ends up in the result
+        return _failed(describe_error(exc), usage)
     return RunResult(
-        run_id=task.run_id,
         status="completed",
         result=output,
         input_tokens=usage.input_tokens,
@@ -39,14 +38,20 @@ async def run_task(task: TaskSpec, paths: ContainerPaths, log: Callable[[str], N
     )
 
 
-async def _run(task: TaskSpec, paths: ContainerPaths, usage: RunUsage, log: Callable[[str], None]) -> str:
-    history = load_history(paths.session_in_file)
-    if not paths.llm_socket.exists():
-        raise ConnectionError(f"the LLM proxy socket {paths.llm_socket} does not exist")
+async def _run(
+    task: TaskSpec,
+    channel: RunChannel,
+    socket_path: Path,
+    workspace_dir: Path,
+    usage: RunUsage,
+    log: Callable[[str], None],
+) -> str:
+    history, dropped = load_history(task.history)
+    if dropped:
+        log(f"run {task.run_id}: {dropped}")
     toolbox = Toolbox(
-        workspace_dir=paths.workspace_dir,
-        ipc_dir=paths.ipc_dir,
-        run_id=task.run_id,
+        workspace_dir=workspace_dir,
+        channel=channel,
         bash_timeout_seconds=task.bash_timeout_seconds,
         output_cap_chars=task.output_cap_chars,
     )
@@ -54,7 +59,7 @@ async def _run(task: TaskSpec, paths: ContainerPaths, usage: RunUsage, log: Call
         f"run {task.run_id}: model {task.model} ({task.provider_kind}), "
         f"{len(history)} prior messages, at most {task.max_steps} steps"
     )
-    async with open_model(task, paths.llm_socket) as model:
+    async with open_model(task, socket_path) as model:
         agent = build_agent(model, toolbox, log)
         result = await agent.run(
             build_prompt(task),
@@ -62,7 +67,7 @@ async def _run(task: TaskSpec, paths: ContainerPaths, usage: RunUsage, log: Call
             usage_limits=UsageLimits(request_limit=task.max_steps),
             usage=usage,
         )
-    save_history(paths.session_out_file, result.all_messages())
+    await channel.save_session(dump_history(result.all_messages()))
     return result.output
 
 
@@ -78,9 +83,8 @@ def describe_error(exc: BaseException) -> str:
     return message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 3] + "..."
 
 
-def _failed(task: TaskSpec, error: str, usage: RunUsage) -> RunResult:
+def _failed(error: str, usage: RunUsage) -> RunResult:
     return RunResult(
-        run_id=task.run_id,
         status="failed",
         error=error,
         input_tokens=usage.input_tokens,

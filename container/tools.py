@@ -10,13 +10,15 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import ValidationError
 from pydantic_ai import ToolFailed
 
 from container.bash import run_command
+from container.channel import ChannelRefused
 from container.output import cap_text
-from container.protocol import IPC_MESSAGES_DIR, MAX_MESSAGE_CHARS, ProgressMessage, write_json_atomic
+from container.protocol import MAX_PROGRESS_CHARS, ProgressMessage
 
 READ_FILE_MAX_BYTES = 10_000_000
 BINARY_SNIFF_BYTES = 8_192
@@ -24,11 +26,16 @@ LIST_MAX_ENTRIES = 500
 MESSAGE_ID_BYTES = 8
 
 
+class MessageSender(Protocol):
+    """The run channel's side that carries progress messages to the chat."""
+
+    async def send_message(self, message: ProgressMessage) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Toolbox:
     workspace_dir: Path
-    ipc_dir: Path
-    run_id: str
+    channel: MessageSender
     bash_timeout_seconds: float
     output_cap_chars: int
 
@@ -154,18 +161,19 @@ class Toolbox:
         """
         if not text.strip():
             raise ToolFailed("the message is empty")
-        if len(text) > MAX_MESSAGE_CHARS:
-            raise ToolFailed(f"the message has {len(text)} characters; the limit is {MAX_MESSAGE_CHARS}")
-        message_id = secrets.token_hex(MESSAGE_ID_BYTES)
+        if len(text) > MAX_PROGRESS_CHARS:
+            raise ToolFailed(f"the message has {len(text)} characters; the limit is {MAX_PROGRESS_CHARS}")
         try:
-            message = ProgressMessage(message_id=message_id, text=text, run_id=self.run_id)
+            message = ProgressMessage(message_id=secrets.token_hex(MESSAGE_ID_BYTES), text=text)
         except ValidationError as exc:
             raise ToolFailed(f"the message is not valid: {exc.errors()[0]['msg']}") from exc
         try:
-            write_json_atomic(self.ipc_dir / IPC_MESSAGES_DIR / f"{message_id}.json", message)
+            detail = await self.channel.send_message(message)
+        except ChannelRefused as exc:
+            raise ToolFailed(f"the message was not sent: {exc}") from exc
         except OSError as exc:
-            raise ToolFailed(f"the message could not be queued: {exc.strerror or exc}") from exc
-        return "message sent"
+            raise ToolFailed(f"the message could not be sent: {exc.strerror or exc}") from exc
+        return f"message sent{f' ({detail})' if detail else ''}"
 
     def _resolve(self, path: str) -> Path:
         # No confinement here: the container's mounts and permissions are the boundary, as for bash.

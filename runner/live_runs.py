@@ -1,9 +1,24 @@
-"""The runs that hold a slot right now: the caps count them and the LLM proxy's gate asks them."""
+"""The runs that hold a slot right now: the caps count them and the run channel's gate asks them."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runner.run_endpoint import RunInbox
+
+
+class StopReason(StrEnum):
+    """Why the manager stops a container before it exits by itself."""
+
+    CANCELLED = "cancelled"
+    TIME_LIMIT = "time_limit"
+    TOKEN_BUDGET = "token_budget"
+    WORKSPACE_QUOTA = "workspace_quota"
+    LINGERING = "lingering"  # it reported its result but did not exit
 
 
 @dataclass(slots=True)
@@ -13,10 +28,22 @@ class LiveRun:
     turn_id: str | None
     label: str
     cancelled: bool = False
-    released: bool = False
+    released: bool = False  # its outcome is recorded and its typing released
+    # Its container is confirmed gone or stopped (or it never had one): only then is its slot free.
+    stopped: bool = False
+    recovering: bool = False  # recorded live by an earlier process; recovery has not reconciled it yet
     container_id: str | None = None
     started_monotonic: float | None = None
+    stop_reason: StopReason | None = None
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    inbox: RunInbox | None = field(default=None, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def request_stop(self, reason: StopReason) -> None:
+        """The first reason wins: a cancel racing a time-out ends as the one that came first."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.stop_requested.set()
 
 
 class LiveRuns:
@@ -41,10 +68,10 @@ class LiveRuns:
         return list(self._runs.values())
 
     def is_live(self, run_id: str) -> bool:
-        """The proxy's gate: a queued or running run that was not cancelled may call the LLM."""
+        """The channel's gate: a queued or running run that was not cancelled and has no outcome yet."""
         run = self._runs.get(run_id)
-        return run is not None and not run.cancelled
+        return run is not None and not run.cancelled and not run.released
 
     def count(self, chat_id: int | None = None) -> int:
-        """Runs holding a slot; a cancelled run gives its slot back at once."""
-        return sum(1 for r in self._runs.values() if not r.cancelled and (chat_id is None or r.chat_id == chat_id))
+        """Runs holding a slot: a cancelled run holds it until its container is confirmed stopped."""
+        return sum(1 for r in self._runs.values() if not r.stopped and (chat_id is None or r.chat_id == chat_id))

@@ -19,7 +19,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,12 +27,15 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from bot.logging import get_logger
+from container.protocol import RUN_API_PREFIX
+from runner.llm_policy import RequestPolicy
 from runner.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
 from runner.llm_usage import Usage
 from runner.offline_subagent import OfflineSubagentModel
+from runner.run_api import RunEndpoint, handle_run_api
 
 # UpstreamConfig is re-exported: callers build the proxy from this module (runner/service.py).
-__all__ = ["LlmProxy", "RunGate", "UpstreamConfig", "UsageSink"]
+__all__ = ["LlmProxy", "RunGate", "Spent", "UpstreamConfig", "UsageSink"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_REQUESTS_PER_RUN = 500
@@ -55,6 +58,17 @@ class UsageSink(Protocol):
         ...
 
 
+BudgetCallback = Callable[[str], Coroutine[Any, Any, None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """What a run used before this socket opened (a re-attached run keeps its budget spent)."""
+
+    tokens: int = 0
+    requests: int = 0
+
+
 class _RunClosed(Exception):
     pass
 
@@ -67,8 +81,11 @@ def _closed_error(run_id: str) -> ProxyError:
 class _Run:
     run_id: str
     socket_path: Path
+    endpoint: RunEndpoint | None = None
     runner: web.AppRunner | None = None
     requests: int = 0
+    tokens: int = 0
+    budget_told: bool = False
     closed: bool = False
     calls: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -85,12 +102,19 @@ class LlmProxy:
         run_gate: RunGate,
         usage_sink: UsageSink,
         *,
+        policy: RequestPolicy,
+        max_tokens_per_run: int,
+        on_budget_exhausted: BudgetCallback | None = None,
         max_requests_per_run: int = DEFAULT_MAX_REQUESTS_PER_RUN,
         max_body_bytes: int = MAX_BODY_BYTES,
         gate_poll_seconds: float = GATE_POLL_SECONDS,
         offline_model: OfflineSubagentModel | None = None,
     ) -> None:
         self._upstream = Upstream(upstream, offline_model)
+        self._policy = policy
+        self._max_tokens = max_tokens_per_run
+        self._on_budget_exhausted = on_budget_exhausted
+        self._budget_tasks: set[asyncio.Task[None]] = set()
         self._gate = run_gate
         self._sink = usage_sink
         self._max_requests = max_requests_per_run
@@ -101,8 +125,11 @@ class LlmProxy:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    async def open_run(self, run_id: str, socket_path: Path) -> None:
-        """Listen on `socket_path` for this run (a stale socket file there is replaced)."""
+    async def open_run(
+        self, run_id: str, socket_path: Path, *, endpoint: RunEndpoint | None = None, spent: Spent | None = None
+    ) -> None:
+        """Listen on `socket_path` for this run: its LLM calls, and its run API served by `endpoint`.
+        The socket's folder must be the host's alone (the container mounts it read-only)."""
         if run_id in self._runs:
             raise ValueError(f"run {run_id} already has an LLM socket")
         if len(os.fsencode(socket_path)) > MAX_UNIX_PATH_BYTES:
@@ -110,7 +137,10 @@ class LlmProxy:
                 f"LLM socket path is {len(os.fsencode(socket_path))} bytes, over the {MAX_UNIX_PATH_BYTES}-byte "
                 f"limit of Unix sockets: {socket_path} (use a shorter DATA_DIR)"
             )
-        run = _Run(run_id=run_id, socket_path=socket_path)
+        spent = spent or Spent()
+        run = _Run(
+            run_id=run_id, socket_path=socket_path, endpoint=endpoint, requests=spent.requests, tokens=spent.tokens
+        )
         app = web.Application(client_max_size=self._max_body_bytes)
         app[_RUN_KEY] = run
         app.router.add_route("*", "/{path:.*}", self._handle)
@@ -155,6 +185,8 @@ class LlmProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         run = request.app[_RUN_KEY]
+        if request.path.startswith(RUN_API_PREFIX):
+            return await handle_run_api(run.endpoint, request)
         started = time.monotonic()
         if not self._live(run):
             return self._refuse(run, request, started)
@@ -167,6 +199,7 @@ class LlmProxy:
                     "run_request_limit",
                     f"run {run.run_id} reached its limit of {self._max_requests} LLM requests",
                 )
+            payload = self._sanitize(run, request.path, payload)
         except ProxyError as exc:
             self._log_call(run, request, exc.status, None, started, error=exc.error_type)
             return exc.response()
@@ -191,6 +224,25 @@ class LlmProxy:
             return self._refuse(run, request, started)
         self._log_call(run, request, response.status, call.usage, started, stream=call.stream is not None)
         return response
+
+    def _sanitize(self, run: _Run, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The policy's copy of the request: pinned model, output capped by what is left of the budget."""
+        remaining = self._max_tokens - run.tokens
+        if remaining <= 0:
+            self._tell_budget_exhausted(run)
+        sanitized = self._policy.sanitize(path, payload, remaining)
+        if sanitized.dropped:
+            self._log.warning("llm_request_fields_dropped", run_id=run.run_id, dropped=list(sanitized.dropped))
+        return sanitized.payload
+
+    def _tell_budget_exhausted(self, run: _Run) -> None:
+        # Once per run: the manager ends it; the 429 the policy raises tells the container why.
+        if run.budget_told or self._on_budget_exhausted is None:
+            return
+        run.budget_told = True
+        task = asyncio.create_task(self._on_budget_exhausted(run.run_id), name=f"budget-{run.run_id}")
+        self._budget_tasks.add(task)
+        task.add_done_callback(self._budget_tasks.discard)
 
     async def _read_payload(self, request: web.Request) -> dict[str, Any]:
         too_large = ProxyError(413, "request_too_large", f"request body is over {self._max_body_bytes} bytes")
@@ -250,6 +302,7 @@ class LlmProxy:
         return stream
 
     async def _record(self, run: _Run, usage: Usage) -> None:
+        run.tokens += usage.input_tokens + usage.output_tokens
         try:
             await self._sink.record_usage(run.run_id, usage.input_tokens, usage.output_tokens, 1)
         except Exception:

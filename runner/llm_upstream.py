@@ -27,12 +27,15 @@ DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # Anthropic convention
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 # Only these request headers reach the provider: never the container's Authorization, x-api-key, cookies.
-FORWARDED_HEADERS = ("accept", "anthropic-version", "anthropic-beta", "openai-beta")
+FORWARDED_HEADERS = ("accept", "anthropic-version")
+# Beta headers switch on provider-side features (tools that reach the network): only when the operator allows.
+BETA_HEADERS = ("anthropic-beta", "openai-beta")
 SSE_CONTENT_TYPE = "text/event-stream"
 
 # Container-side path -> path under the provider's base URL, per provider.
 _ROUTES: Mapping[LLMProvider, Mapping[str, str]] = {
-    LLMProvider.OPENAI: {"/v1/chat/completions": "/chat/completions", "/v1/responses": "/responses"},
+    # Only the endpoint the agent uses: /v1/responses would bring the provider's server-side tools.
+    LLMProvider.OPENAI: {"/v1/chat/completions": "/chat/completions"},
     LLMProvider.ANTHROPIC: {"/v1/messages": "/v1/messages"},
     LLMProvider.OFFLINE: {"/v1/chat/completions": ""},
 }
@@ -63,6 +66,7 @@ class UpstreamConfig:
     base_url: str = ""
     api_key: SecretStr | None = None
     timeout_seconds: float = 120.0
+    allow_provider_tools: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> UpstreamConfig:
@@ -77,6 +81,7 @@ class UpstreamConfig:
             base_url=base_url.rstrip("/"),
             api_key=settings.llm_api_key,
             timeout_seconds=settings.llm_timeout_seconds,
+            allow_provider_tools=settings.subagent_allow_provider_tools,
         )
 
 
@@ -139,7 +144,8 @@ class Upstream:
         return web.Response(text="".join(events) + "data: [DONE]\n\n", content_type=SSE_CONTENT_TYPE)
 
     def _headers(self, request: web.Request) -> dict[str, str]:
-        headers = {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
+        forwarded = FORWARDED_HEADERS + (BETA_HEADERS if self.config.allow_provider_tools else ())
+        headers = {name: request.headers[name] for name in forwarded if name in request.headers}
         headers["Content-Type"] = "application/json"
         key = self.config.api_key.get_secret_value() if self.config.api_key is not None else None
         if self.config.provider is LLMProvider.ANTHROPIC:

@@ -1,27 +1,26 @@
-"""The task manager: turns accepted spawn requests into containers under the concurrency caps.
+"""The task manager: the lifecycle of a run, from an accepted spawn request to its one recorded outcome.
 
-Every request becomes exactly one run record. A request over a cap is recorded `rejected` and the chat
-is told; otherwise the run is `queued`, then `running` in its own container, and ends with one final
-status. Cancels, completions and time-outs race on purpose through `RunStore.finish`, which records
-only the first outcome; the run's chat message is stored in that same transaction.
+Every request becomes exactly one run record. Admission (runner/admission.py) decides whether it
+starts; a started run gets a host-side run dir, a channel socket (runner/run_endpoint.py serves it) and a
+container (runner/container_spec.py), and is supervised until its container exits or must be stopped
+(cancel, time limit, token budget, workspace quota). Cancels, completions and time-outs race on purpose
+through `RunStore.finish`, which records only the first outcome with its chat message in the same
+transaction. A run's slot is free only once its container is confirmed stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-
-from pydantic import ValidationError
 
 from bot.commands import RunSummary
 from bot.delivery import Delivery
 from bot.logging import get_logger
-from bot.settings import LLMProvider, Settings
+from bot.settings import Settings
 from bot.store.chats import Chat, ChatStore
 from bot.store.messages import MessageStore
 from bot.store.runs import (
@@ -29,73 +28,49 @@ from bot.store.runs import (
     COMPLETED,
     FAILED,
     INTERRUPTED,
-    REJECTED,
+    QUEUED,
     TIMED_OUT,
     DuplicateRun,
     RunRecord,
     RunStore,
 )
-from bot.store.turns import TurnStore
-from bot.typing_indicator import TypingIndicator
-from container.protocol import (
-    LLM_SOCKET_FILE,
-    LOG_FILE,
-    RESULT_FILE,
-    SESSION_IN_FILE,
-    SESSION_OUT_FILE,
-    TASK_FILE,
-    RunResult,
-    SpawnRequest,
-    TaskSpec,
-    write_json_atomic,
-)
-from runner.docker_runtime import container_name
-from runner.ipc import container_owner, ensure_chat_dirs
+from container.protocol import CHANNEL_SOCKET_FILE, SpawnRequest
+from runner.admission import Admission
+from runner.container_spec import run_container_spec
+from runner.docker_runtime import ContainerGone
 from runner.ipc_outcome import RequestOutcome
-from runner.live_runs import LiveRun, LiveRuns
-from runner.paths import DataPaths, container_user, hand_to_container
+from runner.live_runs import LiveRun, LiveRuns, StopReason
+from runner.llm_proxy import Spent
+from runner.outcome import SUBAGENT_SENDER, label_for, outcome_body, subagent_content
+from runner.paths import DataPaths
 from runner.rejections import RejectionNotices
-from runner.runtime import (
-    LABEL_APP,
-    LABEL_CHAT_ID,
-    LABEL_INSTANCE,
-    LABEL_RUN_ID,
-    ContainerRuntime,
-    ContainerSpec,
-    ContainerStartError,
-    Mount,
-    RuntimeUnavailable,
-)
+from runner.run_endpoint import RunInbox
+from runner.run_files import RunFiles
+from runner.runtime import ContainerRuntime, ContainerStartError, RuntimeUnavailable
+from runner.workspace_usage import measure_async
 
 log = get_logger(__name__)
 
-SUBAGENT_SENDER = "[Subagent]"
-CONTEXT_MESSAGES = 20  # recent chat lines handed to a subagent with include_context=True
-MAX_RESULT_CHARS = 20_000  # a result longer than this is cut before it is stored and sent
-CONTAINER_RUN_DIR = "/crewbot/run"
-CONTAINER_IPC_DIR = "/crewbot/ipc"
-CONTAINER_WORKSPACE_DIR = "/workspace"
-ENGINE_RETRY_SECONDS = 2.0  # while the engine is unreachable, how often a waiting run asks again
+ENGINE_RETRY_SECONDS = 2.0  # while the engine is unreachable, how often a run asks again
+WORKSPACE_CHECK_SECONDS = 5.0  # how often a running run's workspace is measured against the quota
+RESULT_GRACE_SECONDS = 10.0  # a container that reported its result gets this long to exit by itself
+WORKSPACE_MAX_ENTRIES = 200_000  # more files than this counts as over quota (and bounds a measurement)
+BYTES_PER_MB = 1024 * 1024
 
 
-class LlmGateway(Protocol):
-    """What the manager needs of the LLM proxy: one socket per run, closed when the run ends."""
+class RunChannels(Protocol):
+    """What the manager needs of the channel server (the LLM proxy): one socket per run."""
 
-    async def open_run(self, run_id: str, socket_path: Path) -> None: ...
+    async def open_run(self, run_id: str, socket_path: Path, *, endpoint: RunInbox, spent: Spent) -> None: ...
 
     async def close_run(self, run_id: str) -> None: ...
 
 
-def label_for(request: SpawnRequest) -> str:
-    if request.label and request.label.strip():
-        return " ".join(request.label.split())[:80]
-    first = request.task.strip().splitlines()[0] if request.task.strip() else "task"
-    return first[:60]
-
-
-def subagent_content(label: str, body: str) -> str:
-    """The stored and sent form of a subagent's outcome, as the design's contract fixes it."""
-    return f"[Task: {label}]\n{body}"
+@dataclass(frozen=True, slots=True)
+class RunStores:
+    runs: RunStore
+    chats: ChatStore
+    messages: MessageStore
 
 
 class TaskManager:
@@ -103,33 +78,30 @@ class TaskManager:
         self,
         settings: Settings,
         *,
-        runs: RunStore,
-        chats: ChatStore,
-        messages: MessageStore,
-        turns: TurnStore,
+        stores: RunStores,
+        admission: Admission,
         runtime: ContainerRuntime,
         live: LiveRuns,
-        llm: LlmGateway,
+        channels: RunChannels,
         delivery: Delivery,
-        typing: TypingIndicator,
+        typing: TypingHolder,
         paths: DataPaths,
+        files: RunFiles,
     ) -> None:
         self._settings = settings
-        self._runs = runs
-        self._chats = chats
-        self._messages = messages
-        self._turns = turns
+        self._runs = stores.runs
+        self._chats = stores.chats
+        self._messages = stores.messages
+        self._admission = admission
         self._runtime = runtime
-        self._llm = llm
+        self._channels = channels
         self._delivery = delivery
         self._typing = typing
         self._paths = paths
+        self._files = files
         self._live = live
-        self._chat_cancel_before: dict[int, float] = {}
         self._rejections = RejectionNotices(self._tell_rejected)
         self._closing = False
-
-    # --- what the proxy and the app ask ---------------------------------------------------------
 
     def live_runs(self, chat_id: int | None = None) -> int:
         return self._live.count(chat_id)
@@ -138,28 +110,25 @@ class TaskManager:
 
     async def on_request(self, chat_id: int, request: SpawnRequest) -> RequestOutcome:
         """Called by the IPC watcher for a validated request of `chat_id` (the folder's chat)."""
+        picked_up_at = time.time()
         run_id = request.request_id
         if run_id in self._live or await self._runs.exists(run_id):
             return RequestOutcome.DUPLICATE
         label = label_for(request)
-        status, reason = await self._admission(chat_id, request)
-        if status is None:
-            # Counting and reserving happen with no await in between, so concurrent requests cannot
-            # all pass the cap check together.
-            running_total, running_chat = self.live_runs(), self.live_runs(chat_id)
-            if running_total >= self._settings.max_concurrent_subagents:
-                status, reason = REJECTED, f"{running_total} of {self._settings.max_concurrent_subagents} running"
-            elif running_chat >= self._settings.max_subagents_per_chat:
-                status, reason = REJECTED, f"{running_chat} running in this chat"
-        if status is not None:
+        decision = await self._admission.cancelled_before_pickup(chat_id, request, picked_up_at)
+        if decision.status is None:
+            decision = self._admission.over_cap(chat_id)  # no await between this and the reservation below
+        fields = {"chat_id": chat_id, "turn_id": request.turn_id, "task": request.task, "label": label}
+        if decision.status is not None:
             try:
                 await self._runs.create(
-                    run_id, chat_id, request.turn_id, request.task, label, request.include_context, status, reason
-                )
+                    run_id, chat_id, request.turn_id, request.task, label, request.include_context,
+                    decision.status, decision.reason,
+                )  # fmt: skip
             except DuplicateRun:
                 return RequestOutcome.DUPLICATE
-            log.info("run_not_started", run_id=run_id, chat_id=chat_id, status=status, reason=reason)
-            if status == REJECTED:
+            log.info("run_not_started", run_id=run_id, status=decision.status, reason=decision.reason, **fields)
+            if decision.status == "rejected":
                 self._rejections.add(chat_id)
             return RequestOutcome.ACCEPTED
         live = LiveRun(id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
@@ -167,7 +136,7 @@ class TaskManager:
         self._typing.acquire(chat_id)
         try:
             await self._runs.create(
-                run_id, chat_id, request.turn_id, request.task, label, request.include_context, "queued"
+                run_id, chat_id, request.turn_id, request.task, label, request.include_context, QUEUED
             )
         except BaseException as exc:
             self._release(live)
@@ -176,168 +145,229 @@ class TaskManager:
                 return RequestOutcome.DUPLICATE
             raise
         log.info("run_queued", run_id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
-        live.task = asyncio.create_task(self._execute(live, request), name=f"run-{run_id}")
+        live.task = asyncio.create_task(self._execute(live, request.include_context, None), name=f"run-{run_id}")
         return RequestOutcome.ACCEPTED
 
-    async def _admission(self, chat_id: int, request: SpawnRequest) -> tuple[str | None, str | None]:
-        """A request cancelled before pickup (its turn aborted, or the chat's runs cancelled) never starts."""
-        if request.turn_id is not None and await self._turns.status(request.turn_id) == "aborted":
-            return CANCELLED, "its turn was aborted before the request was picked up"
-        cutoff = self._chat_cancel_before.get(chat_id)
-        if cutoff is not None and request.created_at <= cutoff:
-            return CANCELLED, "the chat's runs were cancelled before the request was picked up"
-        return None, None
-
     async def _tell_rejected(self, chat_id: int, count: int) -> None:
-        # Stored now, sent in the background: the IPC watcher never waits on Telegram.
-        await self._delivery.notice(chat_id, self._reject_text(chat_id, count), wait=False)
+        # Stored with the fact that the chat was told (a crash before this is told at the next start),
+        # sent in the background: the IPC watcher never waits on Telegram.
+        outgoing = self._delivery.outgoing(chat_id, self._admission.reject_text(chat_id, count), kind="notice")
+        await self._runs.mark_rejections_notified(chat_id, outgoing)
+        self._delivery.send_soon(chat_id)
 
-    def _reject_text(self, chat_id: int, count: int) -> str:
-        template = self._settings.subagent_reject_message
-        values = {
-            "running": self.live_runs(),
-            "limit": self._settings.max_concurrent_subagents,
-            "chat_running": self.live_runs(chat_id),
-            "chat_limit": self._settings.max_subagents_per_chat,
-            "count": count,
-            "not_started": "your task was" if count == 1 else f"{count} tasks were",
-        }
-        try:
-            return template.format(**values)
-        except (KeyError, IndexError, ValueError):
-            return template
+    async def tell_unnotified_rejections(self) -> None:
+        for chat_id, count in await self._runs.unnotified_rejections():
+            await self._tell_rejected(chat_id, count)
 
     # --- running --------------------------------------------------------------------------------
 
-    async def _execute(self, live: LiveRun, request: SpawnRequest) -> None:
-        """A new run: prepare its folders, start its container, supervise it to the end."""
+    async def _execute(self, live: LiveRun, include_context: bool, record: RunRecord | None) -> None:
+        """A new (or restarted) run: check the workspace, open its channel, start its container, supervise it."""
 
-        async def body(chat: Chat, run_dir: Path) -> None:
-            session_in = await self._prepare(live, request, chat, run_dir)
-            await self._llm.open_run(live.id, run_dir / LLM_SOCKET_FILE)
-            if not await self._runs.mark_running(live.id, session_in):
+        async def body(chat: Chat) -> None:
+            over = await self._workspace_over_quota(chat)
+            if over is not None:
+                await self._conclude(live, FAILED, error=over)
+                return
+            await self._open_channel(live, chat, include_context, record)
+            if not await self._runs.mark_running(live.id, live.inbox.session_in if live.inbox else None):
                 return  # cancelled while queued
             live.started_monotonic = time.monotonic()
+            spec = run_container_spec(
+                self._settings,
+                run_id=live.id,
+                chat_id=live.chat_id,
+                instance_id=self._paths.instance_id,
+                workspace=self._paths.workspace(chat.folder),
+                channel_dir=self._paths.channel_dir(live.id),
+            )
             try:
-                live.container_id = await self._runtime.start(self._spec(live, chat, run_dir))
+                live.container_id = await self._runtime.start(spec)
             except (RuntimeUnavailable, ContainerStartError) as exc:
                 log.error("container_start_failed", run_id=live.id, error=str(exc))
+                live.stopped = True
                 await self._conclude(live, FAILED, error=f"could not start its container: {exc}")
                 return
             await self._runs.set_container(live.id, live.container_id)
             log.info("run_started", run_id=live.id, container_id=live.container_id[:12])
-            if live.cancelled:  # a cancel arrived while the engine was creating the container
-                await self._runtime.kill(live.container_id)
-            await self._await_container(live, chat, run_dir)
+            await self._supervise(live, chat)
 
         await self._guarded(live, body)
 
-    async def _resume(self, live: LiveRun) -> None:
+    async def _resume(self, live: LiveRun, record: RunRecord) -> None:
         """A run re-attached after a restart: its container runs (or has exited) already."""
 
-        async def body(chat: Chat, run_dir: Path) -> None:
-            await self._llm.open_run(live.id, run_dir / LLM_SOCKET_FILE)
-            await self._await_container(live, chat, run_dir)
+        async def body(chat: Chat) -> None:
+            await self._open_channel(live, chat, record.include_context, record)
+            await self._supervise(live, chat)
 
         await self._guarded(live, body)
 
-    async def _guarded(self, live: LiveRun, body: Callable[[Chat, Path], Awaitable[None]]) -> None:
-        run_dir = self._paths.run_dir(live.id)
+    async def _open_channel(self, live: LiveRun, chat: Chat, include_context: bool, record: RunRecord | None) -> None:
+        context: list[str] = []
+        if include_context:
+            recent = await self._messages.recent(live.chat_id, 20)
+            context = [f"{m.sender_name}: {m.content}" for m in recent]
+        task = record.task if record is not None else await self._task_text(live.id)
+        session_in = record.session_in if record is not None and record.session_in else None
+        if record is None or record.status == QUEUED:
+            session_in = await self._runs.current_session(live.chat_id)
+        spec = await self._files.prepare(live, chat, task, context, session_in)
+        live.inbox = RunInbox(
+            live,
+            spec,
+            runs=self._runs,
+            delivery=self._delivery,
+            max_messages=self._settings.subagent_max_messages,
+            session_max_messages=self._settings.subagent_session_max_messages,
+        )
+        live.inbox.session_in = session_in if spec.history else None
+        spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
+        await self._channels.open_run(
+            live.id, self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE, endpoint=live.inbox, spent=spent
+        )
+
+    async def _task_text(self, run_id: str) -> str:
+        record = await self._runs.get(run_id)
+        if record is None:
+            raise RuntimeError(f"run {run_id} has no record")
+        return record.task
+
+    async def _guarded(self, live: LiveRun, body: Callable[[Chat], Awaitable[None]]) -> None:
         try:
             chat = await self._chats.get(live.chat_id)
             if chat is None:
                 raise RuntimeError(f"chat {live.chat_id} is unknown")
-            await body(chat, run_dir)
+            await body(chat)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("run_failed_unexpectedly", run_id=live.id)
             await self._conclude(live, FAILED, error=f"internal error: {exc}")
         finally:
-            await self._cleanup(live, run_dir)
+            await self._cleanup(live)
 
-    # --- after a restart ------------------------------------------------------------------------
-
-    def _adopt(self, record: RunRecord, container_id: str | None, started_at: float | None) -> LiveRun:
-        live = LiveRun(id=record.id, chat_id=record.chat_id, turn_id=record.turn_id, label=record.label)
-        live.container_id = container_id
-        if started_at is not None:
-            # The time-out counts from the container's real start, not from our restart.
-            live.started_monotonic = time.monotonic() - max(time.time() - started_at, 0.0)
-        self._live.add(live)
-        self._typing.acquire(record.chat_id)
-        return live
-
-    def reattach(self, record: RunRecord, container_id: str, started_at: float | None) -> None:
-        """Supervise a run whose container survived the restart; its result is delivered as usual."""
-        live = self._adopt(record, container_id, started_at or time.time())
-        live.task = asyncio.create_task(self._resume(live), name=f"run-{record.id}")
-
-    def restart_queued(self, record: RunRecord) -> None:
-        """A run accepted before the restart whose container never started: start it now."""
-        request = SpawnRequest(
-            request_id=record.id,
-            task=record.task,
-            label=record.label,
-            include_context=record.include_context,
-            turn_id=record.turn_id,
+    async def _workspace_over_quota(self, chat: Chat) -> str | None:
+        """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, measured on disk."""
+        quota_mb = self._settings.workspace_quota_mb
+        usage = await measure_async(self._paths.workspace(chat.folder), max_entries=WORKSPACE_MAX_ENTRIES)
+        if not usage.over(quota_mb * BYTES_PER_MB) and not usage.truncated:
+            return None
+        size = f"over {WORKSPACE_MAX_ENTRIES} files" if usage.truncated else f"{usage.bytes / BYTES_PER_MB:.0f} MB"
+        return (
+            f"the chat's workspace uses {size}, over its quota of {quota_mb} MB (WORKSPACE_QUOTA_MB). "
+            "Ask me to delete files there, or an admin can clear it with /workspace clear."
         )
-        live = self._adopt(record, None, None)
-        live.task = asyncio.create_task(self._execute(live, request), name=f"run-{record.id}")
 
-    async def interrupt(self, record: RunRecord, reason: str) -> bool:
-        """A run whose container is gone: recorded `interrupted` and the chat is told, once."""
-        live = LiveRun(id=record.id, chat_id=record.chat_id, turn_id=record.turn_id, label=record.label)
-        live.released = True  # it holds no slot and no typing in this process
-        return await self._conclude(live, INTERRUPTED, error=reason)
+    # --- supervising ----------------------------------------------------------------------------
 
-    async def _wait_for_exit(self, live: LiveRun) -> int | None:
-        """The container's exit code, or None at the run's time limit. An engine that drops out
-        meanwhile (a daemon restart) is waited for: the container keeps running without it."""
-        assert live.container_id is not None and live.started_monotonic is not None
-        while True:
-            remaining = self._settings.subagent_timeout_seconds - (time.monotonic() - live.started_monotonic)
-            try:
-                return await self._runtime.wait(live.container_id, max(remaining, 0.0))
-            except RuntimeUnavailable as exc:
-                if remaining <= 0:
-                    return None
-                log.warning("engine_unreachable_while_waiting", run_id=live.id, error=str(exc))
-                await asyncio.sleep(min(ENGINE_RETRY_SECONDS, remaining))
+    async def _supervise(self, live: LiveRun, chat: Chat) -> None:
+        exit_task = asyncio.create_task(self._wait_for_exit(live), name=f"wait-{live.id}")
+        watchers = [
+            asyncio.create_task(self._deadline(live)),
+            asyncio.create_task(self._quota_watch(live, chat)),
+            asyncio.create_task(self._linger_watch(live)),
+        ]
+        stop = asyncio.create_task(live.stop_requested.wait())
+        try:
+            await asyncio.wait({exit_task, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not exit_task.done():
+                await self._stop_container(live)
+            exit_code = await exit_task
+        finally:
+            for task in [*watchers, stop, exit_task]:
+                task.cancel()
+            await asyncio.gather(*watchers, stop, return_exceptions=True)
+        live.stopped = True
+        await self._settle(live, chat, exit_code)
 
-    async def _await_container(self, live: LiveRun, chat: Chat, run_dir: Path) -> None:
-        assert live.container_id is not None
-        exit_code = await self._wait_for_exit(live)
-        if exit_code is None:
-            try:
-                await self._runtime.kill(live.container_id)
-            except RuntimeUnavailable as exc:  # recovery removes it once the engine is back
-                log.error("timed_out_container_not_killed", run_id=live.id, error=str(exc))
+    async def _settle(self, live: LiveRun, chat: Chat, exit_code: int | None) -> None:
+        reason = live.stop_reason
+        if reason is StopReason.CANCELLED:
+            return  # recorded when it was cancelled
+        if reason is StopReason.TIME_LIMIT:
             limit = self._settings.subagent_timeout_seconds
             log.warning("run_timed_out", run_id=live.id, timeout_seconds=limit)
             await self._conclude(live, TIMED_OUT, error=f"timed out after {limit:g} s and was stopped")
             return
-        if live.cancelled:
+        if reason is StopReason.TOKEN_BUDGET:
+            limit = self._settings.subagent_max_tokens
+            await self._conclude(
+                live, FAILED, error=f"used its token budget of {limit} tokens (SUBAGENT_MAX_TOKENS) and was stopped"
+            )
             return
-        await self._collect(live, chat, run_dir, exit_code)
+        if reason is StopReason.WORKSPACE_QUOTA:
+            await self._conclude(live, FAILED, error=await self._workspace_over_quota(chat) or "workspace over quota")
+            return
+        await self._collect(live, chat, exit_code)
 
-    async def _collect(self, live: LiveRun, chat: Chat, run_dir: Path, exit_code: int) -> None:
-        result_path = run_dir / RESULT_FILE
-        try:
-            result = RunResult.model_validate_json(result_path.read_bytes())
-        except (OSError, ValidationError) as exc:
-            reason = "no result file" if isinstance(exc, OSError) else "an unreadable result file"
-            await self._conclude(live, FAILED, error=f"exited with code {exit_code} and {reason}")
-            return
-        if result.run_id != live.id:
-            await self._conclude(live, FAILED, error="its result file names another run")
+    async def _wait_for_exit(self, live: LiveRun) -> int | None:
+        """The container's exit code (None if it vanished). An engine that drops out meanwhile (a daemon
+        restart) is waited for: the container keeps running without it."""
+        assert live.container_id is not None
+        while True:
+            try:
+                return await self._runtime.wait(live.container_id, None)
+            except ContainerGone:
+                return None
+            except RuntimeUnavailable as exc:
+                log.warning("engine_unreachable_while_waiting", run_id=live.id, error=str(exc))
+                await asyncio.sleep(ENGINE_RETRY_SECONDS)
+
+    async def _stop_container(self, live: LiveRun) -> None:
+        """Kill it, asking again while the engine is away: its slot stays taken until this succeeds."""
+        assert live.container_id is not None
+        while True:
+            try:
+                await self._runtime.kill(live.container_id)
+                return
+            except RuntimeUnavailable as exc:
+                log.error("container_not_killed", run_id=live.id, error=str(exc), retry_in_seconds=ENGINE_RETRY_SECONDS)
+                await asyncio.sleep(ENGINE_RETRY_SECONDS)
+
+    async def _deadline(self, live: LiveRun) -> None:
+        assert live.started_monotonic is not None
+        elapsed = time.monotonic() - live.started_monotonic
+        await asyncio.sleep(max(self._settings.subagent_timeout_seconds - elapsed, 0.0))
+        live.request_stop(StopReason.TIME_LIMIT)
+
+    async def _quota_watch(self, live: LiveRun, chat: Chat) -> None:
+        while True:
+            await asyncio.sleep(WORKSPACE_CHECK_SECONDS)
+            if await self._workspace_over_quota(chat) is not None:
+                log.warning("workspace_over_quota", run_id=live.id, chat_id=live.chat_id)
+                live.request_stop(StopReason.WORKSPACE_QUOTA)
+                return
+
+    async def _linger_watch(self, live: LiveRun) -> None:
+        assert live.inbox is not None
+        await live.inbox.reported.wait()
+        await asyncio.sleep(RESULT_GRACE_SECONDS)
+        live.request_stop(StopReason.LINGERING)
+
+    async def on_budget_exhausted(self, run_id: str) -> None:
+        """The channel refused a call over SUBAGENT_MAX_TOKENS: the run ends with that message."""
+        live = self._live.get(run_id)
+        if live is not None:
+            log.warning("run_token_budget_exhausted", run_id=run_id, limit=self._settings.subagent_max_tokens)
+            live.request_stop(StopReason.TOKEN_BUDGET)
+
+    async def _collect(self, live: LiveRun, chat: Chat, exit_code: int | None) -> None:
+        result = live.inbox.result_received if live.inbox is not None else None
+        if result is None:
+            how = "vanished" if exit_code is None else f"exited with code {exit_code}"
+            await self._conclude(live, FAILED, error=f"{how} without reporting a result")
             return
         if result.status == "failed":
             await self._conclude(live, FAILED, error=result.error or f"failed (exit code {exit_code})")
             return
-        session_out = await asyncio.to_thread(self._save_session, chat, live.id, run_dir)
-        await self._conclude(live, COMPLETED, result=result.result or "(no output)", session_out=session_out)
-        if session_out is not None:
+        session_json = live.inbox.session_json if live.inbox is not None else None
+        session_out = None
+        if session_json is not None:
+            await self._files.save_session(chat, live.id, session_json)
+            session_out = live.id
+        recorded = await self._conclude(live, COMPLETED, result=result.result or "(no output)", session_out=session_out)
+        if recorded and session_out is not None:
             await self._runs.set_session(live.chat_id, session_out)
 
     async def _conclude(
@@ -350,16 +380,7 @@ class TaskManager:
         session_out: str | None = None,
     ) -> bool:
         """Record the run's one outcome with its [Subagent] message, then send that message."""
-        if status == COMPLETED:
-            body = result or ""
-            if len(body) > MAX_RESULT_CHARS:
-                body = body[:MAX_RESULT_CHARS] + f"\n… [{len(body) - MAX_RESULT_CHARS} more characters cut]"
-        elif status == TIMED_OUT:
-            body = f"Timed out: {error}"
-        elif status == INTERRUPTED:
-            body = f"Interrupted: {error}"
-        else:
-            body = f"Failed: {error}"
+        body = outcome_body(status, result=result, error=error)
         outgoing = self._delivery.outgoing(
             live.chat_id, subagent_content(live.label, body), kind="subagent", sender_name=SUBAGENT_SENDER
         )
@@ -371,108 +392,59 @@ class TaskManager:
             return False
         log.info("run_finished", run_id=live.id, status=status)
         self._release(live)
-        await self._delivery.flush(live.chat_id)
+        self._delivery.send_soon(live.chat_id)
         return True
 
-    async def _prepare(self, live: LiveRun, request: SpawnRequest, chat: Chat, run_dir: Path) -> str | None:
-        context: list[str] = []
-        if request.include_context:
-            recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
-            context = [f"{m.sender_name}: {m.content}" for m in recent]
-        spec = TaskSpec(
-            run_id=live.id,
-            task=request.task,
-            label=live.label,
-            context=context,
-            provider_kind="anthropic" if self._settings.llm_provider is LLMProvider.ANTHROPIC else "openai",
-            model=self._settings.effective_subagent_model or "offline-subagent",
-        )
-        session_in = await self._runs.current_session(live.chat_id)
-        await asyncio.to_thread(self._write_run_dir, run_dir, chat, spec, session_in)
-        return session_in
-
-    def _write_run_dir(self, run_dir: Path, chat: Chat, spec: TaskSpec, session_in: str | None) -> None:
-        # Everything the container mounts must be writable by its (non-root) user.
-        hand_to_container(run_dir)
-        hand_to_container(self._paths.workspace(chat.folder))
-        ensure_chat_dirs(self._paths.ipc_root, chat.folder, owner=container_owner())
-        write_json_atomic(run_dir / TASK_FILE, spec)
-        if session_in is not None:
-            source = self._paths.session_file(chat.folder, session_in)
-            if source.is_file():
-                shutil.copyfile(source, run_dir / SESSION_IN_FILE)
-
-    def _save_session(self, chat: Chat, run_id: str, run_dir: Path) -> str | None:
-        produced = run_dir / SESSION_OUT_FILE
-        if not produced.is_file():
-            return None
-        target = self._paths.session_file(chat.folder, run_id)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(produced, target)
-        return run_id
-
-    def _spec(self, live: LiveRun, chat: Chat, run_dir: Path) -> ContainerSpec:
-        s = self._settings
-        return ContainerSpec(
-            name=container_name(live.id),
-            image=s.subagent_image,
-            command=[],
-            labels={
-                LABEL_APP: "1",
-                LABEL_INSTANCE: self._paths.instance_id,
-                LABEL_RUN_ID: live.id,
-                LABEL_CHAT_ID: str(live.chat_id),
-            },
-            mounts=[
-                Mount(self._paths.workspace(chat.folder).resolve(), CONTAINER_WORKSPACE_DIR),
-                Mount(run_dir.resolve(), CONTAINER_RUN_DIR),
-                Mount((self._paths.ipc_root / chat.folder).resolve(), CONTAINER_IPC_DIR),
-            ],
-            user=container_user(),
-            network=s.subagent_network,
-            memory=s.subagent_memory,
-            cpus=s.subagent_cpus,
-            pids=s.subagent_pids,
-            workdir=CONTAINER_WORKSPACE_DIR,
-        )
-
-    async def _cleanup(self, live: LiveRun, run_dir: Path) -> None:
-        with contextlib.suppress(Exception):
-            await self._llm.close_run(live.id)
-        if live.container_id is not None and not self._closing:
+    async def _cleanup(self, live: LiveRun) -> None:
+        try:
+            await self._channels.close_run(live.id)
+        except Exception:
+            log.exception("channel_close_failed", run_id=live.id)
+        if self._closing:
+            return
+        if live.container_id is not None:
             try:
-                logs = await self._runtime.logs(live.container_id)
-                await asyncio.to_thread((run_dir / LOG_FILE).write_bytes, logs)
+                await self._files.keep_logs(live.id, await self._runtime.logs(live.container_id))
                 await self._runtime.remove(live.container_id)
             except Exception as exc:
                 log.warning("container_cleanup_failed", run_id=live.id, error=str(exc))
-        if not self._closing:
-            self._release(live)
-            self._live.discard(live.id)
+        await self._files.remove_channel(live.id)
+        live.stopped = True
+        self._release(live)
+        self._live.discard(live.id)
 
     def _release(self, live: LiveRun) -> None:
-        """Free the run's slot and its hold on the chat's typing indicator, once."""
+        """Release the run's hold on the chat's typing indicator, once."""
         if live.released:
             return
         live.released = True
-        self._typing.release(live.chat_id)
+        if not live.recovering:
+            self._typing.release(live.chat_id)
 
     # --- cancelling -----------------------------------------------------------------------------
 
     async def _cancel(self, live: LiveRun, reason: str) -> bool:
         if live.cancelled:
             return False
-        live.cancelled = True  # from here the proxy refuses its calls and it no longer counts for the cap
+        live.cancelled = True  # from here the channel refuses its calls
+        live.request_stop(StopReason.CANCELLED)
         recorded = await self._runs.finish(live.id, CANCELLED, error=f"cancelled: {reason}")
         if recorded:
             self._release(live)
-        with contextlib.suppress(Exception):
-            await self._llm.close_run(live.id)
+            dropped = await self._delivery.drop_run_messages(live.id, f"run cancelled: {reason}")
+            if dropped:
+                log.info("progress_messages_dropped", run_id=live.id, count=dropped)
+        try:
+            await self._channels.close_run(live.id)
+        except Exception:
+            log.exception("channel_close_failed", run_id=live.id)
         if live.container_id is not None:
-            try:
+            try:  # at once, for latency; the supervisor retries until the engine confirms
                 await self._runtime.kill(live.container_id)
             except Exception as exc:
                 log.warning("container_kill_failed", run_id=live.id, error=str(exc))
+        elif live.task is None and not live.recovering:
+            live.stopped = True  # never had a container and nothing supervises it
         log.info("run_cancelled", run_id=live.id, reason=reason, recorded=recorded)
         return recorded
 
@@ -486,7 +458,7 @@ class TaskManager:
         return record.status
 
     async def cancel_chat(self, chat_id: int, reason: str) -> int:
-        self._chat_cancel_before[chat_id] = time.time()
+        self._admission.chat_cancelled(chat_id)
         targets = [r for r in self._live.all() if r.chat_id == chat_id]
         results = await asyncio.gather(*(self._cancel(r, reason) for r in targets))
         return sum(results)
@@ -500,6 +472,61 @@ class TaskManager:
         records: list[RunRecord] = await self._runs.for_chat(chat_id, limit)
         return [RunSummary(id=r.id, label=r.label, status=r.status, created_at=r.created_at) for r in records]
 
+    # --- after a restart ------------------------------------------------------------------------
+
+    def hold(self, record: RunRecord) -> None:
+        """A run an earlier process left live: it counts against the caps, and can be cancelled, until
+        recovery reconciles it with the engine (which may be down at start)."""
+        if record.id in self._live:
+            return
+        live = LiveRun(id=record.id, chat_id=record.chat_id, turn_id=record.turn_id, label=record.label)
+        live.recovering = True
+        self._live.add(live)
+
+    def is_own(self, run_id: str) -> bool:
+        """True for a run this process supervises (started or re-attached here), not one on hold."""
+        live = self._live.get(run_id)
+        return live is not None and not live.recovering
+
+    def _adopt(self, record: RunRecord, container_id: str | None, started_at: float | None) -> LiveRun:
+        live = self._live.get(record.id)
+        if live is None or not live.recovering:
+            live = LiveRun(id=record.id, chat_id=record.chat_id, turn_id=record.turn_id, label=record.label)
+            self._live.add(live)
+        live.recovering = False
+        live.container_id = container_id
+        if started_at is not None:
+            # The time-out counts from the container's real start, not from our restart.
+            live.started_monotonic = time.monotonic() - max(time.time() - started_at, 0.0)
+        self._typing.acquire(record.chat_id)
+        return live
+
+    def reattach(self, record: RunRecord, container_id: str, started_at: float | None) -> None:
+        """Supervise a run whose container survived the restart; its result is delivered as usual."""
+        live = self._adopt(record, container_id, started_at or time.time())
+        live.task = asyncio.create_task(self._resume(live, record), name=f"run-{record.id}")
+
+    def restart_queued(self, record: RunRecord) -> None:
+        """A run accepted before the restart whose container never started: start it now."""
+        live = self._adopt(record, None, None)
+        live.task = asyncio.create_task(self._execute(live, record.include_context, record), name=f"run-{record.id}")
+
+    async def interrupt(self, record: RunRecord, reason: str) -> bool:
+        """A run whose container is gone: recorded `interrupted` and the chat is told, once."""
+        live = self._live.get(record.id)
+        if live is None or not live.recovering:
+            live = LiveRun(id=record.id, chat_id=record.chat_id, turn_id=record.turn_id, label=record.label)
+            live.recovering = True
+        live.released = live.stopped = True
+        self._live.discard(record.id)
+        return await self._conclude(live, INTERRUPTED, error=reason)
+
+    def release_holds(self) -> None:
+        """After recovery: runs still on hold had no container and no live record (cancelled meanwhile)."""
+        for live in self._live.all():
+            if live.recovering:
+                self._live.discard(live.id)
+
     async def close(self) -> None:
         """Shutdown: leave running containers for the next start to re-attach; finish what has ended."""
         await self._rejections.close()
@@ -511,3 +538,9 @@ class TaskManager:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+
+
+class TypingHolder(Protocol):
+    def acquire(self, chat_id: int) -> None: ...
+
+    def release(self, chat_id: int) -> None: ...

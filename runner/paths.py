@@ -36,7 +36,16 @@ class DataPaths:
     def sessions_dir(self) -> Path:
         return self.data_dir / "sessions"
 
+    @property
+    def channels_dir(self) -> Path:
+        return self.data_dir / "channels"
+
+    def channel_dir(self, run_id: str) -> Path:
+        """The run's socket folder: the host's alone, mounted read-only into the container."""
+        return self.channels_dir / run_id
+
     def run_dir(self, run_id: str) -> Path:
+        """The run's host-side record (task, container log): never mounted into a container."""
         return self.runs_dir / run_id
 
     def workspace(self, folder: str) -> Path:
@@ -61,6 +70,9 @@ def container_user() -> str:
 def hand_to_container(path: Path) -> None:
     """Make a host-created folder writable by the container's user (only needed when the host is root)."""
     path.mkdir(parents=True, exist_ok=True)
+    # Its parent is the host's alone, so nothing can swap it for a link; refuse one all the same.
+    if path.is_symlink():
+        raise OSError(f"{path} is a symbolic link, not a folder")
     if host_is_root():
-        os.chown(path, CONTAINER_UID, CONTAINER_GID)
+        os.chown(path, CONTAINER_UID, CONTAINER_GID, follow_symlinks=False)
     path.chmod(0o770)

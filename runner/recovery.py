@@ -3,11 +3,12 @@
 A run recorded live whose container still exists is re-attached (a finished container's result is
 collected at once); one whose container is gone is `interrupted` and its chat told once; a queued run
 that never got a container starts now. Containers of this deployment with no live run are removed.
+Recovery that waited for the engine (down at start) leaves alone the runs this process started since:
+their containers are its own, not survivors.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 from bot.logging import get_logger
@@ -43,6 +44,8 @@ class Recovery:
         by_run = {c.labels.get(LABEL_RUN_ID, ""): c for c in containers}
         for record in await self._runs.with_status(QUEUED, RUNNING):
             info = by_run.pop(record.id, None)
+            if self._manager.is_own(record.id):
+                continue
             if info is not None and info.status in ADOPTABLE_STATES:
                 self._manager.reattach(record, info.id, info.started_at)
                 report.reattached += 1
@@ -54,9 +57,12 @@ class Recovery:
                 report.restarted += 1
             elif await self._manager.interrupt(record, GONE_REASON):
                 report.interrupted += 1
-        for info in by_run.values():
+        for run_id, info in by_run.items():
+            if self._manager.is_own(run_id):
+                continue
             await self._discard(info.id)
             report.removed += 1
+        self._manager.release_holds()
         log.info(
             "recovery_done",
             reattached=report.reattached,
@@ -67,8 +73,10 @@ class Recovery:
         return report
 
     async def _discard(self, container_id: str) -> None:
-        with contextlib.suppress(Exception):
+        try:
             await self._runtime.kill(container_id)
+        except Exception as exc:  # removing it below forces the kill anyway
+            log.warning("orphan_container_not_killed", container_id=container_id[:12], error=str(exc))
         try:
             await self._runtime.remove(container_id)
         except Exception as exc:

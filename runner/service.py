@@ -1,4 +1,4 @@
-"""Assembles the subagent system (runtime, LLM proxy, task manager, IPC watcher) for the host app."""
+"""Assembles the subagent system (runtime, run channels, task manager, IPC watcher, retention) for the app."""
 
 from __future__ import annotations
 
@@ -10,17 +10,19 @@ from bot.commands import RunControl
 from bot.delivery import Delivery
 from bot.logging import get_logger
 from bot.settings import Settings
-from bot.store.runs import RunStore
+from bot.store.runs import QUEUED, RUNNING, RunStore
 from bot.typing_indicator import TypingIndicator
-from container.protocol import ProgressMessage
+from runner.admission import Admission
 from runner.docker_runtime import DockerRuntime
 from runner.ipc import ensure_ipc_root
-from runner.ipc_outcome import RequestOutcome
 from runner.live_runs import LiveRuns
+from runner.llm_policy import RequestPolicy
 from runner.llm_proxy import LlmProxy, UpstreamConfig
-from runner.manager import SUBAGENT_SENDER, TaskManager
+from runner.manager import RunStores, TaskManager
 from runner.paths import DataPaths
 from runner.recovery import Recovery
+from runner.retention import Retention
+from runner.run_files import RunFiles
 from runner.runtime import ContainerRuntime, RuntimeUnavailable
 from runner.spawner import IpcSpawner
 from runner.watcher import IpcWatcher
@@ -28,6 +30,7 @@ from runner.watcher import IpcWatcher
 log = get_logger(__name__)
 
 RECOVERY_RETRY_SECONDS = 30.0  # how often to retry reconciling while the engine is down at start
+RETENTION_INTERVAL_SECONDS = 6 * 3600.0  # pruning runs at start and then this often
 
 
 class SubagentService:
@@ -47,32 +50,42 @@ class SubagentService:
         self.runs = RunStore(stores.db)
         self._spawner = IpcSpawner(self.paths.ipc_root, stores.chats)
         self.live = LiveRuns()
-        self.proxy = LlmProxy(UpstreamConfig.from_settings(settings), self.live, self.runs)
+        policy = RequestPolicy(
+            provider=settings.llm_provider,
+            model=settings.effective_subagent_model or "offline-subagent",
+            allow_provider_tools=settings.subagent_allow_provider_tools,
+        )
+        self.proxy = LlmProxy(
+            UpstreamConfig.from_settings(settings),
+            self.live,
+            self.runs,
+            policy=policy,
+            max_tokens_per_run=settings.subagent_max_tokens,
+            on_budget_exhausted=self._budget_exhausted,
+        )
         self.manager = TaskManager(
             settings,
-            runs=self.runs,
-            chats=stores.chats,
-            messages=stores.messages,
-            turns=stores.turns,
+            stores=RunStores(runs=self.runs, chats=stores.chats, messages=stores.messages),
+            admission=Admission(settings, turns=stores.turns, live=self.live),
             runtime=runtime,
             live=self.live,
-            llm=self.proxy,
+            channels=self.proxy,
             delivery=delivery,
             typing=typing,
             paths=self.paths,
+            files=RunFiles(settings, self.paths),
         )
         self.watcher = IpcWatcher(
             self.paths.ipc_root,
             self._resolve_folder,
             self.manager.on_request,
-            self._on_message,
             rescan_interval_seconds=settings.ipc_rescan_seconds,
             force_polling=settings.ipc_force_polling,
             max_file_bytes=settings.ipc_max_file_bytes,
         )
         self.recovery = Recovery(self.runs, runtime, self.manager, self.paths)
-        self._watch_task: asyncio.Task[None] | None = None
-        self._recovery_task: asyncio.Task[None] | None = None
+        self.retention = Retention(stores.db, self.paths, settings.data_retention_days)
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def spawner(self) -> IpcSpawner:
@@ -81,6 +94,9 @@ class SubagentService:
     @property
     def control(self) -> RunControl:
         return self.manager
+
+    async def _budget_exhausted(self, run_id: str) -> None:
+        await self.manager.on_budget_exhausted(run_id)
 
     async def _resolve_folder(self, folder: str) -> int | None:
         """A folder speaks for its chat only while that chat is known and allowed."""
@@ -91,22 +107,21 @@ class SubagentService:
             return None
         return chat.id
 
-    async def _on_message(self, chat_id: int, message: ProgressMessage) -> RequestOutcome:
-        if not await self.runs.remember_ipc_message(message.message_id, chat_id):
-            return RequestOutcome.DUPLICATE
-        if message.run_id is not None and not self.live.is_live(message.run_id):
-            log.info("progress_message_dropped", chat_id=chat_id, run_id=message.run_id, reason="run not live")
-            return RequestOutcome.ACCEPTED
-        await self._delivery.post(chat_id, message.text, kind="progress", sender_name=SUBAGENT_SENDER, wait=False)
-        return RequestOutcome.ACCEPTED
-
     async def start(self) -> None:
         """Reconcile with the engine before taking new work, then watch the IPC folders."""
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
+        # Runs an earlier process left live count against the caps (and can be cancelled) even while
+        # the engine is down and recovery has to wait for it.
+        for record in await self.runs.with_status(QUEUED, RUNNING):
+            self.manager.hold(record)
+        await self.manager.tell_unnotified_rejections()
         if not await self._recover():
             # The engine is down: keep answering chats, and reconcile as soon as it is back.
-            self._recovery_task = asyncio.create_task(self._recover_when_engine_returns(), name="recovery")
-        self._watch_task = asyncio.create_task(self.watcher.run(), name="ipc-watcher")
+            self._tasks.append(asyncio.create_task(self._recover_when_engine_returns(), name="recovery"))
+        self._tasks.append(asyncio.create_task(self.watcher.run(), name="ipc-watcher"))
+        self._tasks.append(
+            asyncio.create_task(self.retention.run_forever(RETENTION_INTERVAL_SECONDS), name="retention")
+        )
         await self.watcher.ready.wait()
 
     async def _recover(self) -> bool:
@@ -124,14 +139,10 @@ class SubagentService:
                 return
 
     async def stop(self) -> None:
-        if self._recovery_task is not None:
-            self._recovery_task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._recovery_task
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
+                await task
         await self.manager.close()
         await self.proxy.close()
         await self._runtime.close()

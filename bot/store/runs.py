@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 
 import aiosqlite
 
@@ -20,6 +21,15 @@ TIMED_OUT = "timed_out"
 REJECTED = "rejected"
 INTERRUPTED = "interrupted"
 FINAL_STATUSES = frozenset({COMPLETED, FAILED, CANCELLED, TIMED_OUT, REJECTED, INTERRUPTED})
+
+
+class ProgressOutcome(StrEnum):
+    """What became of a progress message a run sent."""
+
+    ACCEPTED = "accepted"  # stored and owed to the chat
+    DUPLICATE = "duplicate"  # the same message id was accepted before (a retry)
+    OVER_BUDGET = "over_budget"  # the run has sent its SUBAGENT_MAX_MESSAGES
+    NOT_LIVE = "not_live"  # the run has an outcome already
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +52,7 @@ class RunRecord:
     llm_requests: int
     session_in: str | None
     session_out: str | None
+    messages_sent: int = 0
 
 
 def _run(row: aiosqlite.Row) -> RunRecord:
@@ -64,6 +75,7 @@ def _run(row: aiosqlite.Row) -> RunRecord:
         llm_requests=row["llm_requests"],
         session_in=row["session_in"],
         session_out=row["session_out"],
+        messages_sent=row["messages_sent"],
     )
 
 
@@ -88,12 +100,25 @@ class RunStore:
     ) -> None:
         now = time.time()
         finished = now if status in FINAL_STATUSES else None
+        notified = 0 if status == REJECTED else 1
         try:
             async with self._db.write() as conn:
                 await conn.execute(
                     "INSERT INTO subagent_runs (id, chat_id, turn_id, task, label, include_context, status, "
-                    "created_at, finished_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, chat_id, turn_id, task, label, int(include_context), status, now, finished, error),
+                    "created_at, finished_at, error, notified) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        chat_id,
+                        turn_id,
+                        task,
+                        label,
+                        int(include_context),
+                        status,
+                        now,
+                        finished,
+                        error,
+                        notified,
+                    ),
                 )
         except sqlite3.IntegrityError as exc:
             if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
@@ -195,6 +220,50 @@ class RunStore:
             )
 
     # --- progress messages ----------------------------------------------------------------------
+
+    async def add_progress(
+        self, run_id: str, message_id: str, outgoing: Outgoing, max_messages: int
+    ) -> ProgressOutcome:
+        """In one transaction: check the run is live and under its message budget, count the message,
+        remember its id (a retry is a duplicate) and owe it to the chat."""
+        async with self._db.transaction() as conn:
+            async with conn.execute(
+                "SELECT status, messages_sent FROM subagent_runs WHERE id = ?", (run_id,)
+            ) as cursor:
+                row = await cursor.fetchone()
+            if row is None or row["status"] not in (QUEUED, RUNNING):
+                return ProgressOutcome.NOT_LIVE
+            key = f"{run_id}:{message_id}"
+            cursor = await conn.execute(
+                "INSERT INTO ipc_messages (id, chat_id, received_at, run_id) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(id) DO NOTHING",
+                (key, outgoing.message.chat_id, time.time(), run_id),
+            )
+            if cursor.rowcount != 1:
+                return ProgressOutcome.DUPLICATE
+            if row["messages_sent"] >= max_messages:
+                return ProgressOutcome.OVER_BUDGET  # the transaction still keeps the id: a retry is refused too
+            await conn.execute("UPDATE subagent_runs SET messages_sent = messages_sent + 1 WHERE id = ?", (run_id,))
+            await stage(conn, outgoing)
+        return ProgressOutcome.ACCEPTED
+
+    # --- refusals -------------------------------------------------------------------------------
+
+    async def unnotified_rejections(self) -> list[tuple[int, int]]:
+        """(chat id, count) of refusals whose chat was not told yet (a crash between refusal and notice)."""
+        async with self._db.conn.execute(
+            "SELECT chat_id, COUNT(*) FROM subagent_runs WHERE status = 'rejected' AND notified = 0 GROUP BY chat_id"
+        ) as cursor:
+            return [(int(row[0]), int(row[1])) for row in await cursor.fetchall()]
+
+    async def mark_rejections_notified(self, chat_id: int, outgoing: Outgoing) -> None:
+        """The notice and the fact that the chat was told, in one transaction."""
+        async with self._db.transaction() as conn:
+            await conn.execute(
+                "UPDATE subagent_runs SET notified = 1 WHERE chat_id = ? AND status = 'rejected' AND notified = 0",
+                (chat_id,),
+            )
+            await stage(conn, outgoing)
 
     async def remember_ipc_message(self, message_id: str, chat_id: int) -> bool:
         """True the first time a progress message id is seen; False for a repeat."""

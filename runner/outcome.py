@@ -1,0 +1,41 @@
+"""How a run's outcome reads in the chat: the `[Subagent]` message's wording and its size limits."""
+
+from __future__ import annotations
+
+from bot.store.runs import COMPLETED, INTERRUPTED, TIMED_OUT
+from container.protocol import SpawnRequest
+
+SUBAGENT_SENDER = "[Subagent]"
+MAX_RESULT_CHARS = 20_000  # a result longer than this is cut before it is stored and sent
+MAX_ERROR_CHARS = 1_000  # a failure's reason is a line or a few, never a flood
+MAX_LABEL_CHARS = 80
+
+
+def label_for(request: SpawnRequest) -> str:
+    if request.label and request.label.strip():
+        return " ".join(request.label.split())[:MAX_LABEL_CHARS]
+    first = request.task.strip().splitlines()[0] if request.task.strip() else "task"
+    return first[:60]
+
+
+def subagent_content(label: str, body: str) -> str:
+    """The stored and sent form of a subagent's outcome, as the design's contract fixes it."""
+    return f"[Task: {label}]\n{body}"
+
+
+def cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… [{len(text) - limit} more characters cut]"
+
+
+def outcome_body(status: str, *, result: str | None, error: str | None) -> str:
+    """The message body for a final status; results and errors cut to their limits."""
+    if status == COMPLETED:
+        return cut(result or "", MAX_RESULT_CHARS)
+    reason = cut(error or "", MAX_ERROR_CHARS)
+    if status == TIMED_OUT:
+        return f"Timed out: {reason}"
+    if status == INTERRUPTED:
+        return f"Interrupted: {reason}"
+    return f"Failed: {reason}"

@@ -1,0 +1,100 @@
+"""The run API on a run's channel (`/run/...`): the host's side of task, progress messages, session, result.
+
+Every body is bounded before it is read, parsed as JSON and validated against the contract's models;
+the run it speaks for is the socket it arrived on, never anything in the body. What a run may do with
+an accepted request (its budgets, whether it is still live) is the `RunEndpoint`'s decision.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from container.protocol import (
+    MAX_RUN_BODY_BYTES,
+    MAX_SESSION_BYTES,
+    MESSAGE_PATH,
+    RESULT_PATH,
+    SESSION_PATH,
+    TASK_PATH,
+    ChannelAnswer,
+    ProgressMessage,
+    RunResult,
+    TaskSpec,
+)
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class ChannelRefused(Exception):
+    """The endpoint refuses the request: HTTP status and the reason the container sees."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class RunEndpoint(Protocol):
+    """What one run's channel hands to the task manager. Methods raise ChannelRefused to say no."""
+
+    async def task(self) -> TaskSpec: ...
+
+    async def message(self, message: ProgressMessage) -> str: ...
+
+    async def session(self, history_json: bytes) -> str: ...
+
+    async def result(self, result: RunResult) -> str: ...
+
+
+def answer(status: int, ok: bool, detail: str) -> web.Response:
+    return web.Response(
+        status=status, body=ChannelAnswer(ok=ok, detail=detail).model_dump_json(), content_type="application/json"
+    )
+
+
+async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> web.StreamResponse:
+    """Serve one `/run/...` request for the run whose socket it came in on."""
+    if endpoint is None:
+        return answer(404, False, "this channel serves no run API")
+    path, method = request.path, request.method
+    try:
+        if path == TASK_PATH and method == "GET":
+            task = await endpoint.task()
+            return web.Response(body=task.model_dump_json(), content_type="application/json")
+        if path == MESSAGE_PATH and method == "POST":
+            message = _parse(ProgressMessage, await _read(request, MAX_RUN_BODY_BYTES))
+            return answer(200, True, await endpoint.message(message))
+        if path == SESSION_PATH and method == "POST":
+            return answer(200, True, await endpoint.session(await _read(request, MAX_SESSION_BYTES)))
+        if path == RESULT_PATH and method == "POST":
+            result = _parse(RunResult, await _read(request, MAX_RUN_BODY_BYTES))
+            return answer(200, True, await endpoint.result(result))
+    except ChannelRefused as exc:
+        return answer(exc.status, False, exc.reason)
+    return answer(404, False, f"{method} {path} is not part of the run API")
+
+
+async def _read(request: web.Request, limit: int) -> bytes:
+    too_large = ChannelRefused(413, f"the body is over the limit of {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(model: type[ModelT], body: bytes) -> ModelT:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(body)"
+        raise ChannelRefused(400, f"not a valid {model.__name__}: {where}: {first['msg']}") from None

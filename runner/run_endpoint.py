@@ -1,0 +1,90 @@
+"""One run's end of its channel on the host: hands out the task, takes progress messages, the session
+and the result, each within the run's budgets and only while the run is live.
+
+Nothing here touches a file the container can write: what arrives is a bounded request body, already
+validated by runner/run_api.py. The result and session are held in memory until the container exits;
+the task manager decides the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from bot.delivery import Delivery
+from bot.logging import get_logger
+from bot.store.runs import ProgressOutcome, RunStore
+from container.protocol import ProgressMessage, RunResult, TaskSpec
+from runner.live_runs import LiveRun
+from runner.outcome import SUBAGENT_SENDER
+from runner.run_api import ChannelRefused
+from runner.sessions import SessionRejected, clean
+
+log = get_logger(__name__)
+
+
+class RunInbox:
+    """The `RunEndpoint` of one live run."""
+
+    def __init__(
+        self,
+        live: LiveRun,
+        spec: TaskSpec,
+        *,
+        runs: RunStore,
+        delivery: Delivery,
+        max_messages: int,
+        session_max_messages: int,
+    ) -> None:
+        self._live = live
+        self._spec = spec
+        self._runs = runs
+        self._delivery = delivery
+        self._max_messages = max_messages
+        self._session_max_messages = session_max_messages
+        self.result_received: RunResult | None = None
+        self.session_json: bytes | None = None
+        self.session_in: str | None = None  # the session the run started from, for its record
+        self.reported = asyncio.Event()
+
+    def _check_live(self) -> None:
+        if self._live.cancelled or self._live.released:
+            raise ChannelRefused(403, f"run {self._live.id} is cancelled or finished")
+
+    async def task(self) -> TaskSpec:
+        self._check_live()
+        return self._spec
+
+    async def message(self, message: ProgressMessage) -> str:
+        self._check_live()
+        staged = self._delivery.outgoing(self._live.chat_id, message.text, kind="progress", sender_name=SUBAGENT_SENDER)
+        outgoing = replace(staged, run_id=self._live.id)
+        outcome = await self._runs.add_progress(self._live.id, message.message_id, outgoing, self._max_messages)
+        if outcome is ProgressOutcome.OVER_BUDGET:
+            log.warning("progress_message_over_budget", run_id=self._live.id, limit=self._max_messages)
+            raise ChannelRefused(
+                429, f"this run has sent its {self._max_messages} progress messages; put the rest in the final answer"
+            )
+        if outcome is ProgressOutcome.NOT_LIVE:
+            raise ChannelRefused(403, f"run {self._live.id} is cancelled or finished")
+        if outcome is ProgressOutcome.ACCEPTED:
+            self._delivery.send_soon(self._live.chat_id)
+        return "already sent" if outcome is ProgressOutcome.DUPLICATE else "sent"
+
+    async def session(self, history_json: bytes) -> str:
+        self._check_live()
+        try:
+            # Validating a few MB of JSON takes milliseconds to seconds: never on the event loop.
+            self.session_json = await asyncio.to_thread(clean, history_json, self._session_max_messages)
+        except SessionRejected as exc:
+            log.warning("session_rejected", run_id=self._live.id, reason=str(exc))
+            raise ChannelRefused(400, f"session not kept: {exc}") from None
+        return "kept"
+
+    async def result(self, result: RunResult) -> str:
+        self._check_live()
+        if self.result_received is not None:
+            raise ChannelRefused(409, "this run has reported its result already")
+        self.result_received = result
+        self.reported.set()
+        return "received"

@@ -1,0 +1,77 @@
+"""Subagent sessions on the host: validated, trimmed and kept where no container can reach.
+
+A run hands its message history back over its channel; it is checked to be a pydantic-ai history,
+trimmed to SUBAGENT_SESSION_MAX_MESSAGES, and kept only if the run completes. The next run of the chat
+gets it back inside its task. A file that fails to load is skipped with a log line, so one bad session
+never breaks a chat's later runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
+
+from container.protocol import MAX_SESSION_BYTES, write_bytes_atomic
+
+
+class SessionRejected(Exception):
+    """The uploaded history is not usable; the message says why."""
+
+
+def trim(messages: list[ModelMessage], max_messages: int) -> list[ModelMessage]:
+    """The last `max_messages`, starting at a user prompt so no tool result is left without its call."""
+    if max_messages <= 0:
+        return []
+    kept = messages[-max_messages:]
+    for index, message in enumerate(kept):
+        if isinstance(message, ModelRequest) and any(isinstance(part, UserPromptPart) for part in message.parts):
+            return kept[index:]
+    return []
+
+
+def clean(data: bytes, max_messages: int) -> bytes:
+    """Validate an uploaded history and return it trimmed, re-encoded by us. Blocking: run in a thread."""
+    if len(data) > MAX_SESSION_BYTES:
+        raise SessionRejected(f"the session is over {MAX_SESSION_BYTES} bytes")
+    try:
+        messages = ModelMessagesTypeAdapter.validate_json(data)
+    except ValidationError as exc:
+        raise SessionRejected(f"not a message history ({exc.error_count()} errors)") from None
+    return ModelMessagesTypeAdapter.dump_json(trim(messages, max_messages))
+
+
+class SessionFiles:
+    """`sessions/<chat folder>/<run id>.json` under DATA_DIR, a folder only the host writes."""
+
+    def __init__(self, sessions_dir: Path) -> None:
+        self._dir = sessions_dir
+
+    def path(self, folder: str, session_id: str) -> Path:
+        return self._dir / folder / f"{session_id}.json"
+
+    def save(self, folder: str, session_id: str, cleaned: bytes) -> None:
+        target = self.path(folder, session_id)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(target, cleaned)
+
+    def load(self, folder: str, session_id: str, max_messages: int) -> list[Any] | None:
+        """The history as JSON values for a task, or None when missing or unusable. Blocking."""
+        try:
+            fd = os.open(self.path(folder, session_id), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            data = handle.read(MAX_SESSION_BYTES + 1)
+        try:
+            value: list[Any] = json.loads(clean(data, max_messages))
+        except (SessionRejected, ValueError):
+            return None
+        return value
