@@ -1,0 +1,114 @@
+"""The real subagent service (real SQLite, real run channels on Unix sockets, the real container client)
+on the in-memory container runtime: each "container" is a coroutine that talks to its run channel."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.app import Stores
+from bot.channels.base import DeliveryError
+from bot.settings import Settings
+from bot.store.chats import Chat
+from bot.typing_indicator import TypingIndicator
+from container.channel import RunChannel
+from container.protocol import CHANNEL_DIR, CHANNEL_SOCKET_FILE, SpawnRequest
+from runner.ipc_outcome import RequestOutcome
+from runner.service import SubagentService
+from tests.bot.helpers import RecordingChannel, make_delivery
+from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
+from tests.harness import make_settings
+
+CHAT_ID = -1001
+OTHER_CHAT_ID = -1002
+WAIT_SECONDS = 10.0  # only so a broken test fails instead of hanging
+
+Behaviour = Callable[[RunChannel, MemoryContainer], Awaitable[int | None]]
+
+
+def socket_of(container: MemoryContainer) -> Path:
+    mount = next(m for m in container.spec.mounts if m.target == CHANNEL_DIR)
+    return mount.source / CHANNEL_SOCKET_FILE
+
+
+class FlakyChannel(RecordingChannel):
+    """Telegram as a test wants it: `fail_sends` makes every send a transient failure (rows wait)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_sends = False
+
+    async def send_part(self, chat_id: int, part: str) -> int | None:
+        if self.fail_sends:
+            raise DeliveryError("Telegram is slow today", permanent=False, retry_after_seconds=0.01)
+        return await super().send_part(chat_id, part)
+
+
+@dataclass
+class Rig:
+    settings: Settings
+    stores: Stores
+    channel: FlakyChannel
+    runtime: MemoryRuntime
+    service: SubagentService
+    chat: Chat
+
+    async def spawn(self, task: str = "do it", *, chat_id: int = CHAT_ID, turn_id: str | None = None) -> str:
+        run_id = secrets.token_hex(6)
+        request = SpawnRequest(request_id=run_id, task=task, turn_id=turn_id)
+        assert await self.service.manager.on_request(chat_id, request) is RequestOutcome.ACCEPTED
+        return run_id
+
+    async def status(self, run_id: str) -> str:
+        record = await self.service.runs.get(run_id)
+        assert record is not None
+        return record.status
+
+    async def until_status(self, run_id: str, *statuses: str) -> str:
+        async with asyncio.timeout(WAIT_SECONDS):
+            while (status := await self.status(run_id)) not in statuses:
+                await asyncio.sleep(0.01)
+        return status
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        async with asyncio.timeout(WAIT_SECONDS):
+            while not predicate():
+                await asyncio.sleep(0.01)
+
+    async def settled(self) -> None:
+        """Every run of this process has ended and been cleaned up."""
+        await self.until(lambda: not self.service.live.all())
+
+    def texts(self, chat_id: int = CHAT_ID) -> list[str]:
+        return self.channel.texts(chat_id)
+
+
+@asynccontextmanager
+async def rig(tmp_path: Path, behaviour: Behaviour, **overrides: Any) -> AsyncIterator[Rig]:
+    settings = make_settings(tmp_path / "data", **overrides)
+    stores = await Stores.open(settings)
+    channel = FlakyChannel()
+    delivery = make_delivery(stores.db, channel)
+    typing = TypingIndicator(channel.send_typing, settings.typing_interval_seconds)
+
+    async def on_start(container: MemoryContainer) -> int | None:
+        async with RunChannel(socket_of(container)) as run_channel:
+            return await behaviour(run_channel, container)
+
+    runtime = MemoryRuntime(on_start=on_start)
+    service = SubagentService(settings, stores, delivery, typing, runtime)
+    chat = await stores.chats.ensure(CHAT_ID, "group", "main")
+    await stores.chats.ensure(OTHER_CHAT_ID, "group", "other")
+    await service.start()
+    try:
+        yield Rig(settings, stores, channel, runtime, service, chat)
+    finally:
+        await service.stop()
+        runtime.stop_behaviours()
+        await typing.close()
+        await stores.db.close()

@@ -1,0 +1,296 @@
+"""The run lifecycle without Docker: caps, cancels racing completions, stops that the engine does not
+confirm, budgets, sessions and results, each through the real run channel."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bot.store.runs import CANCELLED, COMPLETED, FAILED, REJECTED, TIMED_OUT
+from container.channel import ChannelRefused, RunChannel
+from container.protocol import ProgressMessage, RunResult
+from runner.runtime import RuntimeUnavailable
+from tests.fakes.memory_runtime import MemoryContainer
+from tests.runner.lifecycle_helpers import CHAT_ID, OTHER_CHAT_ID, rig
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def reports(text: str) -> int:
+    return 0
+
+
+def completing(text: str = "all done", session: bytes | None = None):  # type: ignore[no-untyped-def]
+    async def behaviour(channel: RunChannel, container: MemoryContainer) -> int | None:
+        task = await channel.task()
+        if session is not None:
+            await channel.save_session(session)
+        await channel.report(RunResult(status="completed", result=f"{text}: {task.task}"))
+        return 0
+
+    return behaviour
+
+
+def forever(reported: asyncio.Event | None = None):  # type: ignore[no-untyped-def]
+    async def behaviour(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        if reported is not None:
+            reported.set()
+        await asyncio.Event().wait()
+        return None
+
+    return behaviour
+
+
+async def test_a_result_arrives_once_as_a_subagent_message(tmp_path: Path) -> None:
+    async with rig(tmp_path, completing()) as r:
+        run_id = await r.spawn("count the stars")
+        assert await r.until_status(run_id, COMPLETED, FAILED) == COMPLETED
+        await r.until(lambda: any("count the stars" in t for t in r.texts()))
+        await r.settled()
+        results = [t for t in r.texts() if "[Task: count the stars]" in t]
+        assert results == ["Crew: [Task: count the stars]\nall done: count the stars"]
+        assert r.runtime.removed, "the container is removed after its result is collected"
+
+
+async def test_cap_holds_under_concurrent_requests(tmp_path: Path) -> None:
+    async with rig(tmp_path, forever(), MAX_CONCURRENT_SUBAGENTS=2) as r:
+        run_ids = await asyncio.gather(*(r.spawn(f"job {i}") for i in range(6)))
+        statuses = [await r.status(run_id) for run_id in run_ids]
+        assert statuses.count(REJECTED) == 4
+        await r.until(lambda: r.runtime.running_count() == 2)
+        assert r.runtime.max_running == 2
+
+
+async def test_cancel_racing_a_reported_result_records_one_outcome(tmp_path: Path) -> None:
+    reported = asyncio.Event()
+
+    async def report_then_hang(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        await channel.report(RunResult(status="completed", result="too late"))
+        reported.set()
+        await asyncio.Event().wait()
+        return None
+
+    async with rig(tmp_path, report_then_hang) as r:
+        run_id = await r.spawn("race")
+        await asyncio.wait_for(reported.wait(), 5)
+        assert await r.service.manager.cancel_run(CHAT_ID, run_id) == CANCELLED
+        await r.settled()
+        assert await r.status(run_id) == CANCELLED
+        assert not any("too late" in t for t in r.texts())
+
+
+async def test_a_cancelled_run_holds_its_slot_until_the_kill_is_confirmed(tmp_path: Path) -> None:
+    started = asyncio.Event()
+    async with rig(tmp_path, forever(started), MAX_CONCURRENT_SUBAGENTS=1) as r:
+        run_id = await r.spawn("stubborn")
+        await asyncio.wait_for(started.wait(), 5)
+        r.runtime.set_engine_down(True)
+        assert await r.service.manager.cancel_run(CHAT_ID, run_id) == CANCELLED
+        # The engine did not confirm the kill: the container may still run, so it still counts.
+        assert r.service.live.count() == 1
+        refused = await r.spawn("next")
+        assert await r.status(refused) == REJECTED
+        r.runtime.set_engine_down(False)
+        await r.settled()
+        assert r.runtime.running_count() == 0
+        assert r.service.live.count() == 0
+
+
+async def test_a_timed_out_container_whose_kill_failed_is_killed_and_removed_later(tmp_path: Path) -> None:
+    started = asyncio.Event()
+    async with rig(tmp_path, forever(started), SUBAGENT_TIMEOUT_SECONDS=0.5) as r:
+        run_id = await r.spawn("slow")
+        await asyncio.wait_for(started.wait(), 5)
+        r.runtime.set_engine_down(True)
+        await asyncio.sleep(0.8)  # past the time limit while the engine is away
+        assert r.service.live.count() == 1
+        r.runtime.set_engine_down(False)
+        assert await r.until_status(run_id, TIMED_OUT, FAILED) == TIMED_OUT
+        await r.settled()
+        assert r.runtime.running_count() == 0
+        assert r.runtime.removed
+
+
+async def test_progress_messages_beyond_the_budget_are_refused(tmp_path: Path) -> None:
+    answers: list[str] = []
+
+    async def chatty(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        for index in range(5):
+            try:
+                answers.append(await channel.send_message(ProgressMessage(message_id=f"msg-{index:04d}", text="hi")))
+            except ChannelRefused as exc:
+                answers.append(f"refused: {exc}")
+        # A retry of an accepted message is not a second message.
+        answers.append(await channel.send_message(ProgressMessage(message_id="msg-0000", text="hi")))
+        await channel.report(RunResult(status="completed", result="ok"))
+        return 0
+
+    async with rig(tmp_path, chatty, SUBAGENT_MAX_MESSAGES=2) as r:
+        run_id = await r.spawn("chatter")
+        await r.until_status(run_id, COMPLETED)
+        await r.settled()
+        assert answers[:2] == ["sent", "sent"]
+        assert all(a.startswith("refused: this run has sent its 2 progress messages") for a in answers[2:5])
+        assert answers[5] == "already sent"
+        assert sum(1 for t in r.texts() if t == "Crew: hi") == 2
+
+
+async def test_cancel_drops_progress_messages_not_yet_sent(tmp_path: Path) -> None:
+    sent = asyncio.Event()
+
+    async def message_then_hang(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        await channel.send_message(ProgressMessage(message_id="msg-000001", text="partial news"))
+        sent.set()
+        await asyncio.Event().wait()
+        return None
+
+    async with rig(tmp_path, message_then_hang) as r:
+        r.channel.fail_sends = True  # Telegram is slow: the message waits in the outbox
+        run_id = await r.spawn("news")
+        await asyncio.wait_for(sent.wait(), 5)
+        await r.service.manager.cancel_run(CHAT_ID, run_id)
+        r.channel.fail_sends = False
+        await r.settled()
+        await r.service.manager._delivery.flush(CHAT_ID)  # noqa: SLF001 - what the dispatcher would do next
+        assert not any("partial news" in t for t in r.texts())
+
+
+async def test_token_budget_exhaustion_ends_the_run_with_a_clear_message(tmp_path: Path) -> None:
+    started = asyncio.Event()
+    async with rig(tmp_path, forever(started)) as r:
+        run_id = await r.spawn("spender")
+        await asyncio.wait_for(started.wait(), 5)
+        await r.service.manager.on_budget_exhausted(run_id)
+        assert await r.until_status(run_id, FAILED, COMPLETED) == FAILED
+        await r.settled()
+        record = await r.service.runs.get(run_id)
+        assert record is not None and record.error is not None and "SUBAGENT_MAX_TOKENS" in record.error
+        assert r.runtime.running_count() == 0
+
+
+async def test_a_container_that_reports_but_does_not_exit_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("runner.manager.RESULT_GRACE_SECONDS", 0.1)
+
+    async def report_and_linger(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        await channel.report(RunResult(status="completed", result="done but lingering"))
+        await asyncio.Event().wait()
+        return None
+
+    async with rig(tmp_path, report_and_linger) as r:
+        run_id = await r.spawn("linger")
+        assert await r.until_status(run_id, COMPLETED, FAILED) == COMPLETED
+        await r.settled()
+        assert r.runtime.running_count() == 0
+
+
+async def test_a_second_result_is_refused(tmp_path: Path) -> None:
+    second: list[str] = []
+
+    async def twice(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        await channel.report(RunResult(status="completed", result="first"))
+        try:
+            await channel.report(RunResult(status="completed", result="second"))
+        except ChannelRefused as exc:
+            second.append(str(exc))
+        return 0
+
+    async with rig(tmp_path, twice) as r:
+        run_id = await r.spawn("twice")
+        await r.until_status(run_id, COMPLETED)
+        await r.settled()
+        assert second == ["this run has reported its result already"]
+        record = await r.service.runs.get(run_id)
+        assert record is not None and record.result == "first"
+
+
+async def test_sessions_carry_over_only_from_completed_runs_and_bad_ones_are_refused(tmp_path: Path) -> None:
+    seen_history: list[int] = []
+    refusals: list[str] = []
+    good = (
+        b'[{"kind":"request","parts":[{"part_kind":"user-prompt","content":"hi","timestamp":"2026-01-01T00:00:00Z"}]},'
+        b'{"kind":"response","parts":[{"part_kind":"text","content":"hello"}],"timestamp":"2026-01-01T00:00:01Z"}]'
+    )
+
+    async def behaviour(channel: RunChannel, container: MemoryContainer) -> int | None:
+        task = await channel.task()
+        seen_history.append(len(task.history))
+        try:
+            await channel.save_session(good if task.task != "bad" else b'{"not": "a history"}')
+        except ChannelRefused as exc:
+            refusals.append(str(exc))
+        await channel.report(RunResult(status="completed", result="ok"))
+        return 0
+
+    async with rig(tmp_path, behaviour) as r:
+        first = await r.spawn("first")
+        await r.until_status(first, COMPLETED)
+        await r.settled()
+        bad = await r.spawn("bad")
+        await r.until_status(bad, COMPLETED)
+        await r.settled()
+        third = await r.spawn("third")
+        await r.until_status(third, COMPLETED)
+        await r.settled()
+        assert seen_history == [0, 2, 2]
+        assert len(refusals) == 1 and "not a message history" in refusals[0]
+
+
+async def test_a_workspace_over_quota_refuses_to_start_and_says_how_to_clear_it(tmp_path: Path) -> None:
+    async with rig(tmp_path, completing(), WORKSPACE_QUOTA_MB=1) as r:
+        workspace = r.service.paths.workspace(r.chat.folder)
+        workspace.mkdir(parents=True, exist_ok=True)
+        (workspace / "big.bin").write_bytes(b"x" * (2 * 1024 * 1024))
+        run_id = await r.spawn("anything")
+        assert await r.until_status(run_id, FAILED, COMPLETED) == FAILED
+        await r.settled()
+        assert not r.runtime.started_specs
+        assert any("/workspace clear" in t and "WORKSPACE_QUOTA_MB" in t for t in r.texts())
+
+
+async def test_deferred_recovery_leaves_this_process_runs_alone(tmp_path: Path) -> None:
+    release = asyncio.Event()
+
+    async def wait_then_complete(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        await release.wait()
+        await channel.report(RunResult(status="completed", result="mine"))
+        return 0
+
+    async with rig(tmp_path, wait_then_complete) as r:
+        run_id = await r.spawn("own run")
+        await r.until(lambda: r.runtime.running_count() == 1)
+        report = await r.service.recovery.run()  # as when the engine comes back after a down start
+        assert (report.reattached, report.interrupted, report.removed) == (0, 0, 0)
+        release.set()
+        assert await r.until_status(run_id, COMPLETED, FAILED) == COMPLETED
+
+
+async def test_a_rejection_notice_owed_before_a_crash_is_told_at_start(tmp_path: Path) -> None:
+    async with rig(tmp_path, completing()) as r:
+        await r.service.runs.create("rej-000001", OTHER_CHAT_ID, None, "t", "t", False, REJECTED, "full")
+        await r.service.manager.tell_unnotified_rejections()
+        await r.until(lambda: len(r.texts(OTHER_CHAT_ID)) == 1)
+        await r.service.manager.tell_unnotified_rejections()
+        await asyncio.sleep(0.05)
+        assert len(r.texts(OTHER_CHAT_ID)) == 1
+
+
+async def test_engine_failure_on_kill_is_logged_and_retried(tmp_path: Path) -> None:
+    started = asyncio.Event()
+    async with rig(tmp_path, forever(started)) as r:
+        run_id = await r.spawn("kill me")
+        await asyncio.wait_for(started.wait(), 5)
+        r.runtime.fail_next_kill(RuntimeUnavailable("engine hiccup"))
+        await r.service.manager.cancel_run(CHAT_ID, run_id)
+        await r.settled()
+        assert r.runtime.running_count() == 0
