@@ -3,6 +3,9 @@
 A run is identified by the socket its request arrived on (no token to steal or forge). The proxy adds the
 provider key, counts tokens and requests per run, and refuses (403) a run the manager no longer considers
 live, checking before it forwards, while the upstream call is in flight, and when the answer comes back.
+Every body is rebuilt by the request policy (runner/llm_policy.py) with its output capped by what is left of
+the run's token budget once the calls already in flight have had theirs: parallel calls cannot each spend
+the whole remainder. A run out of budget gets 429, and `on_budget_exhausted` hears of it once.
 This module's job is that per-run serving and bookkeeping; talking to the provider is runner/llm_upstream.py
 and token counting runner/llm_usage.py.
 
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -24,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import pydantic_core
 from aiohttp import web
 
 from bot.logging import get_logger
 from container.protocol import RUN_API_PREFIX
-from runner.llm_policy import RequestPolicy
+from runner.llm_policy import RequestPolicy, Sanitized
 from runner.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
 from runner.llm_usage import Usage
 from runner.offline_subagent import OfflineSubagentModel
@@ -44,6 +47,9 @@ GATE_POLL_SECONDS = 0.25
 CLOSE_GRACE_SECONDS = 2.0
 SOCKET_MODE = 0o666  # the container's uid must connect; the run dir's permissions guard who can reach it
 MAX_UNIX_PATH_BYTES = 107  # sun_path holds 108 bytes including the terminating NUL
+# A body left unread (refused as too large, or on a path that takes none) is not drained: aiohttp would read
+# and discard it for up to 10 s by default, so a container could make the host read without limit.
+LINGERING_SECONDS = 0.0
 
 
 class RunGate(Protocol):
@@ -85,6 +91,7 @@ class _Run:
     runner: web.AppRunner | None = None
     requests: int = 0
     tokens: int = 0
+    reserved: int = 0  # output tokens the calls in flight may still spend
     budget_told: bool = False
     closed: bool = False
     calls: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -110,7 +117,7 @@ class LlmProxy:
         gate_poll_seconds: float = GATE_POLL_SECONDS,
         offline_model: OfflineSubagentModel | None = None,
     ) -> None:
-        self._upstream = Upstream(upstream, offline_model)
+        self._upstream = Upstream(upstream, policy, offline_model)
         self._policy = policy
         self._max_tokens = max_tokens_per_run
         self._on_budget_exhausted = on_budget_exhausted
@@ -144,7 +151,9 @@ class LlmProxy:
         app = web.Application(client_max_size=self._max_body_bytes)
         app[_RUN_KEY] = run
         app.router.add_route("*", "/{path:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=CLOSE_GRACE_SECONDS)
+        runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=CLOSE_GRACE_SECONDS, lingering_time=LINGERING_SECONDS
+        )
         await runner.setup()
         try:
             await web.UnixSite(runner, str(socket_path)).start()
@@ -173,6 +182,9 @@ class LlmProxy:
     async def close(self) -> None:
         for run_id in list(self._runs):
             await self.close_run(run_id)
+        for task in list(self._budget_tasks):
+            task.cancel()  # shutting down: every run stops anyway
+        await asyncio.gather(*self._budget_tasks, return_exceptions=True)
         await self._upstream.close()
 
     def open_runs(self) -> list[str]:
@@ -199,7 +211,7 @@ class LlmProxy:
                     "run_request_limit",
                     f"run {run.run_id} reached its limit of {self._max_requests} LLM requests",
                 )
-            payload = self._sanitize(run, request.path, payload)
+            sanitized = self._sanitize(run, request.path, payload)
         except ProxyError as exc:
             self._log_call(run, request, exc.status, None, started, error=exc.error_type)
             return exc.response()
@@ -207,6 +219,16 @@ class LlmProxy:
             return self._refuse(run, request, started)
 
         run.requests += 1
+        run.reserved += sanitized.output_cap
+        try:
+            return await self._call(run, request, target, sanitized.payload, started)
+        finally:
+            # Released only after _call recorded the tokens: never a moment when the call counts for nothing.
+            run.reserved -= sanitized.output_cap
+
+    async def _call(
+        self, run: _Run, request: web.Request, target: str, payload: dict[str, Any], started: float
+    ) -> web.StreamResponse:
         call = Call()
         try:
             response = await self._guarded(run, self._upstream.answer(request, target, payload, call))
@@ -225,24 +247,42 @@ class LlmProxy:
         self._log_call(run, request, response.status, call.usage, started, stream=call.stream is not None)
         return response
 
-    def _sanitize(self, run: _Run, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """The policy's copy of the request: pinned model, output capped by what is left of the budget."""
-        remaining = self._max_tokens - run.tokens
-        if remaining <= 0:
-            self._tell_budget_exhausted(run)
-        sanitized = self._policy.sanitize(path, payload, remaining)
+    def _sanitize(self, run: _Run, path: str, payload: dict[str, Any]) -> Sanitized:
+        """The policy's copy of the request: pinned model, output capped by what is left of the budget
+        after the calls in flight."""
+        left = self._max_tokens - run.tokens
+        if left <= 0:
+            self._tell_budget_exhausted(run)  # and the policy refuses the call with the reason
+        elif left <= run.reserved:
+            # Not exhausted: those calls may well spend less than they may. The SDKs retry a 429.
+            raise ProxyError(
+                429,
+                "run_token_budget_in_flight",
+                "the rest of this run's token budget (SUBAGENT_MAX_TOKENS) is held by its LLM calls in flight; "
+                "retry when they have finished",
+            )
+        sanitized = self._policy.sanitize(path, payload, max(0, left - run.reserved))
         if sanitized.dropped:
             self._log.warning("llm_request_fields_dropped", run_id=run.run_id, dropped=list(sanitized.dropped))
-        return sanitized.payload
+        return sanitized
 
     def _tell_budget_exhausted(self, run: _Run) -> None:
         # Once per run: the manager ends it; the 429 the policy raises tells the container why.
         if run.budget_told or self._on_budget_exhausted is None:
             return
         run.budget_told = True
-        task = asyncio.create_task(self._on_budget_exhausted(run.run_id), name=f"budget-{run.run_id}")
+        task = asyncio.create_task(
+            self._budget_exhausted(self._on_budget_exhausted, run.run_id), name=f"budget-{run.run_id}"
+        )
         self._budget_tasks.add(task)
         task.add_done_callback(self._budget_tasks.discard)
+
+    async def _budget_exhausted(self, callback: BudgetCallback, run_id: str) -> None:
+        try:
+            await callback(run_id)
+        except Exception:
+            # Nobody awaits this task: without the log a run that was not stopped would go unexplained.
+            self._log.exception("budget_exhausted_callback_failed", run_id=run_id)
 
     async def _read_payload(self, request: web.Request) -> dict[str, Any]:
         too_large = ProxyError(413, "request_too_large", f"request body is over {self._max_body_bytes} bytes")
@@ -253,9 +293,11 @@ class LlmProxy:
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
         try:
-            payload = json.loads(body)
+            # Not json.loads: a deeply nested body raises RecursionError there, an unhandled 500. This parser
+            # stops at depth 200, far beyond any real request, and refuses NaN, which no provider takes as JSON.
+            payload = pydantic_core.from_json(body, allow_inf_nan=False)
         except ValueError:
-            raise ProxyError(400, "invalid_request", "request body is not JSON") from None
+            raise ProxyError(400, "invalid_request", "request body is not JSON (or nested too deeply)") from None
         if not isinstance(payload, dict):
             raise ProxyError(400, "invalid_request", "request body must be a JSON object")
         return payload

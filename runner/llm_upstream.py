@@ -1,9 +1,10 @@
 """The provider side of the LLM proxy: where a call goes, with which headers and key, and how its answer comes back.
 
-`Upstream` maps the container's paths to the provider's, adds the provider key (never the container's
-headers beyond an allow-list), applies the timeouts and size limits, and either returns the provider's
-answer whole or relays a stream as it arrives, counting its tokens on the way. The offline model answers
-here too. Run bookkeeping (liveness, limits, usage records) is the proxy's, in runner/llm_proxy.py.
+`Upstream` maps the container's paths to the provider's, adds the provider key (of the container's headers,
+only those the request policy allows: runner/llm_policy.py), applies the timeouts and size limits, and either
+returns the provider's answer whole or relays a stream as it arrives, counting its tokens on the way. The
+offline model answers here too. Run bookkeeping (liveness, limits, usage records) is the proxy's, in
+runner/llm_proxy.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -22,14 +23,13 @@ from bot.settings import LLMProvider, Settings
 from runner.llm_usage import SseUsageScanner, Usage
 from runner.offline_subagent import OfflineRequestError, OfflineSubagentModel, stream_chunks
 
+if TYPE_CHECKING:  # llm_policy imports ProxyError from here
+    from runner.llm_policy import RequestPolicy
+
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"  # OpenAI convention: the base includes /v1
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # Anthropic convention: it does not
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
-# Only these request headers reach the provider: never the container's Authorization, x-api-key, cookies.
-FORWARDED_HEADERS = ("accept", "anthropic-version")
-# Beta headers switch on provider-side features (tools that reach the network): only when the operator allows.
-BETA_HEADERS = ("anthropic-beta", "openai-beta")
 SSE_CONTENT_TYPE = "text/event-stream"
 
 # Container-side path -> path under the provider's base URL, per provider.
@@ -66,7 +66,6 @@ class UpstreamConfig:
     base_url: str = ""
     api_key: SecretStr | None = None
     timeout_seconds: float = 120.0
-    allow_provider_tools: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> UpstreamConfig:
@@ -81,7 +80,6 @@ class UpstreamConfig:
             base_url=base_url.rstrip("/"),
             api_key=settings.llm_api_key,
             timeout_seconds=settings.llm_timeout_seconds,
-            allow_provider_tools=settings.subagent_allow_provider_tools,
         )
 
 
@@ -94,10 +92,14 @@ class Call:
 
 
 class Upstream:
-    """The provider (or the offline model) behind the proxy; one HTTP session serves every run."""
+    """The provider (or the offline model) behind the proxy; one HTTP session serves every run.
+    Which of the container's headers reach the provider is the policy's rule, as is what of the body does."""
 
-    def __init__(self, config: UpstreamConfig, offline_model: OfflineSubagentModel | None = None) -> None:
+    def __init__(
+        self, config: UpstreamConfig, policy: RequestPolicy, offline_model: OfflineSubagentModel | None = None
+    ) -> None:
         self.config = config
+        self._policy = policy
         self._routes = _ROUTES[config.provider]
         self._offline = offline_model or OfflineSubagentModel()
         self._session: aiohttp.ClientSession | None = None
@@ -144,8 +146,7 @@ class Upstream:
         return web.Response(text="".join(events) + "data: [DONE]\n\n", content_type=SSE_CONTENT_TYPE)
 
     def _headers(self, request: web.Request) -> dict[str, str]:
-        forwarded = FORWARDED_HEADERS + (BETA_HEADERS if self.config.allow_provider_tools else ())
-        headers = {name: request.headers[name] for name in forwarded if name in request.headers}
+        headers = self._policy.headers(request.headers)
         headers["Content-Type"] = "application/json"
         key = self.config.api_key.get_secret_value() if self.config.api_key is not None else None
         if self.config.provider is LLMProvider.ANTHROPIC:
@@ -201,11 +202,19 @@ class Upstream:
         call.stream = response
         await response.prepare(request)
         scanner = SseUsageScanner(call.usage)
+        relaying = True
         async for chunk in upstream.content.iter_any():
             scanner.feed(chunk)
-            await response.write(chunk)
+            if relaying:
+                try:
+                    await response.write(chunk)
+                except ConnectionError:
+                    # The container hung up. Read on: the usage comes in the last events, and a stream cut
+                    # just before them would otherwise cost the run nothing. The output cap bounds the rest.
+                    relaying = False
         scanner.close()
-        await response.write_eof()
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
         return response
 
 

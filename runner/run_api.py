@@ -1,6 +1,7 @@
 """The run API on a run's channel (`/run/...`): the host's side of task, progress messages, session, result.
 
-Every body is bounded before it is read, parsed as JSON and validated against the contract's models;
+Every body is bounded as it is read (never more than one byte past its limit), parsed as JSON and
+validated against the contract's models;
 the run it speaks for is the socket it arrived on, never anything in the body. What a run may do with
 an accepted request (its budgets, whether it is still live) is the `RunEndpoint`'s decision.
 """
@@ -26,6 +27,10 @@ from container.protocol import (
 )
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+READ_CHUNK_BYTES = 64 * 1024
+MAX_SHOWN_CHARS = 100  # what a refusal echoes of the request (path, method, field name): the container chose it
+_ROUTES = {TASK_PATH: "GET", MESSAGE_PATH: "POST", SESSION_PATH: "POST", RESULT_PATH: "POST"}
 
 
 class ChannelRefused(Exception):
@@ -74,7 +79,10 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
             return answer(200, True, await endpoint.result(result))
     except ChannelRefused as exc:
         return answer(exc.status, False, exc.reason)
-    return answer(404, False, f"{method} {path} is not part of the run API")
+    shown = path[:MAX_SHOWN_CHARS]
+    if path in _ROUTES:
+        return answer(405, False, f"{shown} takes {_ROUTES[path]}, not {method[:MAX_SHOWN_CHARS]}")
+    return answer(404, False, f"{shown} is not part of the run API")
 
 
 async def _read(request: web.Request, limit: int) -> bytes:
@@ -83,12 +91,15 @@ async def _read(request: web.Request, limit: int) -> bytes:
         raise too_large
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
+    while True:
+        # At most one byte past the limit: that byte is how an over-limit body without a length shows itself.
+        chunk = await request.content.read(min(READ_CHUNK_BYTES, limit + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
         size += len(chunk)
         if size > limit:
             raise too_large
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _parse(model: type[ModelT], body: bytes) -> ModelT:
@@ -96,5 +107,5 @@ def _parse(model: type[ModelT], body: bytes) -> ModelT:
         return model.model_validate_json(body)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(body)"
+        where = ".".join(str(part) for part in first["loc"])[:MAX_SHOWN_CHARS] or "(body)"
         raise ChannelRefused(400, f"not a valid {model.__name__}: {where}: {first['msg']}") from None

@@ -1,4 +1,6 @@
-"""LlmProxy on real Unix sockets, against a scripted upstream on 127.0.0.1 and the offline model."""
+"""LlmProxy on real Unix sockets, against scripted upstreams on 127.0.0.1 (FakeUpstream here for the
+hang-ups and mid-stream cuts, tests/fakes/llm_server.py's FakeLLM for what reaches the provider) and the
+offline model: credentials, liveness, limits, streams, and the request policy and token budget."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from bot.settings import LLMProvider, load_settings
-from runner.llm_proxy import LlmProxy
+from runner.llm_policy import DEFAULT_MAX_OUTPUT_TOKENS, RequestPolicy
+from runner.llm_proxy import LlmProxy, Spent
 from runner.llm_upstream import (
     DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_ANTHROPIC_VERSION,
@@ -31,11 +34,14 @@ from runner.llm_upstream import (
     UpstreamConfig,
 )
 from runner.llm_usage import SseUsageScanner, Usage
+from tests.fakes.llm_server import FakeLLM, anthropic_text, openai_text
 
 API_KEY = "sk-test-provider-key-0123456789"
 CONTAINER_TOKEN = "container-made-up-token"
 RUN = "run-aaaaaa"
 OTHER_RUN = "run-bbbbbb"
+MODEL = "pinned-subagent-model"  # SUBAGENT_MODEL: what every request reaching the provider asks for
+PLENTY = 10_000_000  # a run's token budget when the budget is not what a test is about
 
 
 @dataclass
@@ -49,9 +55,11 @@ class Gate:
 @dataclass
 class Sink:
     calls: list[tuple[str, int, int, int]] = field(default_factory=list)
+    recorded: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def record_usage(self, run_id: str, input_tokens: int, output_tokens: int, requests: int) -> None:
         self.calls.append((run_id, input_tokens, output_tokens, requests))
+        self.recorded.set()
 
 
 Behaviour = Callable[[web.Request, dict[str, Any]], Awaitable[web.StreamResponse]]
@@ -139,11 +147,15 @@ ProxyFactory = Callable[..., Awaitable[LlmProxy]]
 async def make_proxy(gate: Gate, sink: Sink, tmp_path: Path) -> AsyncIterator[ProxyFactory]:
     proxies: list[LlmProxy] = []
 
-    async def make(config: UpstreamConfig, **options: Any) -> LlmProxy:
+    async def make(
+        config: UpstreamConfig, *, allow_provider_tools: bool = False, spent: Spent | None = None, **options: Any
+    ) -> LlmProxy:
         options.setdefault("gate_poll_seconds", 0.05)
+        options.setdefault("max_tokens_per_run", PLENTY)
+        options.setdefault("policy", RequestPolicy(config.provider, MODEL, allow_provider_tools=allow_provider_tools))
         proxy = LlmProxy(config, gate, sink, **options)
         proxies.append(proxy)
-        await proxy.open_run(RUN, tmp_path / "llm.sock")
+        await proxy.open_run(RUN, tmp_path / "llm.sock", spent=spent)
         return proxy
 
     yield make
@@ -192,7 +204,8 @@ async def test_key_added_and_container_credentials_replaced(
 
     assert status == 200 and body["choices"][0]["message"]["content"] == "hello"
     [seen] = upstream.seen
-    assert seen.path == "/v1/chat/completions" and seen.body == CHAT
+    assert seen.path == "/v1/chat/completions"
+    assert seen.body == {**CHAT, "model": MODEL, "max_completion_tokens": DEFAULT_MAX_OUTPUT_TOKENS}
     assert seen.headers["authorization"] == f"Bearer {API_KEY}"
     assert "x-api-key" not in seen.headers and "cookie" not in seen.headers
     assert sink.calls == [(RUN, 11, 7, 1)]
@@ -433,7 +446,8 @@ async def test_socket_is_world_connectable(make_proxy: ProxyFactory, tmp_path: P
 
 
 async def test_too_long_socket_path_is_refused(gate: Gate, sink: Sink, tmp_path: Path) -> None:
-    proxy = LlmProxy(UpstreamConfig(LLMProvider.OFFLINE), gate, sink)
+    policy = RequestPolicy(LLMProvider.OFFLINE, MODEL, allow_provider_tools=False)
+    proxy = LlmProxy(UpstreamConfig(LLMProvider.OFFLINE), gate, sink, policy=policy, max_tokens_per_run=PLENTY)
     with pytest.raises(ValueError, match="DATA_DIR"):
         await proxy.open_run(RUN, tmp_path / ("d" * 120) / "llm.sock")
     await proxy.close()
@@ -601,6 +615,289 @@ def test_sse_scanner_reads_usage_across_chunk_boundaries() -> None:
         scanner.feed(stream[start : start + 7])
     scanner.close()
     assert (usage.input_tokens, usage.output_tokens) == (30, 12)
+
+
+async def test_a_stream_the_container_hangs_up_on_is_still_counted(
+    upstream: FakeUpstream, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path
+) -> None:
+    """OpenAI reports a stream's usage in its last event: hanging up just before it must not make the call free."""
+    first = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "he"}}]}
+    last = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
+    hung_up = asyncio.Event()
+
+    async def sse_past_a_hang_up(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(first)}\n\n".encode())
+        await hung_up.wait()
+        for _ in range(3):  # the proxy's first write after the hang-up may still land in the socket's buffer
+            await response.write(f"data: {json.dumps(first)}\n\n".encode())
+            await asyncio.sleep(0.05)
+        await response.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
+        await response.write_eof()
+        return response
+
+    upstream.behaviour = sse_past_a_hang_up
+    await make_proxy(openai_upstream(upstream))
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(tmp_path / "llm.sock"))) as session:
+        response = await session.post("http://llm/v1/chat/completions", json={**CHAT, "stream": True})
+        assert b"he" in await response.content.readany()
+        response.close()  # the container goes away mid-stream
+    hung_up.set()
+
+    await asyncio.wait_for(sink.recorded.wait(), 5)
+    assert sink.calls == [(RUN, 9, 2, 1)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # json.loads: RecursionError
+        b'{"messages": [], "max_tokens": ' + b"9" * 5_000 + b"}",  # over Python's int-parsing limit
+        b'{"messages": [], "temperature": NaN}',
+        b'{"messages": [{"role": "user", "content": "\xff"}]}',
+    ],
+    ids=["deep", "huge-int", "nan", "not-utf8"],
+)
+async def test_hostile_json_is_400_not_500(
+    upstream: FakeUpstream, make_proxy: ProxyFactory, tmp_path: Path, data: bytes
+) -> None:
+    await make_proxy(openai_upstream(upstream))
+
+    status, body = await post(tmp_path / "llm.sock", "/v1/chat/completions", data=data)
+
+    assert status == 400 and body["error"]["type"] == "invalid_request"
+    assert upstream.seen == []
+
+
+# --- the request policy and the token budget, with FakeLLM as the provider ------------------------------
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    async with FakeLLM(api_key=API_KEY) as llm:  # 401 unless the proxy added the provider's key
+        llm.openai.handle_with(lambda body: openai_text("done", prompt_tokens=10, completion_tokens=5))
+        llm.anthropic.handle_with(lambda body: anthropic_text("done", input_tokens=10, output_tokens=5))
+        yield llm
+
+
+def fake_openai(llm: FakeLLM) -> UpstreamConfig:
+    return UpstreamConfig(LLMProvider.OPENAI, llm.base_url, SecretStr(API_KEY), 5.0)
+
+
+def fake_anthropic(llm: FakeLLM) -> UpstreamConfig:
+    return UpstreamConfig(LLMProvider.ANTHROPIC, llm.anthropic_base_url, SecretStr(API_KEY), 5.0)
+
+
+class Told:
+    """on_budget_exhausted: the runs the manager was told about."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+    async def __call__(self, run_id: str) -> None:
+        self.runs.append(run_id)
+
+
+async def test_a_run_at_its_budget_gets_429_and_the_manager_is_told_once(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path
+) -> None:
+    told = Told()
+    await make_proxy(
+        fake_openai(fake_llm), max_tokens_per_run=1_000, on_budget_exhausted=told, spent=Spent(tokens=1_000)
+    )
+
+    answers = [await post(tmp_path / "llm.sock", "/v1/chat/completions", CHAT) for _ in range(3)]
+    await asyncio.sleep(0)  # the callback runs as a task of its own
+
+    assert [status for status, _ in answers] == [429, 429, 429]
+    for _, body in answers:
+        assert body["error"]["type"] == "run_token_budget"
+        assert "SUBAGENT_MAX_TOKENS" in body["error"]["message"]
+    assert told.runs == [RUN]
+    assert fake_llm.requests() == [] and sink.calls == []
+
+
+async def test_calls_spend_the_budget_and_each_is_capped_by_what_is_left(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path
+) -> None:
+    told = Told()
+    await make_proxy(fake_openai(fake_llm), max_tokens_per_run=40, on_budget_exhausted=told)
+    greedy = {**CHAT, "max_tokens": 10**12, "max_completion_tokens": 30}
+
+    statuses = [(await post(tmp_path / "llm.sock", "/v1/chat/completions", greedy))[0] for _ in range(4)]
+    await asyncio.sleep(0)
+
+    assert statuses == [200, 200, 200, 429]  # each call spends 10 + 5 tokens
+    caps = [(seen.body["max_tokens"], seen.body["max_completion_tokens"]) for seen in fake_llm.requests()]
+    assert caps == [(40, 30), (25, 25), (10, 10)]
+    assert told.runs == [RUN] and len(sink.calls) == 3
+
+
+@pytest.mark.parametrize(
+    ("spent", "refusal"), [(Spent(tokens=990), "run_token_budget"), (Spent(requests=2), "run_request_limit")]
+)
+async def test_a_reattached_run_keeps_what_it_spent(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path, spent: Spent, refusal: str
+) -> None:
+    await make_proxy(fake_openai(fake_llm), max_tokens_per_run=1_000, max_requests_per_run=3, spent=spent)
+    socket = tmp_path / "llm.sock"
+
+    first, _ = await post(socket, "/v1/chat/completions", CHAT)
+    second, body = await post(socket, "/v1/chat/completions", CHAT)
+
+    assert (first, second, body["error"]["type"]) == (200, 429, refusal)
+    [seen] = fake_llm.requests()
+    assert seen.body["max_completion_tokens"] == min(1_000 - spent.tokens, DEFAULT_MAX_OUTPUT_TOKENS)
+    assert sink.calls == [(RUN, 10, 5, 1)]  # increments: what was spent before is on the record already
+
+
+async def test_parallel_calls_share_what_is_left_of_the_budget(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    """Without holding back the calls in flight, each parallel call could spend all that is left."""
+    release = asyncio.Event()
+
+    async def held(body: dict[str, Any]) -> dict[str, Any]:
+        await release.wait()
+        return openai_text("done", prompt_tokens=10, completion_tokens=5)
+
+    fake_llm.openai.handle_with(held)
+    told = Told()
+    await make_proxy(fake_openai(fake_llm), max_tokens_per_run=100, on_budget_exhausted=told)
+    socket = tmp_path / "llm.sock"
+
+    first = asyncio.create_task(post(socket, "/v1/chat/completions", {**CHAT, "max_completion_tokens": 60}))
+    await fake_llm.wait_for_requests(1)
+    second = asyncio.create_task(post(socket, "/v1/chat/completions", CHAT))
+    await fake_llm.wait_for_requests(2)
+    third, body = await post(socket, "/v1/chat/completions", CHAT)
+    release.set()
+    answers = await asyncio.gather(first, second)
+    fourth, _ = await post(socket, "/v1/chat/completions", CHAT)
+
+    assert (third, body["error"]["type"]) == (429, "run_token_budget_in_flight")
+    assert [status for status, _ in answers] == [200, 200] and fourth == 200
+    assert [seen.body["max_completion_tokens"] for seen in fake_llm.requests()] == [60, 40, 70]
+    assert told.runs == []  # held back is not spent: the run goes on
+
+
+async def test_a_failing_budget_callback_is_logged(fake_llm: FakeLLM, make_proxy: ProxyFactory, tmp_path: Path) -> None:
+    async def broken(run_id: str) -> None:
+        raise RuntimeError("the manager is gone")
+
+    await make_proxy(fake_openai(fake_llm), max_tokens_per_run=1_000, on_budget_exhausted=broken, spent=Spent(1_000))
+    with structlog.testing.capture_logs() as logs:
+        status, _ = await post(tmp_path / "llm.sock", "/v1/chat/completions", CHAT)
+        await asyncio.sleep(0)
+
+    assert status == 429
+    assert [entry["run_id"] for entry in logs if entry["event"] == "budget_exhausted_callback_failed"] == [RUN]
+
+
+@pytest.mark.parametrize("asked", ["gpt-4.5-preview", "", 7, None])
+async def test_the_provider_sees_the_pinned_model_and_a_bounded_request(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, tmp_path: Path, asked: object
+) -> None:
+    await make_proxy(fake_openai(fake_llm))
+    request = {**CHAT, "model": asked, "max_tokens": 10**12, "n": 8, "service_tier": "priority", "store": True}
+
+    status, _ = await post(tmp_path / "llm.sock", "/v1/chat/completions", request)
+
+    assert status == 200
+    [seen] = fake_llm.requests()
+    assert seen.body == {**CHAT, "model": MODEL, "max_tokens": DEFAULT_MAX_OUTPUT_TOKENS}
+    assert seen.headers["authorization"] == f"Bearer {API_KEY}"
+
+
+async def test_the_offline_model_sees_the_pinned_model(make_proxy: ProxyFactory, tmp_path: Path) -> None:
+    await make_proxy(UpstreamConfig(LLMProvider.OFFLINE))
+
+    status, body = await post(tmp_path / "llm.sock", "/v1/chat/completions", {**CHAT, "model": "gpt-4.5-preview"})
+
+    assert status == 200 and body["model"] == MODEL
+
+
+OPENAI_BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+OPENAI_SEARCH = {"type": "web_search_preview"}
+ANTHROPIC_BASH = {"name": "bash", "input_schema": {"type": "object"}}
+ANTHROPIC_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 99}
+MCP = [{"type": "url", "url": "https://mcp.example/sse", "name": "x"}]
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["tools-off", "tools-allowed"])
+async def test_server_side_tools_reach_the_provider_only_when_allowed(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, tmp_path: Path, allowed: bool
+) -> None:
+    await make_proxy(fake_openai(fake_llm), allow_provider_tools=allowed)
+    request = {
+        **CHAT,
+        "tools": [OPENAI_BASH, OPENAI_SEARCH, {"type": "web_search"}],
+        "tool_choice": {"type": "web_search_preview"},
+        "web_search_options": {"search_context_size": "high"},
+    }
+
+    with structlog.testing.capture_logs() as logs:
+        status, _ = await post(tmp_path / "llm.sock", "/v1/chat/completions", request)
+
+    assert status == 200
+    [seen] = fake_llm.requests()
+    if allowed:
+        assert seen.body["tools"] == request["tools"] and "web_search_options" in seen.body
+        return
+    assert seen.body["tools"] == [OPENAI_BASH]
+    assert "web_search_options" not in seen.body and "tool_choice" not in seen.body
+    [dropped] = [entry["dropped"] for entry in logs if entry["event"] == "llm_request_fields_dropped"]
+    assert {"web_search_options", "tools[web_search_preview]", "tools[web_search]", "tool_choice"} <= set(dropped)
+
+
+async def test_anthropic_server_side_tools_are_stripped(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    await make_proxy(fake_anthropic(fake_llm))
+    request = {**CHAT, "max_tokens": 100, "tools": [ANTHROPIC_BASH, ANTHROPIC_SEARCH], "mcp_servers": MCP}
+
+    status, _ = await post(tmp_path / "llm.sock", "/v1/messages", request)
+
+    assert status == 200
+    [seen] = fake_llm.requests()
+    assert seen.body["tools"] == [ANTHROPIC_BASH] and "mcp_servers" not in seen.body
+    assert seen.body["model"] == MODEL
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["tools-off", "tools-allowed"])
+async def test_beta_headers_are_forwarded_only_with_provider_tools(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, tmp_path: Path, allowed: bool
+) -> None:
+    await make_proxy(fake_anthropic(fake_llm), allow_provider_tools=allowed)
+    headers = {
+        "Anthropic-Beta": "web-fetch-2025-09-10",
+        "OpenAI-Beta": "assistants=v2",
+        "anthropic-version": "2023-06-01",
+        "x-api-key": CONTAINER_TOKEN,
+    }
+
+    status, _ = await post(tmp_path / "llm.sock", "/v1/messages", {**CHAT, "max_tokens": 5}, headers=headers)
+
+    assert status == 200
+    [seen] = fake_llm.requests()
+    assert ("anthropic-beta" in seen.headers, "openai-beta" in seen.headers) == (allowed, allowed)
+    assert seen.headers["anthropic-version"] == "2023-06-01" and seen.headers["x-api-key"] == API_KEY
+
+
+@pytest.mark.parametrize("provider", [LLMProvider.OPENAI, LLMProvider.OFFLINE])
+async def test_the_responses_endpoint_is_not_served(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path, provider: LLMProvider
+) -> None:
+    """/v1/responses brings the provider's own tools (web search, file search, code interpreter)."""
+    config = fake_openai(fake_llm) if provider is LLMProvider.OPENAI else UpstreamConfig(provider)
+    await make_proxy(config)
+    request = {"model": "gpt-4.1", "input": "search the web", "tools": [{"type": "web_search"}]}
+
+    status, body = await post(tmp_path / "llm.sock", "/v1/responses", request)
+
+    assert status == 404 and "/v1/responses" in body["error"]["message"]
+    assert fake_llm.requests() == [] and sink.calls == []
 
 
 async def free_port() -> int:
