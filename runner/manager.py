@@ -519,6 +519,7 @@ class TaskManager:
             live.recovering = True
         live.released = live.stopped = True
         self._live.discard(record.id)
+        await self._files.remove_channel(record.id)
         return await self._conclude(live, INTERRUPTED, error=reason)
 
     def release_holds(self) -> None:

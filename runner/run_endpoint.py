@@ -22,6 +22,8 @@ from runner.sessions import SessionRejected, clean
 
 log = get_logger(__name__)
 
+MAX_SESSION_UPLOADS = 3  # a run hands its session back once; a few retries, never an unbounded CPU sink
+
 
 class RunInbox:
     """The `RunEndpoint` of one live run."""
@@ -46,6 +48,7 @@ class RunInbox:
         self.session_json: bytes | None = None
         self.session_in: str | None = None  # the session the run started from, for its record
         self.reported = asyncio.Event()
+        self._session_uploads = 0
 
     def _check_live(self) -> None:
         if self._live.cancelled or self._live.released:
@@ -73,6 +76,9 @@ class RunInbox:
 
     async def session(self, history_json: bytes) -> str:
         self._check_live()
+        self._session_uploads += 1
+        if self._session_uploads > MAX_SESSION_UPLOADS:
+            raise ChannelRefused(429, f"this run has handed its session back {MAX_SESSION_UPLOADS} times already")
         try:
             # Validating a few MB of JSON takes milliseconds to seconds: never on the event loop.
             self.session_json = await asyncio.to_thread(clean, history_json, self._session_max_messages)

@@ -566,7 +566,7 @@ def check(policy: RequestPolicy, path: str, sent: object, remaining: int) -> Non
     assert repr(sent) == before, "the caller's payload was modified"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=policies, sent=plausible_bodies, remaining=remainders)
 def test_plausible_hostile_bodies_are_made_safe_or_refused(
     policy: RequestPolicy, sent: dict[str, Any], remaining: int
@@ -574,7 +574,7 @@ def test_plausible_hostile_bodies_are_made_safe_or_refused(
     check(policy, policy.path, sent, remaining)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     policy=policies,
     path=st.sampled_from(["/v1/responses", CHAT_COMPLETIONS_PATH, MESSAGES_PATH]) | st.text(max_size=30),
