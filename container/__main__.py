@@ -55,7 +55,7 @@ async def run_main(paths: ContainerPaths) -> int:
         except (ChannelRefused, OSError, ValueError) as exc:
             log(f"no usable task from the run channel: {describe_error(exc)}")
             return EXIT_BAD_TASK
-        except Exception as exc:  # httpx2's transport errors: the host is not there
+        except Exception as exc:  # not expected (the channel raises the above), but still no task
             log(f"the run channel did not answer: {describe_error(exc)}")
             return EXIT_BAD_TASK
         log(f"run {task.run_id}: starting task {task.label!r}")

@@ -2,7 +2,8 @@
 
 One small HTTP client on the run's Unix socket (the host's LLM proxy serves the same socket). The host
 answers every request with a `ChannelAnswer`; a refusal (over budget, run cancelled) comes back as
-`ChannelRefused` with the host's reason, which the agent's tools show to the model.
+`ChannelRefused` with the host's reason, which the agent's tools show to the model. A channel that does not
+answer at all (after the connect retries) raises `ConnectionError`, an `OSError` like any other I/O failure.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class RunChannel:
         await self._client.aclose()
 
     async def task(self) -> TaskSpec:
-        response = await self._client.get(TASK_PATH)
+        response = await self._request("GET", TASK_PATH)
         if response.status_code != 200:
             raise ChannelRefused(_reason(response))
         return TaskSpec.model_validate_json(response.content)
@@ -62,10 +63,21 @@ class RunChannel:
         return await self._post(RESULT_PATH, result.model_dump_json().encode())
 
     async def _post(self, path: str, body: bytes) -> str:
-        response = await self._client.post(path, content=body, headers={"Content-Type": "application/json"})
+        response = await self._request("POST", path, body)
         if response.status_code != 200:
             raise ChannelRefused(_reason(response))
         return ChannelAnswer.model_validate_json(response.content).detail
+
+    async def _request(self, method: str, path: str, body: bytes | None = None) -> httpx2.Response:
+        # httpx2's transport errors are not OSErrors: without this, callers that handle a failed send (the
+        # send_message tool, the session upload) would see an unexpected exception and fail the whole run.
+        headers = {"Content-Type": "application/json"} if body is not None else None
+        try:
+            return await self._client.request(method, path, content=body, headers=headers)
+        except httpx2.TransportError as exc:
+            raise ConnectionError(
+                f"the run channel did not answer {method} {path}: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def _reason(response: httpx2.Response) -> str:

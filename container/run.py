@@ -10,7 +10,7 @@ from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.usage import RunUsage
 
 from container.agent import build_agent, build_prompt
-from container.channel import RunChannel
+from container.channel import ChannelRefused, RunChannel
 from container.llm import open_model
 from container.protocol import MAX_ERROR_CHARS, RunResult, TaskSpec
 from container.session import dump_history, load_history
@@ -67,8 +67,16 @@ async def _run(
             usage_limits=UsageLimits(request_limit=task.max_steps),
             usage=usage,
         )
-    await channel.save_session(dump_history(result.all_messages()))
+    await _save_session(channel, dump_history(result.all_messages()), task.run_id, log)
     return result.output
+
+
+async def _save_session(channel: RunChannel, history_json: bytes, run_id: str, log: Callable[[str], None]) -> None:
+    # The session only lets the chat's next run continue: losing it must not lose the answer of this one.
+    try:
+        await channel.save_session(history_json)
+    except (ChannelRefused, OSError) as exc:
+        log(f"run {run_id}: the session was not saved ({len(history_json)} bytes): {describe_error(exc)}")
 
 
 def describe_error(exc: BaseException) -> str:

@@ -1,8 +1,16 @@
-"""A scripted LLM server on a Unix socket, standing in for the LLM proxy.
+"""A scripted host on a Unix socket: the run channel as the container sees it.
 
-It speaks OpenAI chat completions (`/v1/chat/completions`) and Anthropic messages (`/v1/messages`).
-Each request gets the next scripted reply (a tool call or final text) and is recorded, so a test can
-check what the agent sent. Serves the container agent on the host and in a container (bind mount).
+It stands in for the host's end of a run's channel and serves both halves of it:
+
+- the LLM paths (OpenAI chat completions `/v1/chat/completions`, Anthropic `/v1/messages`): each request
+  gets the next scripted reply (a tool call or final text) and is recorded, so a test can check what the
+  agent sent;
+- the run API (`/run/task`, `/run/message`, `/run/session`, `/run/result`): served by the host's own
+  handler (runner/run_api.py, so bodies are bounded, parsed and answered exactly as the host does), with
+  an endpoint that hands out `task` and records what it accepts. It enforces the task's progress-message
+  budget (429, the host's reason) and refuses whatever path a test lists in `refusals`.
+
+Serves the container agent on the host and in a container (a bind-mounted socket folder).
 """
 
 from __future__ import annotations
@@ -10,15 +18,22 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from container.protocol import MESSAGE_PATH, RESULT_PATH, SESSION_PATH, TASK_PATH, ProgressMessage, RunResult, TaskSpec
+from runner.run_api import ChannelRefused as HostRefusal
+from runner.run_api import handle_run_api
 
 SOCKET_MODE = 0o666  # the container's uid 1000 connects to a socket the test (maybe root) created
+LLM_MAX_BODY_BYTES = 8 * 1024 * 1024  # as the host's LLM proxy: a long prior history fits
 
 
 class Reply:
@@ -38,21 +53,44 @@ class TextReply(Reply):
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """How the fake host says no to a run API path: the HTTP status and the reason the container sees."""
+
+    status: int
+    detail: str
+
+
 @dataclass
 class ScriptedLLM:
-    """Serve `replies` in order on `socket_path`; `requests` holds each request body received."""
+    """Serve `replies` in order and the run API for `task` on `socket_path`; record what arrives.
+
+    `requests` holds each LLM request body; `messages`, `sessions` and `results` hold what the run API
+    accepted (refused requests are not recorded). `task` None answers `GET /run/task` with 404.
+    """
 
     socket_path: Path
     replies: Sequence[Reply]
+    task: TaskSpec | None = None
+    refusals: Mapping[str, Refusal] = field(default_factory=dict)  # run API path -> refusal
     model: str = "scripted-model"
     requests: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[ProgressMessage] = field(default_factory=list)
+    sessions: list[bytes] = field(default_factory=list)
+    results: list[RunResult] = field(default_factory=list)
     _runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> ScriptedLLM:
-        app = web.Application()
+        endpoint = _FakeRunEndpoint(self)
+
+        async def run_api(request: web.Request) -> web.StreamResponse:
+            return await handle_run_api(endpoint, request)
+
+        app = web.Application(client_max_size=LLM_MAX_BODY_BYTES)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/messages", self._messages)
-        self._runner = web.AppRunner(app)
+        app.router.add_route("*", "/run/{path:.*}", run_api)
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.UnixSite(self._runner, str(self.socket_path)).start()
         os.chmod(self.socket_path, SOCKET_MODE)
@@ -64,6 +102,11 @@ class ScriptedLLM:
         if self._runner is not None:
             await self._runner.cleanup()
         self.socket_path.unlink(missing_ok=True)
+
+    def saved_history(self) -> list[ModelMessage]:
+        """The one session the run uploaded, as messages (fails the test unless there is exactly one)."""
+        (session,) = self.sessions
+        return ModelMessagesTypeAdapter.validate_json(session)
 
     async def _chat_completions(self, request: web.Request) -> web.Response:
         index = await self._record(request)
@@ -86,6 +129,54 @@ class ScriptedLLM:
             {"error": {"message": f"script has only {len(self.replies)} replies", "type": "server_error"}},
             status=500,
         )
+
+
+class _FakeRunEndpoint:
+    """The host's `RunEndpoint` for the fake: budgets and refusals as the host's run inbox has them."""
+
+    def __init__(self, host: ScriptedLLM) -> None:
+        self._host = host
+        self._message_ids: set[str] = set()
+
+    def _refuse_if_told(self, path: str) -> None:
+        refusal = self._host.refusals.get(path)
+        if refusal is not None:
+            raise HostRefusal(refusal.status, refusal.detail)
+
+    async def task(self) -> TaskSpec:
+        self._refuse_if_told(TASK_PATH)
+        if self._host.task is None:
+            raise HostRefusal(404, "this channel has no task")
+        return self._host.task
+
+    async def message(self, message: ProgressMessage) -> str:
+        self._refuse_if_told(MESSAGE_PATH)
+        if message.message_id in self._message_ids:
+            return "already sent"
+        budget = self._host.task.max_messages if self._host.task is not None else 0
+        if len(self._host.messages) >= budget:
+            raise HostRefusal(
+                429, f"this run has sent its {budget} progress messages; put the rest in the final answer"
+            )
+        self._message_ids.add(message.message_id)
+        self._host.messages.append(message)
+        return "sent"
+
+    async def session(self, history_json: bytes) -> str:
+        self._refuse_if_told(SESSION_PATH)
+        try:
+            ModelMessagesTypeAdapter.validate_json(history_json)
+        except ValidationError as exc:
+            raise HostRefusal(400, f"session not kept: not a message history ({exc.error_count()} errors)") from None
+        self._host.sessions.append(history_json)
+        return "kept"
+
+    async def result(self, result: RunResult) -> str:
+        self._refuse_if_told(RESULT_PATH)
+        if self._host.results:
+            raise HostRefusal(409, "this run has reported its result already")
+        self._host.results.append(result)
+        return "received"
 
 
 def _completion(reply: Reply, index: int, model: str) -> dict[str, Any]:

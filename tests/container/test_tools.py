@@ -1,30 +1,62 @@
-"""The subagent's tools, run on the host against temp folders."""
+"""The subagent's tools, run on the host against temp folders and a scripted host on the run channel."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from pydantic_ai import ToolFailed
 
-from container.protocol import MAX_MESSAGE_CHARS, ProgressMessage
-from container.tools import Toolbox
+from container.channel import RunChannel
+from container.protocol import CHANNEL_SOCKET_FILE, MAX_PROGRESS_CHARS, MESSAGE_PATH, ProgressMessage, TaskSpec
+from container.tools import MESSAGE_ID_BYTES, Toolbox
+from tests.container.scripted_llm import Refusal, ScriptedLLM
+
+MESSAGE_BUDGET = 2
+
+
+class NoMessages:
+    """A `MessageSender` for tests of the other tools: a message sent through it fails the test."""
+
+    async def send_message(self, message: ProgressMessage) -> str:
+        raise AssertionError(f"unexpected progress message {message.text!r}")
 
 
 @pytest.fixture
 def toolbox(tmp_path: Path) -> Toolbox:
     workspace = tmp_path / "workspace"
     workspace.mkdir()
+    return Toolbox(workspace_dir=workspace, channel=NoMessages(), bash_timeout_seconds=5.0, output_cap_chars=1_000)
+
+
+@pytest.fixture
+def socket_path(tmp_path: Path) -> Path:
+    return tmp_path / CHANNEL_SOCKET_FILE
+
+
+@pytest.fixture
+async def host(socket_path: Path) -> AsyncIterator[ScriptedLLM]:
+    task = TaskSpec(run_id="run-123456", task="t", label="l", max_messages=MESSAGE_BUDGET)
+    async with ScriptedLLM(socket_path, [], task=task) as host:
+        yield host
+
+
+@pytest.fixture
+async def channel(socket_path: Path) -> AsyncIterator[RunChannel]:
+    async with RunChannel(socket_path) as channel:
+        yield channel
+
+
+def with_channel(toolbox: Toolbox, channel: RunChannel) -> Toolbox:
     return Toolbox(
-        workspace_dir=workspace,
-        ipc_dir=tmp_path / "ipc",
-        run_id="run-123456",
-        bash_timeout_seconds=5.0,
-        output_cap_chars=1_000,
+        workspace_dir=toolbox.workspace_dir,
+        channel=channel,
+        bash_timeout_seconds=toolbox.bash_timeout_seconds,
+        output_cap_chars=toolbox.output_cap_chars,
     )
 
 
@@ -71,11 +103,7 @@ async def test_bash_reports_no_output(toolbox: Toolbox) -> None:
 async def test_bash_timeout_kills_the_process_group(toolbox: Toolbox, tmp_path: Path, started_pids: list[int]) -> None:
     pid_file = tmp_path / "child.pid"
     fast = Toolbox(
-        workspace_dir=toolbox.workspace_dir,
-        ipc_dir=toolbox.ipc_dir,
-        run_id=toolbox.run_id,
-        bash_timeout_seconds=0.5,
-        output_cap_chars=1_000,
+        workspace_dir=toolbox.workspace_dir, channel=NoMessages(), bash_timeout_seconds=0.5, output_cap_chars=1_000
     )
     started = time.monotonic()
     output = await fast.bash(f"sleep 60 & echo $! > {pid_file}; echo waiting; sleep 60")
@@ -202,21 +230,56 @@ async def test_list_files_shows_dirs_and_sizes(toolbox: Toolbox) -> None:
 # --- send_message -------------------------------------------------------------------------------
 
 
-async def test_send_message_writes_a_progress_message(toolbox: Toolbox) -> None:
-    assert await toolbox.send_message("half way there") == "message sent"
+async def test_send_message_goes_to_the_host(toolbox: Toolbox, host: ScriptedLLM, channel: RunChannel) -> None:
+    tools = with_channel(toolbox, channel)
 
-    files = list((toolbox.ipc_dir / "messages").iterdir())
-    assert len(files) == 1
-    message = ProgressMessage.model_validate_json(files[0].read_bytes())
-    assert files[0].name == f"{message.message_id}.json"
-    assert message.text == "half way there"
-    assert message.run_id == "run-123456"
-    assert message.chat_id is None
+    assert await tools.send_message("half way there") == "message sent (sent)"
+    assert await tools.send_message("nearly done") == "message sent (sent)"
+
+    assert [message.text for message in host.messages] == ["half way there", "nearly done"]
+    ids = [message.message_id for message in host.messages]
+    assert len(set(ids)) == 2
+    assert all(len(message_id) == 2 * MESSAGE_ID_BYTES for message_id in ids)
+
+
+async def test_send_message_over_the_budget_fails_with_the_hosts_reason(
+    toolbox: Toolbox, host: ScriptedLLM, channel: RunChannel
+) -> None:
+    tools = with_channel(toolbox, channel)
+    for number in range(MESSAGE_BUDGET):
+        await tools.send_message(f"message {number}")
+
+    with pytest.raises(ToolFailed) as refused:
+        await tools.send_message("one too many")
+
+    assert str(refused.value) == (
+        f"the message was not sent: this run has sent its {MESSAGE_BUDGET} progress messages; "
+        "put the rest in the final answer"
+    )
+    assert [message.text for message in host.messages] == ["message 0", "message 1"]
+
+
+async def test_send_message_refused_by_the_host_fails_with_its_reason(toolbox: Toolbox, socket_path: Path) -> None:
+    task = TaskSpec(run_id="run-123456", task="t", label="l")
+    refusals = {MESSAGE_PATH: Refusal(403, "run run-123456 is cancelled or finished")}
+    async with ScriptedLLM(socket_path, [], task=task, refusals=refusals) as host, RunChannel(socket_path) as channel:
+        with pytest.raises(ToolFailed, match=r"^the message was not sent: run run-123456 is cancelled or finished$"):
+            await with_channel(toolbox, channel).send_message("still there?")
+    assert host.messages == []
+
+
+async def test_send_message_without_a_host_is_a_tool_failure(
+    toolbox: Toolbox, socket_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("container.channel.CHANNEL_CONNECT_RETRIES", 0)  # else about 30 s of retries
+    async with RunChannel(socket_path) as channel:
+        with pytest.raises(ToolFailed, match=r"^the message could not be sent: the run channel did not answer POST"):
+            await with_channel(toolbox, channel).send_message("anyone?")
 
 
 async def test_send_message_rejects_empty_and_oversized_text(toolbox: Toolbox) -> None:
+    # `toolbox` has a channel that fails the test if anything reaches it.
     with pytest.raises(ToolFailed, match="empty"):
         await toolbox.send_message(" \n")
-    with pytest.raises(ToolFailed, match=f"limit is {MAX_MESSAGE_CHARS}"):
-        await toolbox.send_message("x" * (MAX_MESSAGE_CHARS + 1))
-    assert not (toolbox.ipc_dir / "messages").exists()
+    with pytest.raises(ToolFailed, match=f"limit is {MAX_PROGRESS_CHARS}"):
+        await toolbox.send_message("x" * (MAX_PROGRESS_CHARS + 1))

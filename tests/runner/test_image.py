@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,16 +12,17 @@ from typing import Any
 import docker
 import pytest
 
-from container.protocol import IPC_DIR, RUN_DIR, WORKSPACE_DIR, RunResult, TaskSpec, write_json_atomic
-from container.session import load_history
+from container.__main__ import EXIT_BAD_TASK, EXIT_COMPLETED
+from container.protocol import CHANNEL_DIR, CHANNEL_SOCKET_FILE, TASK_PATH, WORKSPACE_DIR, RunResult, TaskSpec
 from runner.image import DEFAULT_IMAGE, LABEL_CONTENT_HASH, build_image, image_exists, image_status
-from tests.container.scripted_llm import ScriptedLLM, TextReply, ToolCallReply
+from tests.container.scripted_llm import Refusal, ScriptedLLM, TextReply, ToolCallReply
 
 pytestmark = pytest.mark.docker
 
 AGENT_UID = 1000
 CONTAINER_WAIT_SECONDS = 120
 SHARED_DIR_MODE = 0o777  # the container's uid 1000 writes into folders the test (maybe root) made
+CHANNEL_DIR_MODE = 0o755  # as the host makes it: the container reaches the socket, never writes beside it
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
@@ -42,24 +42,29 @@ def docker_client(docker_engine: None) -> Iterator[Any]:
 
 @dataclass(frozen=True, slots=True)
 class Mounts:
-    run_dir: Path
-    ipc_dir: Path
+    """The two mounts a run's container gets: the chat's workspace and, read-only, its channel folder."""
+
+    channel_dir: Path
     workspace_dir: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.channel_dir / CHANNEL_SOCKET_FILE
 
     def volumes(self) -> dict[str, dict[str, str]]:
         return {
-            str(self.run_dir): {"bind": RUN_DIR, "mode": "rw"},
-            str(self.ipc_dir): {"bind": IPC_DIR, "mode": "rw"},
+            str(self.channel_dir): {"bind": CHANNEL_DIR, "mode": "ro"},
             str(self.workspace_dir): {"bind": WORKSPACE_DIR, "mode": "rw"},
         }
 
 
 @pytest.fixture
 def mounts(tmp_path: Path) -> Mounts:
-    mounts = Mounts(run_dir=tmp_path / "run", ipc_dir=tmp_path / "ipc", workspace_dir=tmp_path / "workspace")
-    for folder in (mounts.run_dir, mounts.ipc_dir, mounts.workspace_dir):
-        folder.mkdir()
-        os.chmod(folder, SHARED_DIR_MODE)
+    mounts = Mounts(channel_dir=tmp_path / "channel", workspace_dir=tmp_path / "workspace")
+    mounts.channel_dir.mkdir()
+    os.chmod(mounts.channel_dir, CHANNEL_DIR_MODE)
+    mounts.workspace_dir.mkdir()
+    os.chmod(mounts.workspace_dir, SHARED_DIR_MODE)
     return mounts
 
 
@@ -101,27 +106,42 @@ async def test_container_completes_a_task_through_the_socket(
     agent_image: str, docker_client: Any, mounts: Mounts
 ) -> None:
     task = TaskSpec(run_id="run-image-1", task="Write hello to out.txt", label="hello", model="scripted-model")
-    write_json_atomic(mounts.run_dir / "task.json", task)
     script = [
         ToolCallReply("bash", {"command": "echo hello > out.txt && cat out.txt"}),
         ToolCallReply("send_message", {"text": "wrote the file"}),
         TextReply("Done: out.txt says hello."),
     ]
-    llm = ScriptedLLM(mounts.run_dir / "llm.sock", script)
-    async with llm:
+    host = ScriptedLLM(mounts.socket, script, task=task)
+    async with host:
         exit_code, logs = await asyncio.to_thread(run_sandboxed, docker_client, agent_image, mounts)
 
-    assert exit_code == 0, logs
-    result = RunResult.model_validate_json((mounts.run_dir / "result.json").read_bytes())
-    assert (result.run_id, result.status, result.result) == ("run-image-1", "completed", "Done: out.txt says hello.")
-    assert len(llm.requests) == 3
-    assert [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"] == ["hello\n[exit code: 0]"]
+    assert exit_code == EXIT_COMPLETED, logs
+    assert host.results == [
+        RunResult(status="completed", result="Done: out.txt says hello.", input_tokens=33, output_tokens=21)
+    ]
+    assert len(host.requests) == 3
+    assert [m["content"] for m in host.requests[1]["messages"] if m["role"] == "tool"] == ["hello\n[exit code: 0]"]
     out_file = mounts.workspace_dir / "out.txt"
     assert (out_file.read_text(), out_file.stat().st_uid) == ("hello\n", AGENT_UID)
-    (message_file,) = (mounts.ipc_dir / "messages").iterdir()
-    assert json.loads(message_file.read_text())["text"] == "wrote the file"
-    assert len(load_history(mounts.run_dir / "session_out.json")) == 6
+    assert [message.text for message in host.messages] == ["wrote the file"]
+    assert len(host.saved_history()) == 6
+    assert list(mounts.channel_dir.iterdir()) == []  # the host's socket is gone; the container left nothing
     assert "crewbot-agent: run run-image-1: completed" in logs
+
+
+async def test_container_with_a_refused_task_exits_bad_task(
+    agent_image: str, docker_client: Any, mounts: Mounts
+) -> None:
+    task = TaskSpec(run_id="run-image-2", task="never run", label="refused")
+    host = ScriptedLLM(
+        mounts.socket, [TextReply("unreached")], task=task, refusals={TASK_PATH: Refusal(403, "go away")}
+    )
+    async with host:
+        exit_code, logs = await asyncio.to_thread(run_sandboxed, docker_client, agent_image, mounts)
+
+    assert exit_code == EXIT_BAD_TASK, logs
+    assert (host.requests, host.results) == ([], [])
+    assert "no usable task from the run channel: ChannelRefused: go away" in logs
 
 
 def test_container_sandbox(agent_image: str, docker_client: Any, mounts: Mounts) -> None:
@@ -130,6 +150,7 @@ def test_container_sandbox(agent_image: str, docker_client: Any, mounts: Mounts)
         "touch /probe 2>/dev/null && echo root=writable || echo root=read-only; "
         "touch /tmp/probe && echo tmp=writable; "
         "touch /workspace/probe && echo workspace=writable; "
+        "touch /crewbot/channel/probe 2>/dev/null && echo channel=writable || echo channel=read-only; "
         "echo python=$(python3 -c 'import sys; print(sys.version_info[:2] == (3, 11))'); "
         "echo env-names=$(env | cut -d= -f1 | tr '\\n' ,)"
     )
@@ -141,6 +162,7 @@ def test_container_sandbox(agent_image: str, docker_client: Any, mounts: Mounts)
     assert facts["net"] == "lo,"
     assert facts["root"] == "read-only"
     assert (facts["tmp"], facts["workspace"], facts["python"]) == ("writable", "writable", "True")
+    assert facts["channel"] == "read-only"
     env_names = [name for name in facts["env-names"].split(",") if name]
     assert "PATH" in env_names
     assert not [name for name in env_names if any(word in name.upper() for word in SECRET_WORDS)]
