@@ -85,15 +85,19 @@ class Commands:
             log.warning("admin_check_failed", chat_id=message.chat_id, error=str(exc))
             return False
 
+    async def _reply(self, chat_id: int, text: str) -> None:
+        # Stored now, sent in the background: the update path never waits behind the chat's backlog.
+        await self._delivery.notice(chat_id, text, wait=False)
+
     async def handle(self, message: InboundMessage) -> None:
         command = message.command or ""
         chat_id = message.chat_id
         if command in ADMIN_COMMANDS and not await self._is_admin(message):
             log.info("command_refused", command=command, user_id=message.sender_id)
-            await self._delivery.notice(chat_id, f"Only chat admins can use /{command}.")
+            await self._reply(chat_id, f"Only chat admins can use /{command}.")
             return
         if command in ("start", "help"):
-            await self._delivery.notice(chat_id, HELP_TEXT)
+            await self._reply(chat_id, HELP_TEXT)
         elif command == "stop":
             await self._stop(chat_id)
         elif command == "subagents":
@@ -108,31 +112,31 @@ class Commands:
             text = f"Stopped {cancelled} subagent run(s)." if cancelled else "Nothing to stop."
         else:
             text = "Stopped my current answer and this chat's subagents."
-        await self._delivery.notice(chat_id, text)
+        await self._reply(chat_id, text)
 
     async def _list(self, chat_id: int) -> None:
         if self._runs is None:
-            await self._delivery.notice(chat_id, "Subagents are not enabled.")
+            await self._reply(chat_id, "Subagents are not enabled.")
             return
         runs = await self._runs.list_runs(chat_id, MAX_LISTED_RUNS)
         if not runs:
-            await self._delivery.notice(chat_id, "No subagent runs in this chat yet.")
+            await self._reply(chat_id, "No subagent runs in this chat yet.")
             return
         now = time.time()
         lines = [f"`{r.id}` {r.status:<11} {_age(now - r.created_at):>4}  {r.label}" for r in runs]
-        await self._delivery.notice(chat_id, "Subagent runs (newest first):\n" + "\n".join(lines))
+        await self._reply(chat_id, "Subagent runs (newest first):\n" + "\n".join(lines))
 
     async def _cancel(self, chat_id: int, args: tuple[str, ...]) -> None:
         if self._runs is None:
-            await self._delivery.notice(chat_id, "Subagents are not enabled.")
+            await self._reply(chat_id, "Subagents are not enabled.")
             return
         if len(args) != 1:
-            await self._delivery.notice(chat_id, "Usage: /cancel <run id> or /cancel all")
+            await self._reply(chat_id, "Usage: /cancel <run id> or /cancel all")
             return
         target = args[0].strip()
         if target.lower() == "all":
             count = await self._runs.cancel_chat(chat_id, "cancel all")
-            await self._delivery.notice(chat_id, f"Cancelled {count} subagent run(s).")
+            await self._reply(chat_id, f"Cancelled {count} subagent run(s).")
             return
         outcome = await self._runs.cancel_run(chat_id, target[:64])
         if outcome == "cancelled":
@@ -141,4 +145,4 @@ class Commands:
             text = f"No run {target[:64]} in this chat. /subagents lists them."
         else:
             text = f"Run {target} had already ended ({outcome})."
-        await self._delivery.notice(chat_id, text)
+        await self._reply(chat_id, text)

@@ -31,9 +31,14 @@ class Delivery:
         self._outbox.flush_soon(chat_id)
         return False
 
-    async def notice(self, chat_id: int, content: str, *, wait: bool = True) -> bool:
-        """A short operational notice (rejections, refusals, errors); stored so the agent sees it too."""
+    async def notice(self, chat_id: int, content: str, *, wait: bool = False) -> bool:
+        """A short operational notice (rejections, refusals, errors); stored so the agent sees it too.
+        Sent in the background by default: notices answer updates, which must not wait on the chat."""
         return await self.post(chat_id, content, kind="notice", wait=wait)
+
+    def reply_unstored(self, chat_id: int, text: str) -> None:
+        """Answer a chat the bot does not work in (nothing stored, no retry), in the background."""
+        self._outbox.send_unstored_soon(chat_id, text)
 
     async def drop_run_messages(self, run_id: str, reason: str) -> int:
         """A cancelled run's progress messages that were not sent yet are not sent."""

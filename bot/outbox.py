@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 from bot.channels.base import Channel, DeliveryError
 from bot.logging import get_logger
@@ -38,6 +39,7 @@ class Outbox:
         self._locks: dict[int, asyncio.Lock] = {}
         self._wake = asyncio.Event()
         self._flushes: set[asyncio.Task[bool]] = set()
+        self._unstored: dict[int, asyncio.Task[None]] = {}
         self._runner: asyncio.Task[None] | None = None
 
     async def flush(self, chat_id: int) -> bool:
@@ -74,6 +76,22 @@ class Outbox:
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
+    def send_unstored_soon(self, chat_id: int, text: str) -> None:
+        """Send once in the background, not stored and not retried; one at a time per chat, so a chat
+        that floods the bot (Telegram lets it answer 20 a minute in a group) gets one answer, not a queue."""
+        if chat_id in self._unstored:
+            log.info("unstored_reply_dropped", chat_id=chat_id, reason="one still being sent")
+            return
+        task = asyncio.create_task(self._send_unstored(chat_id, text), name=f"unstored-{chat_id}")
+        self._unstored[chat_id] = task
+        task.add_done_callback(lambda _: self._unstored.pop(chat_id, None))
+
+    async def _send_unstored(self, chat_id: int, text: str) -> None:
+        try:
+            await self._channel.send_text(chat_id, text)
+        except Exception as exc:
+            log.warning("unstored_reply_failed", chat_id=chat_id, error=str(exc))
+
     def start(self) -> None:
         self._runner = asyncio.create_task(self._run(), name="outbox")
 
@@ -97,6 +115,8 @@ class Outbox:
         """Give in-flight sends a moment to finish; what is left is sent after the next start."""
         if self._flushes:
             await asyncio.wait(set(self._flushes), timeout=drain_seconds)
-        for task in [*self._flushes, *([self._runner] if self._runner else [])]:
+        tasks: list[asyncio.Task[Any]] = [*self._flushes, *self._unstored.values()]
+        tasks += [self._runner] if self._runner else []
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._flushes, *([self._runner] if self._runner else []), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -46,7 +46,7 @@ class InboundRouter:
         if not self._allowed(message):
             log.info("chat_not_allowed", chat_id=message.chat_id, chat_kind=message.chat_kind)
             if message.command == "start":
-                await self._channel.send_text(
+                self._delivery.reply_unstored(
                     message.chat_id,
                     f"This chat is not enabled for {self._settings.assistant_name}. "
                     f"Its chat id is {message.chat_id}: an operator can add it to ALLOWED_CHAT_IDS.",

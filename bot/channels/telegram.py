@@ -29,7 +29,9 @@ from bot.logging import get_logger
 log = get_logger(__name__)
 
 POLL_TIMEOUT_SECONDS = 10  # long-poll hold time; Telegram answers at once when updates are waiting
-RATE_LIMIT_MAX_RETRIES = 3  # AIORateLimiter re-sends after a 429's retry_after this many times
+# A 429 goes back to the outbox, which retries that chat alone after retry_after. AIORateLimiter's own
+# retries would sleep with every other request of the bot (all chats' sends, admin checks) held back.
+RATE_LIMIT_MAX_RETRIES = 0
 SPLIT_MARGIN_UNITS = 300  # HTML tags and escapes lengthen a chunk; leave room so it still fits
 ALLOWED_UPDATES = [Update.MESSAGE, Update.EDITED_MESSAGE]
 _MEDIA_KINDS = (
@@ -48,14 +50,16 @@ _MEDIA_KINDS = (
     "dice",
     "story",
 )
+_MESSAGE_ENDPOINT_PREFIXES = ("send", "copy", "forward")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _PERMANENT_MARKERS = ("chat not found", "bot was kicked", "bot was blocked", "not a member", "user is deactivated")
 
 
 class MessageRateLimiter(AIORateLimiter):
-    """Telegram's flood limits (20 per minute in a group) are for messages; typing is not throttled.
+    """Telegram's flood limits (20 per minute in a group) are for messages; nothing else is throttled.
 
-    Without this, a typing action every few seconds would use up a group's budget and delay replies.
+    Without this, a typing action every few seconds would use up a group's budget and delay replies,
+    and an admin check (getChatMember) in a chat with a backlog would queue behind its messages.
     """
 
     async def process_request(
@@ -67,9 +71,14 @@ class MessageRateLimiter(AIORateLimiter):
         data: dict[str, Any],
         rate_limit_args: int | None,
     ) -> bool | JSONDict | list[JSONDict]:
-        if endpoint == "sendChatAction":
+        if not _sends_a_message(endpoint):
             return await callback(*args, **kwargs)
         return await super().process_request(callback, args, kwargs, endpoint, data, rate_limit_args)
+
+
+def _sends_a_message(endpoint: str) -> bool:
+    """sendMessage, copyMessage, forwardMessages, ...: what Telegram's flood limits count."""
+    return endpoint.startswith(_MESSAGE_ENDPOINT_PREFIXES) and endpoint != "sendChatAction"
 
 
 def _valid_unicode(text: str | None) -> str | None:

@@ -86,7 +86,7 @@ async def test_other_chats_are_not_stored_and_get_no_reply(bot: Bot) -> None:
 async def test_start_in_another_chat_replies_with_its_id(bot: Bot) -> None:
     await bot.router.handle(inbound(STRANGER, "/start", platform_message_id=1, triggers=True, command="start"))
 
-    assert len(bot.channel.sent) == 1
+    await bot.channel.wait_for(lambda: len(bot.channel.sent) == 1)  # sent in the background
     chat_id, text = bot.channel.sent[0]
     assert chat_id == STRANGER
     assert str(STRANGER) in text

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from tests.fakes.faults import Fault, FaultQueue
 from tests.fakes.loopback_server import LoopbackServer
+from tests.fakes.telegram_holds import Holds
 from tests.fakes.telegram_methods import ApiError, BotApi, Params, bad_request
 from tests.fakes.telegram_state import (
     ApiCall,
@@ -84,6 +85,7 @@ class FakeTelegram(LoopbackServer):
         self._lock = threading.RLock()
         self._watch = Watch(self._lock)
         self._faults = FaultQueue()
+        self._holds = Holds(self._lock, self._watch, lambda: self.closing)
         self._data = TelegramData(
             bot_user={
                 "id": int(bot_id),
@@ -146,7 +148,7 @@ class FakeTelegram(LoopbackServer):
             return _answer(exc.body(), exc.status)
         method = self._api.canonical(match["method"]) or match["method"]
         self._api.record_call(method, params)
-        fault = self._faults.take(method)
+        fault = self._faults.take(method) or await self._holds.pass_through(method, _chat_param(params))
         if fault is not None:
             return await self._serve_fault(request, fault)
         try:
@@ -306,6 +308,11 @@ class FakeTelegram(LoopbackServer):
             raise ValueError(f"the fake does not serve {method!r}")
         self._faults.add(canonical, fault, count)
 
+    @property
+    def holds(self) -> Holds:
+        """Telegram slow for one chat: `holds.hold("sendMessage", chat_id)`, then `holds.release(...)`."""
+        return self._holds
+
     # --- what the bot did -----------------------------------------------------------------------
 
     def sent_messages(self, chat_id: int | None = None) -> list[SentMessage]:
@@ -385,6 +392,13 @@ def _timed_out(expected: str, timeout_seconds: float, got: object) -> TimeoutErr
 
 def _at_least(items: list[T], count: int) -> list[T] | None:
     return items if len(items) >= count else None
+
+
+def _chat_param(params: Params) -> int | None:
+    try:
+        return params.integer("chat_id")
+    except ApiError:
+        return None  # an @username: holds are by numeric chat id
 
 
 def _answer(body: JsonDict, status: int) -> web.Response:
