@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +12,12 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_TELEGRAM_API_BASE_URL = "https://api.telegram.org/bot"
+# Docker's format for memory limits (the SDK's parse_bytes): digits with an optional unit.
+MEMORY_LIMIT = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
+MEMORY_UNIT_BYTES = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+MIN_MEMORY_BYTES = 6 * 1024**2  # the engine refuses a limit below 6 MB
+BOT_TOKEN_SHAPE = re.compile(r"^\d+:[A-Za-z0-9_-]+$")  # <bot id>:<secret>, as @BotFather gives it
+SECRET_SETTINGS = frozenset({"TELEGRAM_BOT_TOKEN", "LLM_API_KEY"})  # their values are never echoed
 DEFAULT_REJECT_MESSAGE = (
     "All subagent slots are busy ({running} running, limit {limit}): {not_started} not started. Please try again later."
 )
@@ -31,13 +39,44 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
+ID_LIST_HINT = "write e.g. -1001234567890,42 or [-1001234567890, 42]"
+
+
 def _split_ids(value: object) -> object:
-    """Accept `1,2,-100` (the natural way to write a list in an env file) as well as a real list."""
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
+    """Accept `1,2,-100` (the natural way to write a list in an env file), a JSON list `[1, 2]` (as
+    pydantic-settings users write lists) and a real list; refuse anything else with one clear reason."""
     if isinstance(value, int):
         return [value]
-    return value
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError(f"starts with [ but is not valid JSON: {ID_LIST_HINT}") from None
+        items = parsed if isinstance(parsed, list) else [parsed]
+    else:
+        items = [part.strip() for part in text.split(",") if part.strip()]
+    ids: list[int] = []
+    for item in items:
+        word = str(item).strip()
+        if isinstance(item, bool) or not isinstance(item, int | str) or not re.fullmatch(r"-?\d+", word):
+            which = "" if word == text else f" ({word[:30]!r} is not one)"
+            raise ValueError(f"must be whole numbers{which}: {ID_LIST_HINT}")
+        ids.append(int(word))
+    return ids
+
+
+def memory_limit_bytes(value: str) -> int:
+    """Bytes of a Docker memory limit such as `512m`; ValueError when Docker would not accept it."""
+    match = MEMORY_LIMIT.match(value.strip())
+    if match is None:
+        raise ValueError("must be digits with an optional unit b, k, m or g, e.g. 512m or 2g")
+    size = int(match.group(1)) * MEMORY_UNIT_BYTES[match.group(2).lower()]
+    if size < MIN_MEMORY_BYTES:
+        raise ValueError("must be at least 6m (the Docker engine's minimum)")
+    return size
 
 
 class Settings(BaseSettings):
@@ -95,6 +134,28 @@ class Settings(BaseSettings):
     def _parse_id_list(cls, value: object) -> object:
         return _split_ids(value)
 
+    @field_validator("subagent_memory")
+    @classmethod
+    def _check_memory(cls, value: str) -> str:
+        memory_limit_bytes(value)
+        return value.strip()
+
+    @field_validator("telegram_api_base_url", "llm_base_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    @field_validator("telegram_bot_token")
+    @classmethod
+    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not BOT_TOKEN_SHAPE.match(value.get_secret_value()):
+            raise ValueError(
+                "does not look like a bot token (digits, a colon, then letters and digits), as @BotFather gives it"
+            )
+        return value
+
     @field_validator("log_level")
     @classmethod
     def _check_level(cls, value: str) -> str:
@@ -106,7 +167,9 @@ class Settings(BaseSettings):
     @field_validator("telegram_bot_token", "llm_api_key", "llm_base_url", "llm_model", "subagent_model", mode="before")
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
+        if isinstance(value, str):
+            return value.strip() or None  # a stray space after a pasted token is not part of it
+        return value
 
     @model_validator(mode="after")
     def _check_provider(self) -> Settings:
@@ -137,6 +200,18 @@ class Settings(BaseSettings):
 class SettingsError(Exception):
     """Start-up cannot go on: the message is one line per bad variable, each naming it."""
 
+    @property
+    def lines(self) -> list[str]:
+        return str(self).splitlines()
+
+
+def _error_line(loc: tuple[int | str, ...], message: str, got: object) -> str:
+    name = str(loc[0]).upper()
+    shown = ""
+    if name not in SECRET_SETTINGS and got is not None and not isinstance(got, dict | list):
+        shown = f" (got {str(got)[:60]!r})"
+    return f"invalid setting {name}: {message}{shown}"
+
 
 def load_settings(**overrides: object) -> Settings:
     """Read settings, turning pydantic's report into lines that name the environment variable."""
@@ -145,12 +220,11 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         lines: list[str] = []
         for error in exc.errors():
-            loc = ".".join(str(part) for part in error["loc"])
             message = error["msg"].removeprefix("Value error, ")
-            if not loc:
+            if not error["loc"]:
                 lines.extend(f"invalid setting {line}" for line in message.splitlines())
             else:
-                got = error.get("input")
-                shown = "" if isinstance(got, dict) or got is None else f" (got {str(got)[:60]!r})"
-                lines.append(f"invalid setting {loc.upper()}: {message}{shown}")
-        raise SettingsError("\n".join(lines)) from None
+                lines.append(_error_line(error["loc"], message, error.get("input")))
+        raise SettingsError("\n".join(dict.fromkeys(lines))) from None
+    except (OSError, UnicodeDecodeError) as exc:  # an unreadable `.env`
+        raise SettingsError(f"cannot read the .env file: {exc}") from None

@@ -201,3 +201,69 @@ def test_settings_ignore_unknown_variables(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("SOMETHING_ELSE", "1")
 
     assert isinstance(load_settings(), Settings)
+
+
+@pytest.mark.parametrize("raw", ["[-1001234567890, 42]", " [-1001234567890,42] ", "[]"])
+def test_id_lists_may_be_json_as_pydantic_settings_users_write_them(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("ALLOWED_CHAT_IDS", raw)
+
+    expected = [] if raw == "[]" else [-1001234567890, 42]
+    assert load_settings().allowed_chat_ids == expected
+
+
+@pytest.mark.parametrize(("raw", "shown"), [("abc", "'abc'"), ("1, x", "'x' is not one"), ("[1, x]", "not valid JSON")])
+def test_a_bad_id_list_is_one_line_naming_the_variable_not_an_item(
+    monkeypatch: pytest.MonkeyPatch, raw: str, shown: str
+) -> None:
+    monkeypatch.setenv("ALLOWED_CHAT_IDS", raw)
+
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+
+    [line] = raised.value.lines
+    assert line.startswith("invalid setting ALLOWED_CHAT_IDS: ")  # not ALLOWED_CHAT_IDS.0
+    assert shown in line
+    assert "-1001234567890,42" in line  # how to write it
+
+
+@pytest.mark.parametrize("raw", ["512m", "2g", "64M", "1073741824", "7000k"])
+def test_subagent_memory_in_dockers_format_is_accepted(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("SUBAGENT_MEMORY", raw)
+
+    assert load_settings().subagent_memory == raw
+
+
+@pytest.mark.parametrize(("raw", "reason"), [("lots", "digits"), ("5mb", "digits"), ("-1m", "digits"), ("1k", "6m")])
+def test_subagent_memory_is_checked_at_start_up(monkeypatch: pytest.MonkeyPatch, raw: str, reason: str) -> None:
+    monkeypatch.setenv("SUBAGENT_MEMORY", raw)
+
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+
+    [line] = raised.value.lines
+    assert line.startswith("invalid setting SUBAGENT_MEMORY: ") and reason in line and repr(raw) in line
+
+
+@pytest.mark.parametrize("name", ["TELEGRAM_API_BASE_URL", "LLM_BASE_URL"])
+def test_urls_need_a_scheme(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(name, "127.0.0.1:8000/v1")
+
+    with pytest.raises(SettingsError, match=f"^invalid setting {name}: must start with http:// or https://"):
+        load_settings()
+
+
+def test_a_malformed_token_is_named_but_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "not-a-token-SECRETVALUE")
+
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+
+    assert "TELEGRAM_BOT_TOKEN" in str(raised.value)
+    assert "SECRETVALUE" not in str(raised.value)
+
+
+def test_a_pasted_token_loses_surrounding_spaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", " 123456:abc_DEF-42 ")
+
+    token = load_settings().telegram_bot_token
+    assert token is not None and token.get_secret_value() == "123456:abc_DEF-42"
