@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 REDACTED = "[redacted]"
+LOG_FILE_MAX_BYTES = 10 * 1024 * 1024  # a log file is rotated at this size...
+LOG_FILE_BACKUPS = 3  # ...and this many old ones are kept, so logs never fill the disk
 
 
 class SecretRedactor:
@@ -38,9 +42,18 @@ class SecretRedactor:
 
 
 def configure_logging(
-    log_format: str = "console", level: str = "INFO", secrets: Iterable[str] = (), stream: Any = None
+    log_format: str = "console",
+    level: str = "INFO",
+    secrets: Iterable[str] = (),
+    stream: Any = None,
+    *,
+    log_file: Path | None = None,
+    to_stream: bool = True,
 ) -> None:
-    """Route structlog and the standard library (PTB, httpx, docker) through one redacting renderer."""
+    """Route structlog and the standard library (PTB, httpx, docker) through one redacting renderer.
+
+    Lines go to `stream` (stderr by default) unless `to_stream` is false, and to `log_file` (rotated) if given.
+    """
     redactor = SecretRedactor(secrets)
     renderer: Processor = (
         structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer(colors=False)
@@ -68,10 +81,22 @@ def configure_logging(
             redactor.wrap(renderer),
         ],
     )
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(formatter)
+    handlers: list[logging.Handler] = []
+    if to_stream or log_file is None:
+        handlers.append(logging.StreamHandler(stream or sys.stderr))
+    if log_file is not None:
+        handlers.append(
+            logging.handlers.RotatingFileHandler(
+                log_file, maxBytes=LOG_FILE_MAX_BYTES, backupCount=LOG_FILE_BACKUPS, encoding="utf-8"
+            )
+        )
+    for handler in handlers:
+        handler.setFormatter(formatter)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    for old in root.handlers:
+        if isinstance(old, logging.FileHandler):  # ours from an earlier call: release its file
+            old.close()
+    root.handlers[:] = handlers
     root.setLevel(level)
     # httpx logs every request URL, and Telegram URLs contain the bot token.
     logging.getLogger("httpx").setLevel(logging.WARNING)

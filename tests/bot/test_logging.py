@@ -6,6 +6,7 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -152,3 +153,20 @@ def test_secret_inside_a_url_object_is_redacted(log_format: str) -> None:
     get_logger("test").info("request", url=httpx.URL(f"https://api.telegram.org/bot{TOKEN}/getMe"))
 
     assert TOKEN not in stream.getvalue()
+
+
+def test_a_log_file_gets_every_line_and_the_stream_only_when_asked(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    log_file = tmp_path / "crewbot.log"
+
+    configure_logging("console", "INFO", secrets=[TOKEN], stream=stream, log_file=log_file, to_stream=False)
+    get_logger("test").info("before_start", token=TOKEN)
+    configure_logging("console", "INFO", secrets=[TOKEN], stream=stream, log_file=log_file)
+    get_logger("test").info("after_start")
+    logging.getLogger().handlers[-1].flush()
+
+    written = log_file.read_text(encoding="utf-8")
+    assert "before_start" in written and "after_start" in written
+    assert_redacted(written)
+    assert "before_start" not in stream.getvalue()
+    assert "after_start" in stream.getvalue()
