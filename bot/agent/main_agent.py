@@ -53,7 +53,10 @@ async def spawn_subagent(
         log.error("spawn_failed", error=str(exc))
         return f"Could not start the subagent: {exc}"
     shown = f" ({label})" if label else ""
-    return f"Started subagent run {run_id}{shown}. Its result will be posted here when it finishes."
+    return (
+        f"Started subagent run {run_id}{shown}. Its result will be posted here when it finishes; "
+        f"/subagents {run_id} shows its output so far."
+    )
 
 
 class MainAgent:

@@ -9,6 +9,9 @@ model then runs each line of that task that starts with `$ ` as a shell command,
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -25,6 +28,16 @@ from bot.agent.prompt import LATEST_MARKER
 BACKGROUND_PHRASE = "background:"
 SPAWN_TOOL = "spawn_subagent"
 MAX_QUOTE_CHARS = 200
+TRANSCRIPT_HEADING = "Chat transcript (oldest first):\n"
+# A transcript line as bot.agent.prompt writes it: "[2026-01-31 12:00] Alice: text" (text may go on below).
+_TRANSCRIPT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d\] (?P<sender>.+?): (?P<text>.*)$")
+_SUBAGENT_SENDER = "[Subagent]"
+
+
+@dataclass(slots=True)
+class _Said:
+    sender: str
+    text: str
 
 
 def prompt_text(messages: list[ModelMessage]) -> str:
@@ -47,6 +60,49 @@ def _latest(prompt: str) -> tuple[str, str]:
     return sender, text.strip()
 
 
+def _transcript(prompt: str) -> list[_Said]:
+    """The transcript's messages, oldest first (a line that does not start a message continues the last)."""
+    _, heading, body = prompt.partition(TRANSCRIPT_HEADING)
+    if not heading:
+        return []
+    body = body.rpartition(f"\n\n{LATEST_MARKER}")[0] or body.rpartition("\n\nWrite ")[0]
+    said: list[_Said] = []
+    for line in body.split("\n"):
+        match = _TRANSCRIPT_LINE.match(line)
+        if match:
+            said.append(_Said(match["sender"], match["text"]))
+        elif said:
+            said[-1].text += "\n" + line
+    return said
+
+
+def _unanswered(prompt: str, sender: str, assistant_name: str) -> list[str]:
+    """What `sender` wrote since the bot last spoke (its answer or a subagent result), oldest first."""
+    texts: list[str] = []
+    for said in reversed(_transcript(prompt)):
+        if said.sender in (f"{assistant_name} (you)", _SUBAGENT_SENDER):
+            break
+        if said.sender == sender:
+            texts.append(said.text.strip())
+    return texts[::-1]
+
+
+def _background_tasks(texts: list[str]) -> list[str]:
+    """The task of each message that asks for one, oldest first."""
+    tasks = []
+    for text in texts:
+        lowered = text.lower()
+        if BACKGROUND_PHRASE in lowered:
+            task = text[lowered.index(BACKGROUND_PHRASE) + len(BACKGROUND_PHRASE) :].strip()
+            if task:
+                tasks.append(task)
+    return tasks
+
+
+def _merged_note(count: int) -> str:
+    return f"(Your {count} messages since my last answer are answered together here.)" if count > 1 else ""
+
+
 def _label_for(task: str) -> str:
     first = task.strip().splitlines()[0] if task.strip() else "task"
     first = first.removeprefix("$ ").strip()
@@ -60,25 +116,37 @@ def _quote(text: str) -> str:
 
 def offline_main_model(assistant_name: str) -> FunctionModel:
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        last = messages[-1]
-        if isinstance(last, ModelRequest):
-            for part in last.parts:
-                if isinstance(part, ToolReturnPart) and part.tool_name == SPAWN_TOOL:
-                    return ModelResponse(parts=[TextPart(f"{part.content}")])
         prompt = prompt_text(messages)
         sender, text = _latest(prompt)
+        # Only what was not answered yet: a second turn over the same messages must not spawn them again.
+        pending = _unanswered(prompt, sender, assistant_name) if sender else []
+        if text and pending and pending[-1][:MAX_QUOTE_CHARS] == text[:MAX_QUOTE_CHARS]:
+            pending[-1] = text  # the transcript may show a long message cut; the latest section has it whole
+        note = _merged_note(len(pending))
+        last = messages[-1]
+        if isinstance(last, ModelRequest):
+            returns = [p for p in last.parts if isinstance(p, ToolReturnPart) and p.tool_name == SPAWN_TOOL]
+            if returns:
+                return ModelResponse(parts=[TextPart(" ".join([*(f"{p.content}" for p in returns), note]).strip())])
         can_spawn = any(tool.name == SPAWN_TOOL for tool in info.function_tools)
-        lowered = text.lower()
-        if can_spawn and BACKGROUND_PHRASE in lowered:
-            task = text[lowered.index(BACKGROUND_PHRASE) + len(BACKGROUND_PHRASE) :].strip()
-            if task:
-                args = {"task": task, "label": _label_for(task), "include_context": False}
-                return ModelResponse(parts=[ToolCallPart(SPAWN_TOOL, args, tool_call_id="offline-spawn")])
+        tasks = _background_tasks(pending) if can_spawn else []
+        if tasks:
+            calls = [
+                ToolCallPart(
+                    SPAWN_TOOL,
+                    {"task": task, "label": _label_for(task), "include_context": False},
+                    tool_call_id=f"offline-spawn-{n}",
+                )
+                for n, task in enumerate(tasks)
+            ]
+            return ModelResponse(parts=list(calls))
         lines = [line for line in prompt.splitlines() if line.startswith("[")]
         results = [line for line in lines if "] [Subagent]: " in line]
         reply = [f"Offline demo model here: no LLM is configured, so {assistant_name} answers from a script."]
         if text:
             reply.append(f"{sender or 'You'} wrote: “{_quote(text)}”.")
+        if note:
+            reply.append(note)
         reply.append(f"I can see {len(lines)} message(s) of this chat.")
         if results:
             reply.append(f"Latest subagent result: {_quote(results[-1].split('] [Subagent]: ', 1)[1])}")

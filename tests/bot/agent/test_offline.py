@@ -172,3 +172,49 @@ async def test_offline_model_behind_main_agent_replies_in_the_chat(offline: Offl
     assert len(channel.sent) == 1
     assert channel.sent[0][1].startswith("Crew: Offline demo model here")
     assert "Alice wrote: “@crew hello bot”." in channel.sent[0][1]
+
+
+async def test_merged_messages_are_answered_together_and_a_background_among_them_still_spawns(
+    offline: Offline,
+) -> None:
+    # The first message's turn was aborted by the second (merge window): the next turn sees both.
+    await offline.say("@crew background: $ echo one")
+    await offline.say("@crew and hello")
+
+    messages = await offline.run()
+
+    assert [call[2] for call in offline.spawner.calls] == ["$ echo one"]
+    text = final_text(messages)
+    assert text.startswith("Started subagent run run-0001 (echo one).")
+    assert "Your 2 messages since my last answer are answered together here." in text
+
+
+async def test_every_background_request_since_the_last_answer_spawns_in_order(offline: Offline) -> None:
+    await offline.say("@crew background: $ echo one")
+    await offline.say("@crew background: $ echo two")
+
+    await offline.run()
+
+    assert [call[2] for call in offline.spawner.calls] == ["$ echo one", "$ echo two"]
+
+
+async def test_a_request_already_answered_is_not_spawned_again(offline: Offline) -> None:
+    await offline.say("@crew background: $ echo hi")
+    await offline.messages.add(
+        NewMessage(chat_id=CHAT, sender_name=NAME, content="Started subagent run run-0001 (echo hi).", is_bot=True)
+    )
+
+    messages = await offline.run()  # a second turn over the same messages
+
+    assert offline.spawner.calls == []
+    assert tool_calls(messages) == []
+
+
+async def test_another_senders_unaddressed_request_is_not_spawned(offline: Offline) -> None:
+    await offline.say("background: $ echo not for you", sender="Bob", trigger=False)
+    await offline.say("@crew hi")
+
+    messages = await offline.run()
+
+    assert offline.spawner.calls == []
+    assert "Your 2 messages" not in final_text(messages)
