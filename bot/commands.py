@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from bot.channels.base import Channel
 from bot.delivery import Delivery
 from bot.engine import ChatEngine
 from bot.inbound import InboundMessage
 from bot.logging import get_logger
+from bot.store.runs import FINAL_STATUSES
 
 log = get_logger(__name__)
 
@@ -25,6 +26,8 @@ class RunSummary:
     label: str
     status: str
     created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
 
 
 class RunControl(Protocol):
@@ -39,7 +42,16 @@ class RunControl(Protocol):
     async def cancel_turn(self, turn_id: str, reason: str) -> int: ...
 
 
-def _age(seconds: float) -> str:
+@runtime_checkable
+class RunOutputSource(Protocol):
+    """Optional beside RunControl: what a run printed so far, for `/subagents <run id>`."""
+
+    async def run_output(self, chat_id: int, run_id: str) -> str | None:
+        """The run's state and the tail of its output; None when the chat has no such run."""
+
+
+def age_text(seconds: float) -> str:
+    """A short age: 42s, 7m, 3h."""
     seconds = max(0, int(seconds))
     if seconds < 90:
         return f"{seconds}s"
@@ -48,11 +60,25 @@ def _age(seconds: float) -> str:
     return f"{seconds // 3600}h"
 
 
+def _when(run: RunSummary, now: float) -> str:
+    """A live run's age keeps growing; a finished one shows when it ended (unknown: nothing)."""
+    if run.status in FINAL_STATUSES:
+        return f"{age_text(now - run.finished_at)} ago" if run.finished_at is not None else ""
+    return f"for {age_text(now - (run.started_at or run.created_at))}"
+
+
 HELP_TEXT = (
     "Mention me or reply to me to talk. For long or code-running work I start subagents.\n"
-    "/subagents – this chat's subagent runs\n"
+    "/subagents – this chat's subagent runs; /subagents <run id> – what one has printed so far\n"
     "/cancel <run id> or /cancel all – cancel runs (admins)\n"
     "/stop – abort my current answer and stop all of this chat's subagents (admins)"
+)
+CONSOLE_HELP_TEXT = (
+    "Every line you type is for me. For long or code-running work I start subagents.\n"
+    "/subagents – this chat's subagent runs; /subagents <run id> – what one has printed so far\n"
+    "/cancel <run id> or /cancel all – cancel runs\n"
+    "/stop – abort my current answer and stop all subagents\n"
+    "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
 
 
@@ -97,9 +123,11 @@ class Commands:
             await self._reply(chat_id, f"Only chat admins can use /{command}.")
             return
         if command in ("start", "help"):
-            await self._reply(chat_id, HELP_TEXT)
+            await self._reply(chat_id, CONSOLE_HELP_TEXT if message.chat_kind == "console" else HELP_TEXT)
         elif command == "stop":
             await self._stop(chat_id)
+        elif command == "subagents" and message.command_args:
+            await self._show(chat_id, message.command_args[0].strip()[:64])
         elif command == "subagents":
             await self._list(chat_id)
         elif command == "cancel":
@@ -123,8 +151,18 @@ class Commands:
             await self._reply(chat_id, "No subagent runs in this chat yet.")
             return
         now = time.time()
-        lines = [f"`{r.id}` {r.status:<11} {_age(now - r.created_at):>4}  {r.label}" for r in runs]
-        await self._reply(chat_id, "Subagent runs (newest first):\n" + "\n".join(lines))
+        lines = [f"`{r.id}` {r.status:<11} {_when(r, now):>9}  {r.label}" for r in runs]
+        footer = "\n/subagents <run id> shows what a run has printed so far."
+        await self._reply(chat_id, "Subagent runs (newest first):\n" + "\n".join(lines) + footer)
+
+    async def _show(self, chat_id: int, run_id: str) -> None:
+        if not isinstance(self._runs, RunOutputSource):
+            await self._reply(chat_id, "Subagent output is not available here.")
+            return
+        text = await self._runs.run_output(chat_id, run_id)
+        if text is None:
+            text = f"No run {run_id} in this chat. /subagents lists them."
+        await self._reply(chat_id, text)
 
     async def _cancel(self, chat_id: int, args: tuple[str, ...]) -> None:
         if self._runs is None:

@@ -161,7 +161,9 @@ async def test_overlong_message_is_truncated_when_stored(bot: Bot) -> None:
 # --- commands ---------------------------------------------------------------------------------------
 
 
-async def handle_command(bot: Bot, text: str, *, sender_id: int = MEMBER, platform_message_id: int = 50) -> str:
+async def handle_command(
+    bot: Bot, text: str, *, sender_id: int = MEMBER, platform_message_id: int = 50, chat_kind: str = "group"
+) -> str:
     name, *args = text.removeprefix("/").split()
     await bot.router.handle(
         inbound(
@@ -169,6 +171,7 @@ async def handle_command(bot: Bot, text: str, *, sender_id: int = MEMBER, platfo
             text,
             platform_message_id=platform_message_id,
             sender_id=sender_id,
+            chat_kind=chat_kind,
             triggers=True,
             command=name,
             command_args=tuple(args),
@@ -236,17 +239,35 @@ async def test_cancel_with_wrong_arguments_gives_usage(bot: Bot, text: str) -> N
 async def test_subagents_lists_runs(bot: Bot) -> None:
     now = time.time()
     bot.runs.runs = [
-        RunSummary(id="run-b", label="build docs", status="running", created_at=now - 30),
-        RunSummary(id="run-a", label="echo hi", status="completed", created_at=now - 600),
+        RunSummary(id="run-b", label="build docs", status="running", created_at=now - 40, started_at=now - 30),
+        RunSummary(id="run-a", label="echo hi", status="completed", created_at=now - 600, finished_at=now - 300),
+        RunSummary(id="run-0", label="old", status="failed", created_at=now - 900),
     ]
 
     reply = await handle_command(bot, "/subagents")
 
     lines = reply.splitlines()
     assert lines[0] == "Crew: Subagent runs (newest first):"
-    assert "`run-b`" in lines[1] and "running" in lines[1] and "build docs" in lines[1]
-    assert "`run-a`" in lines[2] and "completed" in lines[2] and "10m" in lines[2]
+    assert "`run-b`" in lines[1] and "running" in lines[1] and "for 30s" in lines[1] and "build docs" in lines[1]
+    # A finished run shows when it ended, an age that no longer grows; without an end time, none.
+    assert "`run-a`" in lines[2] and "completed" in lines[2] and "5m ago" in lines[2] and "10m" not in lines[2]
+    assert "`run-0`" in lines[3] and "ago" not in lines[3] and "15m" not in lines[3]
+    assert lines[4] == "/subagents <run id> shows what a run has printed so far."
     assert bot.runs.calls == [("list_runs", ALLOWED, MAX_LISTED_RUNS)]
+
+
+async def test_subagents_with_a_run_id_needs_a_control_that_shows_output(bot: Bot) -> None:
+    reply = await handle_command(bot, "/subagents run-a")
+
+    assert reply == "Crew: Subagent output is not available here."
+
+
+async def test_help_in_the_console_does_not_ask_for_mentions_and_names_quit(bot: Bot) -> None:
+    reply = await handle_command(bot, "/help", chat_kind="console")
+
+    assert "Mention me" not in reply
+    assert "Every line you type is for me" in reply
+    assert "/quit" in reply and "/subagents <run id>" in reply
 
 
 async def test_subagents_with_no_runs(bot: Bot) -> None:

@@ -1,0 +1,141 @@
+"""What a subagent run has printed: a live container's output so far, or the log kept after it ended.
+
+Only the tail is shown, cleaned of terminal control characters (a task's output is written by an LLM that
+follows strangers' instructions). Used by `/subagents <run id>` and by `crewbot logs <run id>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from bot.commands import RunControl, RunSummary, age_text
+from bot.store.runs import FINAL_STATUSES, RunRecord, RunStore
+
+CHAT_OUTPUT_TAIL_CHARS = 3_000  # fits one Telegram message (4,096) with the heading
+BYTES_PER_CHAR_MAX = 4  # UTF-8: reading this many bytes per wanted character always covers the tail
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+class ContainerLogs(Protocol):
+    async def logs(self, container_id: str) -> bytes:
+        """stdout and stderr so far; empty if the container is gone."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutput:
+    record: RunRecord
+    text: str  # the tail, cleaned
+    total_chars: int  # of the whole output that was read
+    problem: str | None = None  # why there is no output to show, when there is none
+
+
+def clean(data: bytes) -> str:
+    text = _ANSI_SEQUENCE.sub("", data.decode("utf-8", errors="replace")).replace("\r\n", "\n")
+    return _CONTROL_CHARS.sub("", text.replace("\r", "\n"))
+
+
+def _read_tail(path: Path, max_bytes: int) -> bytes | None:
+    try:
+        with path.open("rb") as file:
+            size = file.seek(0, 2)
+            file.seek(max(0, size - max_bytes))
+            return file.read(max_bytes)
+    except FileNotFoundError:
+        return None
+
+
+class RunOutputReader:
+    def __init__(self, runs: RunStore, logs: ContainerLogs, kept_log: Callable[[str], Path]) -> None:
+        self._runs = runs
+        self._logs = logs
+        self._kept_log = kept_log  # where the host keeps a finished run's container log
+
+    async def read(self, run_id: str, tail_chars: int) -> RunOutput | None:
+        """None when there is no such run."""
+        record = await self._runs.get(run_id)
+        if record is None:
+            return None
+        max_bytes = tail_chars * BYTES_PER_CHAR_MAX
+        data: bytes | None = None
+        if record.status in FINAL_STATUSES:
+            data = await asyncio.to_thread(_read_tail, self._kept_log(record.id), max_bytes)
+        if data is None and record.container_id is not None:
+            try:
+                data = await self._logs.logs(record.container_id)
+            except Exception as exc:  # the engine is down or refuses: say so, do not fail the command
+                return RunOutput(record, "", 0, f"its container's output cannot be read ({_first_line(exc)})")
+        if data is None:
+            problem = "it has no container yet" if record.status not in FINAL_STATUSES else "no output was kept"
+            return RunOutput(record, "", 0, problem)
+        text = clean(data)
+        return RunOutput(record, text[-tail_chars:], len(text))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def describe_state(record: RunRecord, now: float) -> str:
+    if record.status in FINAL_STATUSES:
+        ended = f", {age_text(now - record.finished_at)} ago" if record.finished_at is not None else ""
+        return f"{record.status}{ended}"
+    return f"{record.status} for {age_text(now - (record.started_at or record.created_at))}"
+
+
+def describe(output: RunOutput, now: float | None = None) -> str:
+    """The chat's view: the run's state, then its output's tail in a code block."""
+    record = output.record
+    heading = f"Run {record.id} ({record.label}): {describe_state(record, now or time.time())}."
+    if output.problem is not None:
+        return f"{heading} No output to show: {output.problem}."
+    if not output.text.strip():
+        return f"{heading} No output yet."
+    shown = "" if output.total_chars <= len(output.text) else f" (the last {len(output.text):,} characters)"
+    label = "Output so far" if record.status not in FINAL_STATUSES else "Its output"
+    body = output.text.strip("\n").replace("```", "'''")  # keep the code block closed
+    return f"{heading} {label}{shown}:\n```\n{body}\n```"
+
+
+class RunsView:
+    """The chat commands' RunControl, plus what the store knows beyond it: end times and output so far."""
+
+    def __init__(self, control: RunControl, runs: RunStore, output: RunOutputReader) -> None:
+        self._control = control
+        self._runs = runs
+        self._output = output
+
+    async def list_runs(self, chat_id: int, limit: int) -> list[RunSummary]:
+        return [
+            RunSummary(
+                id=r.id,
+                label=r.label,
+                status=r.status,
+                created_at=r.created_at,
+                started_at=r.started_at,
+                finished_at=r.finished_at,
+            )
+            for r in await self._runs.for_chat(chat_id, limit)
+        ]
+
+    async def cancel_run(self, chat_id: int, run_id: str) -> str:
+        return await self._control.cancel_run(chat_id, run_id)
+
+    async def cancel_chat(self, chat_id: int, reason: str) -> int:
+        return await self._control.cancel_chat(chat_id, reason)
+
+    async def cancel_turn(self, turn_id: str, reason: str) -> int:
+        return await self._control.cancel_turn(turn_id, reason)
+
+    async def run_output(self, chat_id: int, run_id: str) -> str | None:
+        record = await self._runs.get(run_id)
+        if record is None or record.chat_id != chat_id:  # another chat's run does not exist for this one
+            return None
+        output = await self._output.read(run_id, CHAT_OUTPUT_TAIL_CHARS)
+        return describe(output) if output is not None else None

@@ -1,0 +1,171 @@
+"""`/subagents <run id>`: a running subagent's output so far from its container, a finished one's from the log
+the host kept; the tail only, cleaned of terminal control; only the chat's own runs. Real store, in-memory engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.commands import Commands
+from bot.engine import ChatEngine
+from bot.run_output import CHAT_OUTPUT_TAIL_CHARS, RunOutputReader, RunsView
+from bot.store.chats import ChatStore
+from bot.store.db import Database
+from bot.store.runs import COMPLETED, QUEUED, RunStore
+from runner.runtime import ContainerSpec
+from tests.bot.helpers import FakeRunControl, RecordingChannel, make_delivery
+from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
+
+CHAT, OTHER_CHAT = -100, -200
+
+
+def spec(name: str) -> ContainerSpec:
+    return ContainerSpec(name=name, image="img", command=[], labels={}, mounts=[], user="1000:1000")
+
+
+async def never_exits(container: MemoryContainer) -> int | None:
+    return None
+
+
+class Runs:
+    def __init__(self, db: Database, runtime: MemoryRuntime, runs_dir: Path) -> None:
+        self.store = RunStore(db)
+        self.chats = ChatStore(db)
+        self.runtime = runtime
+        self.runs_dir = runs_dir
+        self.view = RunsView(
+            FakeRunControl(), self.store, RunOutputReader(self.store, runtime, lambda run_id: runs_dir / run_id / "log")
+        )
+
+    async def queued(self, run_id: str, chat_id: int = CHAT) -> None:
+        await self.chats.ensure(chat_id, "group", "g")
+        await self.store.create(run_id, chat_id, None, "$ make", "make", False, QUEUED)
+
+    async def running(self, run_id: str, chat_id: int = CHAT, logs: bytes = b"") -> str:
+        await self.queued(run_id, chat_id)
+        await self.store.mark_running(run_id, None)
+        container_id = await self.runtime.start(spec(f"c-{run_id}"))
+        self.runtime.container(container_id).logs = logs
+        await self.store.set_container(run_id, container_id)
+        return container_id
+
+    async def finished(self, run_id: str, kept: bytes | None) -> None:
+        await self.running(run_id)
+        await self.store.finish(run_id, COMPLETED, result="done")
+        if kept is not None:
+            (self.runs_dir / run_id).mkdir(parents=True)
+            (self.runs_dir / run_id / "log").write_bytes(kept)
+
+
+async def test_a_running_runs_output_so_far_comes_from_its_container(db: Database, tmp_path: Path) -> None:
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.running("run-a", logs=b"compiling...\nstep 2 of 3\n")
+
+        text = await runs.view.run_output(CHAT, "run-a")
+
+    assert text is not None
+    assert text.startswith("Run run-a (make): running for ")
+    assert "Output so far:\n```\ncompiling...\nstep 2 of 3\n```" in text
+
+
+async def test_only_the_tail_is_shown_and_terminal_control_is_removed(db: Database, tmp_path: Path) -> None:
+    hostile = b"\x1b]0;owned\x07\x1b[2J" + b"x" * 10_000 + b"\x1b[31mlast line\x1b[0m ```"
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.running("run-a", logs=hostile)
+
+        text = await runs.view.run_output(CHAT, "run-a")
+
+    assert text is not None
+    assert f"(the last {CHAT_OUTPUT_TAIL_CHARS:,} characters)" in text
+    assert "\x1b" not in text and "\x07" not in text
+    assert text.endswith("last line '''\n```")  # the output cannot close the code block early
+    assert len(text) < CHAT_OUTPUT_TAIL_CHARS + 200
+
+
+async def test_a_finished_runs_output_is_the_log_the_host_kept(db: Database, tmp_path: Path) -> None:
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.finished("run-a", kept=b"all done\n")
+
+        text = await runs.view.run_output(CHAT, "run-a")
+
+    assert text is not None
+    assert text.startswith("Run run-a (make): completed, 0s ago. Its output:")
+    assert "all done" in text
+
+
+async def test_another_chats_run_does_not_exist_here(db: Database, tmp_path: Path) -> None:
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.running("run-b", chat_id=OTHER_CHAT, logs=b"secret of the other chat")
+
+        assert await runs.view.run_output(CHAT, "run-b") is None
+        assert await runs.view.run_output(CHAT, "no-such-run") is None
+
+
+async def test_an_engine_outage_is_said_not_raised(db: Database, tmp_path: Path) -> None:
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.running("run-a", logs=b"x")
+        runtime.set_engine_down(True)
+
+        text = await runs.view.run_output(CHAT, "run-a")
+
+    assert text is not None and "No output to show: its container's output cannot be read" in text
+
+
+async def test_a_queued_run_has_no_output_yet(db: Database, tmp_path: Path) -> None:
+    async with MemoryRuntime() as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.queued("run-q")
+
+        text = await runs.view.run_output(CHAT, "run-q")
+
+    assert text == "Run run-q (make): queued for 0s. No output to show: it has no container yet."
+
+
+async def test_the_list_shows_when_finished_runs_ended(db: Database, tmp_path: Path) -> None:
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.finished("run-a", kept=None)
+        await runs.running("run-b")
+
+        [newest, oldest] = await runs.view.list_runs(CHAT, 10)
+
+    assert (newest.id, newest.finished_at) == ("run-b", None)
+    assert oldest.id == "run-a" and oldest.finished_at is not None and oldest.started_at is not None
+
+
+async def test_subagents_with_an_id_answers_in_the_chat(db: Database, tmp_path: Path) -> None:
+    from bot.inbound import InboundMessage
+    from bot.typing_indicator import TypingIndicator
+
+    channel = RecordingChannel()
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.running("run-a", logs=b"halfway there\n")
+        typing = TypingIndicator(channel.send_typing, 1.0)
+        engine = ChatEngine(lambda turn: _noop(), _NoLifecycle(), typing, 0.0)
+        commands = Commands(channel, make_delivery(db, channel), engine, runs.view, [])
+
+        for args in (("run-a",), ("nope",)):
+            await commands.handle(
+                InboundMessage(CHAT, "group", "g", 1, "Alice", "/subagents", command="subagents", command_args=args)
+            )
+        await channel.wait_for(lambda: len(channel.sent) == 2)
+
+    assert "halfway there" in channel.sent[0][1]
+    assert channel.sent[1][1] == "Crew: No run nope in this chat. /subagents lists them."
+
+
+async def _noop() -> None:
+    return None
+
+
+class _NoLifecycle:
+    async def turn_started(self, turn: object) -> None: ...
+
+    async def turn_ended(self, turn: object, status: str) -> None: ...
+
+    async def turn_aborted(self, turn: object, reason: str) -> None: ...
