@@ -26,7 +26,7 @@ from bench.engine import engine_client, running_containers_of
 from bench.report import Measure, Row
 from bot.store.runs import FINAL_STATUSES, REJECTED, RunRecord
 from container.protocol import SpawnRequest
-from runner.ipc import ERRORS_DIR, IpcKind, container_owner, ensure_chat_dirs, write_spawn_request
+from runner.ipc import ERRORS_DIR, TASKS_DIR, ensure_chat_dirs, write_spawn_request
 from tests.fakes.telegram_server import FakeTelegram
 
 NAME = "burst"
@@ -120,7 +120,7 @@ async def _scenario(ctx: BenchContext, scenario: Scenario, chat_offset: int) -> 
                 tg.add_chat(chat_id, title=f"bench burst {chat_id}")
                 chat = await bench.app.stores.chats.ensure(chat_id, "supergroup", "bench burst")
                 folders[chat_id] = chat.folder
-                await asyncio.to_thread(ensure_chat_dirs, ipc_root, chat.folder, owner=container_owner())
+                await asyncio.to_thread(ensure_chat_dirs, ipc_root, chat.folder)
             await asyncio.sleep(0.5)  # the watcher restarts for the new folders; let it settle
             batch = secrets.token_hex(3)
 
@@ -163,7 +163,7 @@ async def _scenario(ctx: BenchContext, scenario: Scenario, chat_offset: int) -> 
 
     rejected = [r for r in records if r.status == REJECTED]
     lost = len(ids - {r.id for r in records})
-    left_in_tasks = sum(len(list((ipc_root / folder / IpcKind.TASKS).iterdir())) for folder in folders.values())
+    left_in_tasks = sum(len(list((ipc_root / folder / TASKS_DIR).iterdir())) for folder in folders.values())
     quarantined = len(list((ipc_root / ERRORS_DIR).iterdir())) if (ipc_root / ERRORS_DIR).is_dir() else 0
     statuses: dict[str, int] = {}
     for record in accepted:

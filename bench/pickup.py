@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from bench.common import BenchContext, ms, wait_event
 from bench.report import Measure, Row
 from bot.store.chats import folder_for_chat
-from container.protocol import ProgressMessage, SpawnRequest
+from container.protocol import SpawnRequest
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 from runner.ipc_outcome import RequestOutcome
 from runner.watcher import POLL_DELAY_MS, IpcWatcher
@@ -58,9 +58,6 @@ async def _measure(ctx: BenchContext, variant: Variant, count: int, rng: random.
             all_handled.set()
         return RequestOutcome.ACCEPTED
 
-    async def on_message(chat_id: int, message: ProgressMessage) -> RequestOutcome:
-        return RequestOutcome.ACCEPTED
-
     async def resolve(folder: str) -> int | None:
         return chats.get(folder)
 
@@ -68,7 +65,6 @@ async def _measure(ctx: BenchContext, variant: Variant, count: int, rng: random.
         root,
         resolve,
         on_request,
-        on_message,
         rescan_interval_seconds=variant.rescan_seconds,
         force_polling=variant.force_polling,
         max_file_bytes=MAX_FILE_BYTES,

@@ -33,7 +33,7 @@ from bench.engine import BareMount, bare_start, engine_client, image_interpreter
 from bench.report import Measure, Row
 from container.protocol import SpawnRequest
 from runner.docker_runtime import container_name
-from runner.ipc import container_owner, ensure_chat_dirs, write_spawn_request
+from runner.ipc import ensure_chat_dirs, write_spawn_request
 from runner.paths import CONTAINER_GID, CONTAINER_UID, container_user
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -156,7 +156,7 @@ async def run(ctx: BenchContext) -> list[Row]:
             probe = FirstCallProbe(service.live)
             chat = await bench.app.stores.chats.ensure(chat_id, "supergroup", "bench spawn")
             ipc_root = service.paths.ipc_root
-            await asyncio.to_thread(ensure_chat_dirs, ipc_root, chat.folder, owner=container_owner())
+            await asyncio.to_thread(ensure_chat_dirs, ipc_root, chat.folder)
             await asyncio.sleep(0.5)  # the watcher restarts for the new folder; let it settle
             batch = secrets.token_hex(3)
             # Interleaved, one container at a time, so a change in the machine's load hits all three alike.

@@ -1,11 +1,14 @@
 """IPC folders on the host: their layout, the host's own writes, and reading, validating and quarantining
-what containers leave in them.
+what is found in them.
 
-Layout under `DATA_DIR/ipc/`: `<folder>/tasks/*.json` (SpawnRequest), `<folder>/messages/*.json`
-(ProgressMessage), `errors/` (quarantine). Everything below a chat folder is written by an untrusted
-container, so every operation there goes through directory descriptors opened with O_NOFOLLOW: a container
-that swaps `tasks/` for a symlink cannot make the host read, move, chown or delete anything outside its
-folder. The chat a file speaks for is the folder's, never the file's.
+Layout under `DATA_DIR/ipc/`: `<folder>/tasks/*.json` (SpawnRequest, written by the host's spawner for the
+main agent) and `errors/` (quarantine). No container mounts these folders any more (subagents talk over
+their run channel), yet whatever is found there is still treated as hostile: a folder left over from an
+older deployment, an operator's mistake or a future bug must not turn into a read or write elsewhere. So
+every operation below a chat folder goes through directory descriptors opened with O_NOFOLLOW, files are
+read only when fstat says regular and up to a cap, and anything unexpected is quarantined with a reason.
+The chat a file speaks for is the folder's, never the file's. All of it blocks: the watcher calls it from
+worker threads (runner/ipc_batch.py), never on the event loop.
 """
 
 from __future__ import annotations
@@ -19,21 +22,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from enum import Enum, StrEnum
+from enum import Enum
 from pathlib import Path
-from typing import TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from container.protocol import (
-    IPC_MESSAGES_DIR,
-    IPC_TASKS_DIR,
-    ProgressMessage,
-    SpawnRequest,
-    write_json_atomic,
-)
-from runner.paths import CONTAINER_GID, CONTAINER_UID, host_is_root
+from container.protocol import IPC_TASKS_DIR, SpawnRequest, write_json_atomic
 
+TASKS_DIR = IPC_TASKS_DIR  # the only entry a chat folder should hold
 ERRORS_DIR = "errors"
 TEMP_PREFIX = ".tmp-"  # what write_json_atomic names its temp files
 JSON_SUFFIX = ".json"
@@ -45,10 +41,9 @@ FOLDER_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 STALE_ENTRY_SECONDS = 300.0
 IPC_ROOT_MODE = 0o750
 ERRORS_DIR_MODE = 0o750
-# The chat folder stays the host's and read-only to the container: it cannot replace tasks/ or put
-# anything beside it. Only tasks/ and messages/ are the container's.
-CHAT_DIR_MODE = 0o755
-CHAT_SUBDIR_MODE = 0o770
+# The host's alone: nothing else needs to read or write here since no container mounts these folders.
+CHAT_DIR_MODE = 0o750
+TASKS_DIR_MODE = 0o750
 REASON_FILE_MODE = 0o640
 MAX_REASON_CHARS = 500
 MAX_QUARANTINE_PART_CHARS = 100  # keeps `<stamp>-<folder>-<name>.reason.txt` under NAME_MAX (255)
@@ -59,29 +54,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 _READ_CHUNK_BYTES = 64 * 1024
-
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-class IpcKind(StrEnum):
-    """The two folders a container writes into; the value is the folder's name."""
-
-    TASKS = IPC_TASKS_DIR
-    MESSAGES = IPC_MESSAGES_DIR
-
-
-@dataclass(frozen=True, slots=True)
-class DirOwner:
-    """Owner given to tasks/ and messages/ when the host runs as root."""
-
-    uid: int = CONTAINER_UID
-    gid: int = CONTAINER_GID
-
-
-def container_owner() -> DirOwner | None:
-    """The owner `ensure_chat_dirs` needs here: the image's user when the host is root (containers then
-    run as that user, see `runner.paths.container_user`), else None (they run as the host's user)."""
-    return DirOwner() if host_is_root() else None
 
 
 class IpcRejected(Exception):
@@ -118,11 +90,16 @@ def _check_folder(folder: str) -> None:
         raise ValueError(f"invalid IPC folder name {folder!r}")
 
 
-@contextmanager
-def open_dir(name: str | Path, dir_fd: int | None = None, *, follow: bool = False) -> Iterator[int]:
+def open_dir_fd(name: str | Path, dir_fd: int | None = None, *, follow: bool = False) -> int:
     """A directory descriptor; without `follow` a symlink raises (ELOOP) instead of being followed."""
     flags = _DIR_FLAGS & ~os.O_NOFOLLOW if follow else _DIR_FLAGS
-    fd = os.open(name, flags, dir_fd=dir_fd)
+    return os.open(name, flags, dir_fd=dir_fd)
+
+
+@contextmanager
+def open_dir(name: str | Path, dir_fd: int | None = None, *, follow: bool = False) -> Iterator[int]:
+    """`open_dir_fd`, closed on leaving the block."""
+    fd = open_dir_fd(name, dir_fd, follow=follow)
     try:
         yield fd
     finally:
@@ -167,23 +144,31 @@ def ensure_ipc_root(ipc_root: Path) -> Path:
     return ipc_root
 
 
-def ensure_chat_dirs(
-    ipc_root: Path, folder: str, *, owner: DirOwner | None = None, mode: int = CHAT_SUBDIR_MODE
-) -> Path:
-    """Create or repair `<folder>/tasks` and `<folder>/messages`; return the chat folder to mount.
+def ensure_chat_dirs(ipc_root: Path, folder: str) -> Path:
+    """Create or repair `<folder>/tasks`, owned by the host and private to it; return the chat folder.
 
-    Pass `owner` when the host runs as root, so the container user can write there. When the host is
-    not root and its uid is not the container's, pass a `mode` that lets the container in (e.g. 0o777).
-    A `tasks` or `messages` entry that is not a real directory is quarantined and replaced.
+    A `tasks` entry that is not a real directory is quarantined and replaced. Anything else in the
+    chat folder (say, a `messages/` of an older deployment) is left to the watcher, which quarantines it.
     """
     _check_folder(folder)
     ensure_ipc_root(ipc_root)
     with open_dir(ipc_root, follow=True) as root_fd:
         _mkdir_at(folder, root_fd, CHAT_DIR_MODE)
         with open_dir(folder, root_fd) as chat_fd:
-            os.fchmod(chat_fd, CHAT_DIR_MODE)
-            for kind in IpcKind:
-                _ensure_subdir(ipc_root, folder, chat_fd, kind, owner=owner, mode=mode)
+            _own(chat_fd, CHAT_DIR_MODE)
+            _mkdir_at(TASKS_DIR, chat_fd, TASKS_DIR_MODE)
+            try:
+                tasks_fd = open_dir_fd(TASKS_DIR, chat_fd)
+            except OSError as exc:
+                if not is_not_directory(exc):
+                    raise
+                quarantine(ipc_root, chat_fd, TASKS_DIR, folder=folder, reason=f"{TASKS_DIR} is not a directory")
+                _mkdir_at(TASKS_DIR, chat_fd, TASKS_DIR_MODE)
+                tasks_fd = open_dir_fd(TASKS_DIR, chat_fd)
+            try:
+                _own(tasks_fd, TASKS_DIR_MODE)
+            finally:
+                os.close(tasks_fd)
     return ipc_root / folder
 
 
@@ -192,51 +177,33 @@ def _mkdir_at(name: str, dir_fd: int, mode: int) -> None:
         os.mkdir(name, mode, dir_fd=dir_fd)
 
 
-def _ensure_subdir(
-    ipc_root: Path, folder: str, chat_fd: int, kind: IpcKind, *, owner: DirOwner | None, mode: int
-) -> None:
-    _mkdir_at(kind, chat_fd, mode)
-    try:
-        fd = os.open(kind, _DIR_FLAGS, dir_fd=chat_fd)
-    except OSError as exc:
-        if not is_not_directory(exc):
-            raise
-        quarantine(ipc_root, chat_fd, kind, folder=folder, reason=f"{kind} is not a directory")
-        _mkdir_at(kind, chat_fd, mode)
-        fd = os.open(kind, _DIR_FLAGS, dir_fd=chat_fd)
-    try:
-        # fchown/fchmod act on the directory opened above, never on whatever a symlink points to.
-        if owner is not None:
-            os.fchown(fd, owner.uid, owner.gid)
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
+def _own(dir_fd: int, mode: int) -> None:
+    """Set the mode, and take back a directory an older deployment handed to the container's user.
+
+    fchown/fchmod act on the directory opened, never on whatever a symlink points to.
+    """
+    uid = os.geteuid()
+    if os.fstat(dir_fd).st_uid != uid:
+        os.fchown(dir_fd, uid, os.getegid())
+    os.fchmod(dir_fd, mode)
 
 
 def write_spawn_request(ipc_root: Path, folder: str, request: SpawnRequest) -> Path:
-    """Drop a spawn request into the chat's tasks/ atomically (the main agent's spawn tool)."""
-    return _write_into(ipc_root, folder, IpcKind.TASKS, f"{request.request_id}{JSON_SUFFIX}", request)
+    """Drop a spawn request into the chat's tasks/ atomically (the main agent's spawn tool).
 
-
-def write_progress_message(ipc_root: Path, folder: str, message: ProgressMessage) -> Path:
-    """Drop a progress message into the chat's messages/ atomically."""
-    return _write_into(ipc_root, folder, IpcKind.MESSAGES, f"{message.message_id}{JSON_SUFFIX}", message)
-
-
-def _write_into(ipc_root: Path, folder: str, kind: IpcKind, name: str, model: BaseModel) -> Path:
-    """Write through descriptors: the folders must exist (`ensure_chat_dirs`) and must not be symlinks.
-
+    Writes through descriptors: the folders must exist (`ensure_chat_dirs`) and must not be symlinks.
     `/proc/self/fd/N` names the directory opened as N itself, so write_json_atomic's temp file and rename
-    land in that directory even if a container renames or replaces `tasks/` meanwhile.
+    land in that directory even if `tasks/` is renamed or replaced meanwhile.
     """
     _check_folder(folder)
+    name = f"{request.request_id}{JSON_SUFFIX}"
     with (
         open_dir(ipc_root, follow=True) as root_fd,
         open_dir(folder, root_fd) as chat_fd,
-        open_dir(kind, chat_fd) as kind_fd,
+        open_dir(TASKS_DIR, chat_fd) as tasks_fd,
     ):
-        write_json_atomic(Path(f"/proc/self/fd/{kind_fd}") / name, model)
-    return ipc_root / folder / kind / name
+        write_json_atomic(Path(f"/proc/self/fd/{tasks_fd}") / name, request)
+    return ipc_root / folder / TASKS_DIR / name
 
 
 # --- reading and validating ----------------------------------------------------------------------------
@@ -258,12 +225,12 @@ def describe_type(st: os.stat_result) -> str:
 
 
 def _is_stale(st: os.stat_result, now: float, stale_after_seconds: float) -> bool:
-    # ctime, not mtime: a container can set mtime to the future with utime(), but not ctime.
+    # ctime, not mtime: any writer can set mtime to the future with utime(), but not ctime.
     return now - st.st_ctime >= stale_after_seconds
 
 
 def triage(name: str, st: os.stat_result, *, now: float, stale_after_seconds: float) -> Triage:
-    """Decide what to do with an entry in tasks/ or messages/ before reading it."""
+    """Decide what to do with an entry in tasks/ before reading it."""
     if not stat.S_ISREG(st.st_mode):
         # No writer makes these on the way to a real file, so there is nothing to wait for.
         return Triage(Action.QUARANTINE, f"not a regular file ({describe_type(st)})")
@@ -322,39 +289,26 @@ def _check_file(st: os.stat_result, max_bytes: int) -> None:
 
 def parse_request(data: bytes, *, name: str, chat_id: int) -> SpawnRequest:
     """Validate a tasks/ file for the folder's chat; raises IpcRejected with the reason."""
-    request = _parse(SpawnRequest, data)
-    _check_identity(request.chat_id, chat_id, request.created_at)
+    request = _parse_request(data)
+    if request.chat_id is not None and request.chat_id != chat_id:
+        raise IpcRejected(f"unauthorised: chat_id {request.chat_id} is not the folder's chat")
+    if not math.isfinite(request.created_at):
+        # JSON NaN and 1e999 pass pydantic's float; the store and the scheduler cannot use them.
+        raise IpcRejected("schema violation: created_at: must be a finite number")
     if name != f"{request.request_id}{JSON_SUFFIX}":
         raise IpcRejected("file name does not match request_id")
     return request
 
 
-def parse_message(data: bytes, *, name: str, chat_id: int) -> ProgressMessage:
-    """Validate a messages/ file for the folder's chat; raises IpcRejected with the reason."""
-    message = _parse(ProgressMessage, data)
-    _check_identity(message.chat_id, chat_id, message.created_at)
-    if name != f"{message.message_id}{JSON_SUFFIX}":
-        raise IpcRejected("file name does not match message_id")
-    return message
-
-
-def _parse(model: type[ModelT], data: bytes) -> ModelT:
+def _parse_request(data: bytes) -> SpawnRequest:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise IpcRejected(f"invalid UTF-8 at byte {exc.start}") from None
     try:
-        return model.model_validate_json(text)
+        return SpawnRequest.model_validate_json(text)
     except ValidationError as exc:
         raise IpcRejected(describe_validation_error(exc)) from None
-
-
-def _check_identity(claimed_chat_id: int | None, folder_chat_id: int, created_at: float) -> None:
-    if claimed_chat_id is not None and claimed_chat_id != folder_chat_id:
-        raise IpcRejected(f"unauthorised: chat_id {claimed_chat_id} is not the folder's chat")
-    if not math.isfinite(created_at):
-        # JSON NaN and 1e999 pass pydantic's float; the store and the scheduler cannot use them.
-        raise IpcRejected("schema violation: created_at: must be a finite number")
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -374,7 +328,7 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def remove_if_same(dir_fd: int, name: str, expected: os.stat_result) -> bool:
-    """Delete the entry only if it is still the file that was read (a container may have replaced it)."""
+    """Delete the entry only if it is still the file that was read (it may have been replaced meanwhile)."""
     current = lstat_at(dir_fd, name)
     if current is None:
         return True

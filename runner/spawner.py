@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bot.store.chats import ChatStore
 from container.protocol import SpawnRequest
-from runner.ipc import container_owner, ensure_chat_dirs, write_spawn_request
+from runner.ipc import ensure_chat_dirs, write_spawn_request
 
 RUN_ID_BYTES = 6  # 12 hex characters: short enough to type in /cancel, unique enough per deployment
 
@@ -42,6 +42,6 @@ class IpcSpawner:
         return request.request_id
 
     def _write(self, folder: str, request: SpawnRequest) -> None:
-        # The first spawn of a chat creates its folders, owned by the container's user when we are root.
-        ensure_chat_dirs(self._ipc_root, folder, owner=container_owner())
+        # The first spawn of a chat creates its folder; no container can reach it, so it stays the host's.
+        ensure_chat_dirs(self._ipc_root, folder)
         write_spawn_request(self._ipc_root, folder, request)

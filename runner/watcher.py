@@ -2,13 +2,19 @@
 
 A file is noticed three ways so none is missed: a sweep when watching starts, inotify through watchfiles,
 and a rescan every `rescan_interval_seconds` (inotify is not delivered through some bind mounts and
-network filesystems). All three go through one `IpcScanner`, which hands each valid file to the caller's
-handler and quarantines the rest (see there for how a file is handed over exactly once).
+network filesystems). All three go through one `IpcScanner`, which hands each valid spawn request to the
+caller's handler and quarantines the rest (see there for how a file is handed over exactly once).
 
-Only the ipc root, the chat folders and their tasks/ and messages/ are watched, each non-recursively: a
-container cannot make the host spend inotify watches on a tree it builds, and errors/ (which only grows)
-is never walked by the poller. When that set of directories changes (a new chat, a recreated root) the
+Only the ipc root, the chat folders and their tasks/ are watched, each non-recursively: whatever lands
+there cannot make the host spend inotify watches on a tree it builds, and errors/ (which only grows) is
+never walked by the poller. When that set of directories changes (a new chat, a recreated root) the
 watch restarts and sweeps again.
+
+The event loop does no file work here either: creating and listing those directories, setting up the
+watches, waiting for changes and filtering and grouping them (10,000 files quarantined are 10,000 change
+events) all run in worker threads, so the loop only gets a short plan per chat folder to act on. That is
+why RustNotify, watchfiles' documented Rust backend, is driven directly instead of through `awatch`,
+which converts and filters every change on the loop.
 """
 
 from __future__ import annotations
@@ -17,27 +23,29 @@ import asyncio
 import math
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchfiles import Change, awatch
-from watchfiles._rust_notify import WatchfilesRustInternalError
+from watchfiles import Change
+from watchfiles._rust_notify import RustNotify, WatchfilesRustInternalError
 
 from bot.logging import get_logger
 from runner.ipc import (
     ERRORS_DIR,
     STALE_ENTRY_SECONDS,
+    TASKS_DIR,
     TEMP_PREFIX,
-    IpcKind,
     ensure_ipc_root,
     list_dir,
     lstat_at,
     open_dir,
     valid_folder_name,
 )
-from runner.ipc_scan import FolderResolver, IpcScanner, MessageHandler, RequestHandler
+from runner.ipc_batch import in_thread, wait_for_thread
+from runner.ipc_scan import FolderPlan, FolderResolver, IpcScanner, RequestHandler, plan_visits
 
 # The handler types live in runner.ipc_scan; they type IpcWatcher's arguments, so callers get them from here.
 __all__ = [
@@ -45,25 +53,24 @@ __all__ = [
     "POLL_DELAY_MS",
     "FolderResolver",
     "IpcWatcher",
-    "MessageHandler",
     "RequestHandler",
     "WatchTarget",
     "watch_targets",
 ]
 
-# watchfiles sleeps `step` ms between looks at its change set and yields once a look finds nothing new
+# RustNotify sleeps `step` ms between looks at its change set and returns once a look finds nothing new
 # (or `debounce` ms passed), so a tmp+rename reaches us within 1-2 steps. Its defaults (50/1600) cost up
 # to ~100 ms per file and 1.6 s under a stream of writes; 10/50 keeps pickup at ~20 ms. The price is a
 # wake-up of the watch thread every 10 ms: about 0.4% of one core while idle (measured, 50 chats).
 WATCH_STEP_MS = 10
 WATCH_DEBOUNCE_MS = 50
-# With nothing happening, watchfiles yields an empty batch this often; we use it to notice a replaced
-# ipc root or chat folder whose removal event was lost.
+# With nothing happening, RustNotify returns this often; we use it to notice a replaced ipc root or chat
+# folder whose removal event was lost.
 WATCH_IDLE_CHECK_MS = 5_000
 # Only used with force_polling: the poller stats a handful of directories, so a short delay is cheap.
 POLL_DELAY_MS = 100
 WATCH_RETRY_SECONDS = 1.0
-# A container that keeps recreating its tasks/ cannot make the watch restart (and sweep) more often.
+# Whatever keeps recreating a tasks/ cannot make the watch restart (and sweep) more often than this.
 WATCH_RESTART_MIN_INTERVAL_SECONDS = 0.2
 MAX_HANDLER_FAILURES = 5
 
@@ -78,7 +85,7 @@ class WatchTarget:
 
 
 def watch_targets(root: Path) -> tuple[WatchTarget, ...]:
-    """The directories to watch: the root, each chat folder, and its tasks/ and messages/."""
+    """The directories to watch: the root, each chat folder and its tasks/ (blocks: call it in a thread)."""
     try:
         root_st = os.stat(root)
     except FileNotFoundError:
@@ -92,34 +99,26 @@ def watch_targets(root: Path) -> tuple[WatchTarget, ...]:
                 if not valid_folder_name(folder) or st is None or not stat.S_ISDIR(st.st_mode):
                     continue
                 targets.append(WatchTarget(str(root / folder), st.st_dev, st.st_ino))
-                targets += _kind_dir_targets(root, root_fd, folder)
+                targets += _tasks_dir_target(root, root_fd, folder)
     except OSError:
         pass  # the root changed while we looked: the caller compares and restarts
     return tuple(targets)
 
 
-def _kind_dir_targets(root: Path, root_fd: int, folder: str) -> list[WatchTarget]:
-    targets = []
+def _tasks_dir_target(root: Path, root_fd: int, folder: str) -> list[WatchTarget]:
     try:
         with open_dir(folder, root_fd) as chat_fd:
-            for kind in IpcKind:
-                sub = lstat_at(chat_fd, kind)
-                if sub is not None and stat.S_ISDIR(sub.st_mode):
-                    targets.append(WatchTarget(str(root / folder / kind), sub.st_dev, sub.st_ino))
+            sub = lstat_at(chat_fd, TASKS_DIR)
     except OSError:
-        pass  # replaced or unreadable: the folder itself is still watched, and rescans look inside
-    return targets
-
-
-def _single_cause(exc: BaseException) -> BaseException:
-    """awatch raises from inside an anyio task group: unwrap a group of one."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+        return []  # replaced or unreadable: the folder itself is still watched, and rescans look inside
+    if sub is None or not stat.S_ISDIR(sub.st_mode):
+        return []
+    return [WatchTarget(str(root / folder / TASKS_DIR), sub.st_dev, sub.st_ino)]
 
 
 class _ChangeFilter:
-    """Drops changes that need no look: deletions and temp files inside tasks/ and messages/."""
+    """Drops changes that need no look: deletions and temp files inside tasks/ (or wherever else two
+    levels down: a change there makes the scanner look at the directory it is in, which does not belong)."""
 
     def __init__(self, root: Path) -> None:
         self._prefix = f"{root}{os.sep}"
@@ -130,19 +129,41 @@ class _ChangeFilter:
         parts = path[len(self._prefix) :].split(os.sep)
         if parts[0] == ERRORS_DIR:
             return False
-        in_kind_dir = len(parts) >= 3
-        return not (in_kind_dir and (change == Change.deleted or parts[-1].startswith(TEMP_PREFIX)))
+        in_sub_dir = len(parts) >= 3
+        return not (in_sub_dir and (change == Change.deleted or parts[-1].startswith(TEMP_PREFIX)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    plans: dict[str, FolderPlan]
+    structural: bool  # a change above tasks/: watched directories may have come or gone
+    idle: bool  # nothing changed for WATCH_IDLE_CHECK_MS
+
+
+def _next_batch(notify: RustNotify, stop: threading.Event, root: Path, keep: _ChangeFilter) -> _Batch | None:
+    """Wait for changes, filter them and group them by chat folder (blocks: call it in a thread).
+
+    None once `stop` is set; RustNotify looks at it every step.
+    """
+    raw = notify.watch(WATCH_DEBOUNCE_MS, WATCH_STEP_MS, WATCH_IDLE_CHECK_MS, stop)
+    if raw == "stop":
+        return None
+    if raw == "timeout":
+        return _Batch({}, structural=False, idle=True)
+    if raw == "signal":
+        raise RuntimeError("the watch thread unexpectedly received a signal")
+    plans, structural = plan_visits(root, (path for change, path in raw if keep(Change(change), path)))
+    return _Batch(plans, structural=structural, idle=False)
 
 
 class IpcWatcher:
-    """Hands validated files under `ipc_root` to `on_request` / `on_message`; quarantines the rest."""
+    """Hands validated spawn requests under `ipc_root` to `on_request`; quarantines everything else."""
 
     def __init__(
         self,
         ipc_root: Path,
         resolve_folder: FolderResolver,
         on_request: RequestHandler,
-        on_message: MessageHandler,
         *,
         rescan_interval_seconds: float,
         force_polling: bool,
@@ -162,7 +183,6 @@ class IpcWatcher:
             ipc_root,
             resolve_folder,
             on_request,
-            on_message,
             max_file_bytes=max_file_bytes,
             max_handler_failures=max_handler_failures,
             stale_after_seconds=stale_after_seconds,
@@ -230,65 +250,62 @@ class IpcWatcher:
             try:
                 await self._watch_session()
             except Exception as exc:
-                cause = _single_cause(exc)
-                if isinstance(cause, WatchfilesRustInternalError):
-                    # Expected: watchfiles gives up on a file name that is not UTF-8 (a container can make
+                if isinstance(exc, WatchfilesRustInternalError):
+                    # Expected: watchfiles gives up on a file name that is not UTF-8 (anything can make
                     # one); the sweep after the restart quarantines it. No traceback needed.
-                    log.warning("ipc_watch_failed", error=str(cause), retry_in_seconds=WATCH_RETRY_SECONDS)
+                    log.warning("ipc_watch_failed", error=str(exc), retry_in_seconds=WATCH_RETRY_SECONDS)
                 else:
                     log.exception("ipc_watch_failed", retry_in_seconds=WATCH_RETRY_SECONDS)
                 await asyncio.sleep(WATCH_RETRY_SECONDS)
 
     async def _watch_session(self) -> None:
         """Watch the current set of directories until it changes; then return so the loop restarts."""
-        root = self._ensure_root()
-        targets = watch_targets(root)
-        session_stop = asyncio.Event()
-        batches = awatch(
-            *(target.path for target in targets),
-            watch_filter=_ChangeFilter(root),
-            debounce=WATCH_DEBOUNCE_MS,
-            step=WATCH_STEP_MS,
-            stop_event=session_stop,
-            rust_timeout=WATCH_IDLE_CHECK_MS,
-            yield_on_timeout=True,
-            force_polling=self._force_polling,
-            poll_delay_ms=self._poll_delay_ms,
-            recursive=False,
-            # A directory a container made unreadable must not break the host's watch.
-            ignore_permission_denied=True,
+        root = await asyncio.to_thread(self._ensure_root)
+        targets = await asyncio.to_thread(watch_targets, root)
+        # The watches are in place once RustNotify is made (in a thread: with polling it lists every watched
+        # directory): every change from then on is seen, so the sweep below misses none.
+        notify = await in_thread(
+            RustNotify,
+            [target.path for target in targets],
+            False,  # debug
+            self._force_polling,
+            self._poll_delay_ms,
+            False,  # recursive: only the directories listed
+            True,  # ignore_permission_denied: an unreadable directory must not break the host's watch
         )
-        pending = asyncio.ensure_future(anext(batches))
+        stop = threading.Event()
+        keep = _ChangeFilter(root)
+        pending: asyncio.Future[_Batch | None] | None = None
         try:
-            # awatch sets up its watches synchronously in its first step, before it first awaits; after
-            # this one turn of the loop every change from here on is seen, so the sweep below misses none.
-            await asyncio.sleep(0)
-            if pending.done():
-                pending.result()
             await self.sweep()
             self.ready.set()
             log.debug("ipc_watching", directories=len(targets), polling=self._force_polling)
             while True:
+                pending = asyncio.ensure_future(asyncio.to_thread(_next_batch, notify, stop, root, keep))
                 # wait() rather than `await pending`: cancelling us must not cancel the watch thread's
-                # task, which only returns once it sees session_stop (below).
+                # task, which only returns once it sees `stop` (below).
                 await asyncio.wait({pending})
-                changes = pending.result()
-                structural = await self._scanner.visit_paths(root, (path for _change, path in changes))
+                batch = pending.result()
+                if batch is None:
+                    return
+                root_present = await self._scanner.visit(root, batch.plans)
                 # Re-listing the directories costs a few syscalls per chat: only when a directory may
-                # have come or gone, or on the idle tick (an empty batch).
-                if (structural or not changes) and watch_targets(root) != targets:
+                # have come or gone, or on the idle tick.
+                changed = batch.structural or batch.idle or not root_present
+                if changed and await asyncio.to_thread(watch_targets, root) != targets:
                     log.info("ipc_watch_restart", reason="watched directories changed")
                     return
-                pending = asyncio.ensure_future(anext(batches))
         finally:
             self.ready.clear()
-            session_stop.set()  # the watch thread notices within one step
-            await asyncio.wait({pending})
-            if not pending.cancelled():
-                pending.exception()  # retrieved: a failure was already raised or is moot now
-            await batches.aclose()
+            stop.set()  # the watch thread notices within one step
+            if pending is not None:
+                await wait_for_thread(pending)
+                if not pending.cancelled():
+                    pending.exception()  # retrieved: a failure was already raised or is moot now
+            notify.close()  # stops RustNotify's own thread; returns at once
 
     def _ensure_root(self) -> Path:
+        """Create the root if missing and return it resolved (blocks: call it in a thread)."""
         if not self._ipc_root.is_dir():
             if self._root_created_once:
                 log.warning("ipc_root_recreated", path=str(self._ipc_root))
@@ -301,7 +318,7 @@ class IpcWatcher:
     async def sweep(self) -> None:
         """Look at everything under the ipc root once (done at start and on every rescan)."""
         try:
-            root = self._ensure_root()
+            root = await asyncio.to_thread(self._ensure_root)
             await self._scanner.sweep(root)
         except Exception:
             log.exception("ipc_sweep_failed")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from container.protocol import ProgressMessage, SpawnRequest
+from container.protocol import SpawnRequest
 from runner.ipc import ERRORS_DIR, REASON_SUFFIX
 from runner.ipc_outcome import RequestOutcome
 from runner.watcher import IpcWatcher
@@ -37,7 +37,7 @@ class FolderMap:
 
 @dataclass
 class Recorder:
-    """Request and message handler: records, can sleep, fail the first N calls or report duplicates."""
+    """Request handler: records, can sleep, fail the first N calls or report duplicates."""
 
     result: RequestOutcome = RequestOutcome.ACCEPTED
     fail_first: int = 0
@@ -45,41 +45,34 @@ class Recorder:
     delay_seconds: float = 0.0
     dedupe: bool = False
     requests: list[tuple[int, SpawnRequest]] = field(default_factory=list)
-    messages: list[tuple[int, ProgressMessage]] = field(default_factory=list)
     calls: int = 0
     concurrent: int = 0
     max_concurrent: int = 0
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     arrival_times: dict[str, float] = field(default_factory=dict)
-    _seen: set[tuple[str, str]] = field(default_factory=set)
+    _seen: set[str] = field(default_factory=set)
 
-    async def _handle(self, kind: str, item_id: str) -> RequestOutcome:
+    async def _handle(self, request_id: str) -> RequestOutcome:
         self.calls += 1
         self.concurrent += 1
         self.max_concurrent = max(self.max_concurrent, self.concurrent)
         try:
             if self.delay_seconds:
                 await asyncio.sleep(self.delay_seconds)
-            if self.calls <= self.fail_first or item_id in self.fail_ids:
+            if self.calls <= self.fail_first or request_id in self.fail_ids:
                 raise RuntimeError("boom")
             if self.dedupe:
-                if (kind, item_id) in self._seen:
+                if request_id in self._seen:
                     return RequestOutcome.DUPLICATE
-                self._seen.add((kind, item_id))
+                self._seen.add(request_id)
             return self.result
         finally:
             self.concurrent -= 1
 
     async def on_request(self, chat_id: int, request: SpawnRequest) -> RequestOutcome:
-        result = await self._handle("request", request.request_id)
+        result = await self._handle(request.request_id)
         self.requests.append((chat_id, request))
         self.arrival_times.setdefault(request.request_id, time.monotonic())
-        self.arrived.set()
-        return result
-
-    async def on_message(self, chat_id: int, message: ProgressMessage) -> RequestOutcome:
-        result = await self._handle("message", message.message_id)
-        self.messages.append((chat_id, message))
         self.arrived.set()
         return result
 
@@ -102,7 +95,6 @@ def make_watcher(
         root,
         folders or FolderMap(CHATS),
         recorder.on_request,
-        recorder.on_message,
         rescan_interval_seconds=rescan_interval_seconds,
         force_polling=force_polling,
         max_file_bytes=max_file_bytes,
@@ -125,6 +117,15 @@ def quarantined(root: Path) -> dict[str, str]:
             continue
         out[entry] = (errors / (entry + REASON_SUFFIX)).read_text(encoding="utf-8")
     return out
+
+
+def only_reason(root: Path) -> str:
+    """The reason of the one entry in errors/ (there must be exactly one)."""
+    entries = quarantined(root)
+    assert len(entries) == 1, entries
+    (reason,) = entries.values()
+    assert reason.endswith("\n") and reason.count("\n") == 1
+    return reason.strip()
 
 
 def left_in(root: Path) -> list[str]:

@@ -1,4 +1,6 @@
-"""IPC files on a real filesystem: what is handed over, what is quarantined and why (via `sweep()`)."""
+"""IPC files on a real filesystem: what is handed over, what is quarantined and why (via `sweep()`).
+
+The chat folders themselves and the quarantine helpers: test_ipc_folders.py."""
 
 from __future__ import annotations
 
@@ -11,22 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from container.protocol import ProgressMessage, SpawnRequest
-from runner.ipc import (
-    CHAT_DIR_MODE,
-    CHAT_SUBDIR_MODE,
-    ERRORS_DIR,
-    REASON_SUFFIX,
-    DirOwner,
-    IpcKind,
-    ensure_chat_dirs,
-    quarantine,
-    quarantine_name,
-    remove_if_same,
-    write_progress_message,
-    write_spawn_request,
-)
-from runner.ipc_outcome import RequestOutcome
+from container.protocol import SpawnRequest
+from runner import ipc_batch
+from runner.ipc import ERRORS_DIR, ensure_chat_dirs, write_spawn_request
+from runner.ipc_scan import BATCH_ENTRIES
 from tests.runner.ipc_helpers import (
     CHATS,
     MAX_BYTES,
@@ -34,6 +24,7 @@ from tests.runner.ipc_helpers import (
     Recorder,
     left_in,
     make_watcher,
+    only_reason,
     quarantined,
     request_json,
 )
@@ -50,14 +41,6 @@ def put(root: Path, folder: str, kind: str, name: str, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
-
-
-def only_reason(root: Path) -> str:
-    entries = quarantined(root)
-    assert len(entries) == 1, entries
-    (reason,) = entries.values()
-    assert reason.endswith("\n") and reason.count("\n") == 1
-    return reason.strip()
 
 
 @pytest.fixture
@@ -87,15 +70,6 @@ async def test_matching_chat_id_in_the_file_is_accepted(root: Path) -> None:
     assert len(recorder.requests) == 1
 
 
-async def test_progress_message_is_handed_over(root: Path) -> None:
-    recorder = Recorder()
-    message = ProgressMessage(message_id="msg-000001", text="half way", run_id="run-1")
-    path = write_progress_message(root, "chat_1", message)
-    await make_watcher(root, recorder).sweep()
-    assert recorder.messages == [(1, message)]
-    assert not path.exists()
-
-
 async def test_write_spawn_request_round_trips(root: Path) -> None:
     recorder = Recorder()
     request = SpawnRequest(request_id="req-abcdef", task="t", include_context=True)
@@ -104,6 +78,24 @@ async def test_write_spawn_request_round_trips(root: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     await make_watcher(root, recorder).sweep()
     assert recorder.requests == [(1, request)]
+
+
+@pytest.mark.parametrize("read_budget", [ipc_batch.MAX_BATCH_READ_BYTES, 300], ids=["default", "tiny"])
+async def test_many_requests_are_handed_over_once_in_name_order_across_batches(
+    root: Path, monkeypatch: pytest.MonkeyPatch, read_budget: int
+) -> None:
+    """More files than one batch holds; a tiny read budget makes every batch stop early and hand the rest back."""
+    monkeypatch.setattr(ipc_batch, "MAX_BATCH_READ_BYTES", read_budget)
+    count = 2 * BATCH_ENTRIES + 50
+    ids = [f"req-{i:06d}" for i in range(count)]
+    for request_id in reversed(ids):
+        put(root, "chat_1", "tasks", f"{request_id}.json", request_json(request_id))
+    put(root, "chat_1", "tasks", "req-000100x.json", b"{")  # junk in the middle of a batch
+    recorder = Recorder()
+    await make_watcher(root, recorder).sweep()
+    assert recorder.request_ids() == ids
+    assert only_reason(root).startswith("invalid JSON")
+    assert left_in(root) == []
 
 
 # --- quarantine reasons --------------------------------------------------------------------------------
@@ -140,11 +132,17 @@ async def test_bad_request_is_quarantined_with_its_reason(root: Path, name: str,
     assert left_in(root) == []
 
 
-async def test_bad_message_is_quarantined(root: Path) -> None:
+async def test_a_messages_folder_is_quarantined_and_its_files_never_handed_over(root: Path) -> None:
+    """messages/ is gone from the protocol: beside tasks/ it is just another unexpected entry."""
     recorder = Recorder()
-    put(root, "chat_1", "messages", "msg-000001.json", b'{"message_id": "msg-000002", "text": "hi"}')
+    put(root, "chat_1", "messages", "req-000001.json", request_json())
     await make_watcher(root, recorder).sweep()
-    assert only_reason(root) == "file name does not match message_id"
+    assert recorder.calls == 0
+    assert only_reason(root) == "unexpected directory in a chat folder"
+    ((name, _),) = quarantined(root).items()
+    assert name.endswith("-chat_1-messages")
+    assert (root / ERRORS_DIR / name / "req-000001.json").read_bytes() == request_json()
+    assert sorted(p.name for p in (root / "chat_1").iterdir()) == ["tasks"]
 
 
 async def test_quarantine_file_name_and_content(root: Path) -> None:
@@ -178,7 +176,7 @@ async def test_unknown_folder_is_unauthorised(root: Path) -> None:
     recorder = Recorder()
     ensure_chat_dirs(root, "chat_999")
     put(root, "chat_999", "tasks", "req-000001.json", request_json())
-    put(root, "chat_999", "messages", "msg-000001.json", b'{"message_id": "msg-000001", "text": "hi"}')
+    put(root, "chat_999", "tasks", "req-000002.json", request_json("req-000002"))
     await make_watcher(root, recorder).sweep()
     assert recorder.calls == 0
     assert sorted(quarantined(root).values()) == ["unauthorised: folder is not an allowed chat\n"] * 2
@@ -237,7 +235,7 @@ async def test_non_regular_entries_are_quarantined(root: Path) -> None:
     assert left_in(root) == []
 
 
-async def test_entries_outside_tasks_and_messages_are_quarantined(root: Path) -> None:
+async def test_entries_outside_tasks_are_quarantined(root: Path) -> None:
     (root / "stray.json").write_bytes(request_json())
     (root / "chat_1" / "notes.txt").write_text("x")
     (root / "chat_1" / "sub").mkdir()
@@ -315,12 +313,6 @@ async def test_duplicate_goes_to_errors_with_reason(root: Path) -> None:
     assert only_reason(root) == "duplicate request id"
 
 
-async def test_duplicate_message_reason(root: Path) -> None:
-    put(root, "chat_1", "messages", "msg-000001.json", b'{"message_id": "msg-000001", "text": "hi"}')
-    await make_watcher(root, Recorder(result=RequestOutcome.DUPLICATE)).sweep()
-    assert only_reason(root) == "duplicate message id"
-
-
 async def test_resolver_failure_leaves_files_for_the_next_scan(root: Path) -> None:
     folders = FolderMap(CHATS)
     folders.fail = True
@@ -342,91 +334,3 @@ async def test_concurrent_sweeps_hand_a_file_over_once(root: Path) -> None:
     await asyncio.gather(*(watcher.sweep() for _ in range(4)))
     assert sorted(recorder.request_ids()) == [f"req-00000{i}" for i in range(5)]
     assert left_in(root) == []
-
-
-# --- folders and helpers ---------------------------------------------------------------------------------
-
-
-def test_ensure_chat_dirs_modes_and_owner(tmp_path: Path) -> None:
-    root = tmp_path / "ipc"
-    chat = ensure_chat_dirs(root, "chat_1", owner=DirOwner(uid=1000, gid=1000))
-    assert chat == root / "chat_1"
-    assert stat.S_IMODE(chat.stat().st_mode) == CHAT_DIR_MODE
-    for kind in IpcKind:
-        st = (chat / kind).stat()
-        assert stat.S_IMODE(st.st_mode) == CHAT_SUBDIR_MODE
-        if os.geteuid() == 0:
-            assert (st.st_uid, st.st_gid) == (1000, 1000)
-    assert (root / ERRORS_DIR).is_dir()
-    assert ensure_chat_dirs(root, "chat_1") == chat  # idempotent
-
-
-def test_ensure_chat_dirs_replaces_a_symlinked_tasks_without_touching_its_target(tmp_path: Path) -> None:
-    root = tmp_path / "ipc"
-    outside = tmp_path / "etc"
-    outside.mkdir(mode=0o700)
-    ensure_chat_dirs(root, "chat_1")
-    (root / "chat_1" / "tasks").rmdir()
-    (root / "chat_1" / "tasks").symlink_to(outside)
-    ensure_chat_dirs(root, "chat_1", owner=DirOwner(uid=1000, gid=1000))
-    assert (root / "chat_1" / "tasks").is_dir() and not (root / "chat_1" / "tasks").is_symlink()
-    assert stat.S_IMODE(outside.stat().st_mode) == 0o700
-    assert outside.stat().st_uid == os.geteuid()
-    assert only_reason(root) == "tasks is not a directory"
-
-
-@pytest.mark.parametrize("folder", ["", "errors", "../x", "a/b", ".hidden", "x" * 65])
-def test_invalid_folder_names_are_refused(tmp_path: Path, folder: str) -> None:
-    with pytest.raises(ValueError, match="invalid IPC folder name"):
-        ensure_chat_dirs(tmp_path, folder)
-
-
-def test_write_refuses_a_symlinked_tasks_folder(root: Path, tmp_path: Path) -> None:
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    (root / "chat_1" / "tasks").rmdir()
-    (root / "chat_1" / "tasks").symlink_to(outside)
-    with pytest.raises(OSError):
-        write_spawn_request(root, "chat_1", SpawnRequest(request_id="req-000001", task="t"))
-    assert list(outside.iterdir()) == []
-
-
-def test_quarantine_never_overwrites(root: Path) -> None:
-    tasks = root / "chat_1" / "tasks"
-    now = time.time()
-    names = []
-    for content in (b"1", b"2", b"3"):
-        (tasks / "x.json").write_bytes(content)
-        fd = os.open(tasks, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            names.append(quarantine(root, fd, "x.json", folder="chat_1", reason="r", now=now).name)
-        finally:
-            os.close(fd)
-    assert len(set(names)) == 3
-    assert sorted((root / ERRORS_DIR / n).read_bytes() for n in names) == [b"1", b"2", b"3"]
-
-
-def test_quarantine_name_is_sanitised_and_bounded() -> None:
-    name = quarantine_name("chat_1", "a/b\nc\udcff\u202e" + "é" * 300, 0.5)
-    assert name.startswith("19700101T000000.500000Z-chat_1-a_b_c__")
-    assert re.fullmatch(r"[A-Za-z0-9._-]+", name)
-    assert len((name + REASON_SUFFIX).encode()) <= 255
-
-
-def test_quarantined_entry_is_never_named_like_a_reason_file() -> None:
-    assert not quarantine_name("chat_1", "x" + REASON_SUFFIX, 0).endswith(REASON_SUFFIX)
-
-
-def test_remove_if_same_keeps_a_replaced_file(root: Path) -> None:
-    tasks = root / "chat_1" / "tasks"
-    (tasks / "a.json").write_text("1")
-    read = (tasks / "a.json").stat()
-    (tasks / "b.json").write_text("2")
-    os.replace(tasks / "b.json", tasks / "a.json")
-    fd = os.open(tasks, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        assert remove_if_same(fd, "a.json", read) is False
-        assert remove_if_same(fd, "a.json", (tasks / "a.json").stat()) is True
-    finally:
-        os.close(fd)
-    assert not (tasks / "a.json").exists()

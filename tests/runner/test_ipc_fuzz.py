@@ -1,5 +1,6 @@
-"""Property test: whatever containers leave in the IPC folders, the watcher never crashes, and every entry is
-handed over exactly once, quarantined exactly once, or (a temp file) removed; nothing stays behind."""
+"""Property test: whatever is left in the IPC folders, the watcher never crashes, and every entry is handed
+over exactly once, quarantined exactly once (on its own, or inside a directory that does not belong, such as
+the `messages/` of an older deployment), or (a temp file) removed; nothing stays behind."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from container.protocol import ProgressMessage, SpawnRequest
+from container.protocol import SpawnRequest
 from runner.ipc import ERRORS_DIR, REASON_SUFFIX, TEMP_PREFIX, ensure_chat_dirs
 from runner.ipc_outcome import RequestOutcome
 from runner.watcher import IpcWatcher
@@ -29,8 +30,10 @@ MAX_FAILURES = 2
 FAILING_PREFIX = "FAIL"  # ids the handler always raises for
 DUPLICATE_PREFIX = "DUP"  # ids the handler reports as seen before
 HOUR_SECONDS = 3600.0
-KIND_DIRS = [f"{folder}/{kind}" for folder in (*KNOWN, UNKNOWN) for kind in ("tasks", "messages")]
-RESERVED_NAMES = {ERRORS_DIR, "tasks", "messages", *KNOWN, UNKNOWN}
+KIND_DIRS = [f"{folder}/tasks" for folder in (*KNOWN, UNKNOWN)]
+LEGACY = "messages"  # what containers wrote progress messages into before the run channel
+LEGACY_DIRS = [f"{folder}/{LEGACY}" for folder in (*KNOWN, UNKNOWN)]
+RESERVED_NAMES = {ERRORS_DIR, "tasks", LEGACY, *KNOWN, UNKNOWN}
 
 
 class Expect(Enum):
@@ -38,6 +41,7 @@ class Expect(Enum):
     QUARANTINED = "quarantined"
     REMOVED = "removed"
     EITHER = "handled or quarantined"
+    NESTED = "quarantined with the directory it is in"
 
 
 class Kind(Enum):
@@ -53,7 +57,7 @@ class Entry:
     name: str
     kind: Kind
     data: bytes = b""
-    valid_for: tuple[str, str, int | None] | None = None  # (kind dir, id, chat_id) of a well-formed model
+    valid_for: tuple[str, int | None] | None = None  # (request_id, chat_id) of a well-formed request
 
 
 # --- strategies ------------------------------------------------------------------------------------------
@@ -83,18 +87,13 @@ json_values = st.recursive(
 
 @st.composite
 def valid_models(draw: st.DrawFn) -> Entry:
-    where = draw(st.sampled_from(KIND_DIRS))
+    where = draw(st.sampled_from([*KIND_DIRS, *KIND_DIRS, *LEGACY_DIRS]))
     item_id = draw(ids)
     chat_id = draw(chat_ids)
-    if draw(st.booleans()):
-        model: SpawnRequest | ProgressMessage = SpawnRequest(request_id=item_id, task="t", chat_id=chat_id)
-        model_kind = "tasks"
-    else:
-        model = ProgressMessage(message_id=item_id, text="hi", chat_id=chat_id)
-        model_kind = "messages"
+    model = SpawnRequest(request_id=item_id, task="t", chat_id=chat_id)
     name = draw(st.sampled_from([f"{item_id}.json", f"{item_id}.json", f"{item_id}x.json", item_id]))
     data = model.model_dump_json().encode()
-    return Entry(where, name, Kind.FILE, data, valid_for=(model_kind, item_id, chat_id))
+    return Entry(where, name, Kind.FILE, data, valid_for=(item_id, chat_id))
 
 
 @st.composite
@@ -102,12 +101,13 @@ def json_ish(draw: st.DrawFn) -> Entry:
     body = draw(
         st.dictionaries(st.sampled_from(["request_id", "task", "message_id", "text", "chat_id", "x"]), json_values)
     )
-    return Entry(draw(st.sampled_from(KIND_DIRS)), draw(names), Kind.FILE, json.dumps(body).encode())
+    where = draw(st.sampled_from([*KIND_DIRS, *LEGACY_DIRS]))
+    return Entry(where, draw(names), Kind.FILE, json.dumps(body).encode())
 
 
 @st.composite
 def raw(draw: st.DrawFn) -> Entry:
-    where = draw(st.sampled_from(["", *KNOWN, UNKNOWN, *KIND_DIRS, *KIND_DIRS]))
+    where = draw(st.sampled_from(["", *KNOWN, UNKNOWN, *KIND_DIRS, *KIND_DIRS, *LEGACY_DIRS]))
     kind = draw(st.sampled_from(list(Kind)))
     if where == "" and kind is Kind.DIRECTORY:
         kind = Kind.FILE  # a directory in the root is a chat folder (unknown here), not a stray entry
@@ -125,24 +125,19 @@ entries = st.one_of(valid_models(), valid_models(), json_ish(), raw())
 
 class Handler:
     def __init__(self) -> None:
-        self.calls: Counter[tuple[str, int, str]] = Counter()
-        self.accepted: Counter[tuple[str, int, str]] = Counter()
-
-    async def _handle(self, kind: str, chat_id: int, item_id: str) -> RequestOutcome:
-        self.calls[(kind, chat_id, item_id)] += 1
-        await asyncio.sleep(0)  # let a concurrent sweep run into the in-flight entry
-        if item_id.startswith(FAILING_PREFIX):
-            raise RuntimeError("handler failed")
-        if item_id.startswith(DUPLICATE_PREFIX):
-            return RequestOutcome.DUPLICATE
-        self.accepted[(kind, chat_id, item_id)] += 1
-        return RequestOutcome.ACCEPTED
+        self.calls: Counter[tuple[int, str]] = Counter()
+        self.accepted: Counter[tuple[int, str]] = Counter()
 
     async def on_request(self, chat_id: int, request: SpawnRequest) -> RequestOutcome:
-        return await self._handle("tasks", chat_id, request.request_id)
-
-    async def on_message(self, chat_id: int, message: ProgressMessage) -> RequestOutcome:
-        return await self._handle("messages", chat_id, message.message_id)
+        request_id = request.request_id
+        self.calls[(chat_id, request_id)] += 1
+        await asyncio.sleep(0)  # let a concurrent sweep run into the in-flight entry
+        if request_id.startswith(FAILING_PREFIX):
+            raise RuntimeError("handler failed")
+        if request_id.startswith(DUPLICATE_PREFIX):
+            return RequestOutcome.DUPLICATE
+        self.accepted[(chat_id, request_id)] += 1
+        return RequestOutcome.ACCEPTED
 
 
 async def resolve(folder: str) -> int | None:
@@ -151,6 +146,8 @@ async def resolve(folder: str) -> int | None:
 
 def expected(entry: Entry) -> Expect:
     parts = entry.where.split("/") if entry.where else []
+    if parts[1:] == [LEGACY]:
+        return Expect.NESTED
     regular = entry.kind is Kind.FILE
     if regular and entry.name.startswith(TEMP_PREFIX):
         return Expect.REMOVED
@@ -160,19 +157,17 @@ def expected(entry: Entry) -> Expect:
         return Expect.QUARANTINED
     if entry.valid_for is None:
         return Expect.EITHER  # random content: practically never valid, but not ours to decide here
-    model_kind, item_id, chat_id = entry.valid_for
+    item_id, chat_id = entry.valid_for
     ok = (
-        model_kind == parts[1]
-        and entry.name == f"{item_id}.json"
+        entry.name == f"{item_id}.json"
         and chat_id in (None, KNOWN[parts[0]])
         and not item_id.startswith((FAILING_PREFIX, DUPLICATE_PREFIX))
     )
     return Expect.HANDLED if ok else Expect.QUARANTINED
 
 
-def write(root: Path, entry: Entry, secret: Path) -> int:
-    """Create the entry; returns its inode (kept by a rename into errors/)."""
-    parent = root / entry.where if entry.where else root
+def write(parent: Path, entry: Entry, secret: Path) -> int:
+    """Create the entry in `parent`; returns its inode (kept by a rename into errors/)."""
     path = os.path.join(parent, entry.name)
     if entry.kind is Kind.FILE:
         with open(path, "wb") as handle:
@@ -198,6 +193,15 @@ def unique(batch: list[Entry]) -> list[Entry]:
     return list(seen.values())
 
 
+def nested_in_errors(root: Path) -> set[int]:
+    """Inodes of everything inside the directories quarantined whole."""
+    found = set()
+    for dirpath, dirnames, filenames in os.walk(root / ERRORS_DIR):
+        if Path(dirpath) != root / ERRORS_DIR:
+            found |= {os.lstat(os.path.join(dirpath, name)).st_ino for name in [*dirnames, *filenames]}
+    return found
+
+
 def errors_by_inode(root: Path) -> dict[int, str]:
     errors = root / ERRORS_DIR
     found = {}
@@ -214,11 +218,15 @@ def errors_by_inode(root: Path) -> dict[int, str]:
 def check(root: Path, written: list[tuple[Entry, int]], handler: Handler, secret: Path, secret_data: bytes) -> None:
     assert left_in(root) == [], "nothing stays behind"
     quarantined = errors_by_inode(root)
+    nested = nested_in_errors(root)
     written_inodes = {inode for _, inode in written}
     assert set(quarantined) <= written_inodes, "only what was written is in errors/"
-    handed: Counter[tuple[str, int, str]] = Counter()
+    handed: Counter[tuple[int, str]] = Counter()
     for entry, inode in written:
         expect = expected(entry)
+        if expect is Expect.NESTED:
+            assert inode in nested, entry
+            continue
         if inode in quarantined:
             assert expect in (Expect.QUARANTINED, Expect.EITHER), (entry, quarantined[inode])
             continue
@@ -226,11 +234,11 @@ def check(root: Path, written: list[tuple[Entry, int]], handler: Handler, secret
         if expect is Expect.REMOVED:
             continue
         assert entry.valid_for is not None, entry
-        model_kind, item_id, _ = entry.valid_for
-        handed[(model_kind, KNOWN[entry.where.split("/")[0]], item_id)] += 1
+        item_id, _ = entry.valid_for
+        handed[(KNOWN[entry.where.split("/")[0]], item_id)] += 1
     assert handed == handler.accepted, "each handed-over file accepted exactly once"
     for key, calls in handler.calls.items():
-        assert calls == (MAX_FAILURES if key[2].startswith(FAILING_PREFIX) else 1), (key, calls)
+        assert calls == (MAX_FAILURES if key[1].startswith(FAILING_PREFIX) else 1), (key, calls)
     assert secret.read_bytes() == secret_data
 
 
@@ -246,7 +254,6 @@ def make_watcher(root: Path, handler: Handler, rescan_interval_seconds: float) -
         root,
         resolve,
         handler.on_request,
-        handler.on_message,
         rescan_interval_seconds=rescan_interval_seconds,
         force_polling=False,
         max_file_bytes=MAX_BYTES,
@@ -263,7 +270,21 @@ def prepare(base: Path, batch: list[Entry]) -> tuple[Path, list[tuple[Entry, int
     secret = base / "secret.json"
     secret_data = SpawnRequest(request_id="secret-1", task="host file").model_dump_json().encode()
     secret.write_bytes(secret_data)
-    written = [(entry, write(root, entry, secret)) for entry in unique(batch)]
+    written = []
+    legacy: dict[str, list[Entry]] = {}
+    for entry in unique(batch):
+        if entry.where in LEGACY_DIRS:
+            legacy.setdefault(entry.where, []).append(entry)
+        else:
+            written.append((entry, write(root / entry.where, entry, secret)))
+    for where, contents in legacy.items():
+        # Built aside and renamed in whole, so a running watcher cannot quarantine it half-written.
+        staging = base / "staging" / where
+        staging.mkdir(parents=True)
+        written += [(entry, write(staging, entry, secret)) for entry in contents]
+        folder = where.split("/")[0]
+        os.rename(staging, root / where)
+        written.append((Entry(folder, LEGACY, Kind.DIRECTORY), os.lstat(root / where).st_ino))
     return root, written, secret, secret_data
 
 
