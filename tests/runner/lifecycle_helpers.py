@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.app import Stores
 from bot.channels.base import DeliveryError
+from bot.delivery import Delivery
 from bot.settings import Settings
 from bot.store.chats import Chat
 from bot.typing_indicator import TypingIndicator
@@ -27,11 +28,13 @@ from tests.harness import make_settings
 CHAT_ID = -1001
 OTHER_CHAT_ID = -1002
 WAIT_SECONDS = 10.0  # only so a broken test fails instead of hanging
+POLL_SECONDS = 0.01  # the store has no change events: states are looked at this often
 
 Behaviour = Callable[[RunChannel, MemoryContainer], Awaitable[int | None]]
 
 
 def socket_of(container: MemoryContainer) -> Path:
+    assert container.spec is not None
     mount = next(m for m in container.spec.mounts if m.target == CHANNEL_DIR)
     return mount.source / CHANNEL_SOCKET_FILE
 
@@ -54,6 +57,7 @@ class Rig:
     settings: Settings
     stores: Stores
     channel: FlakyChannel
+    delivery: Delivery
     runtime: MemoryRuntime
     service: SubagentService
     chat: Chat
@@ -71,14 +75,18 @@ class Rig:
 
     async def until_status(self, run_id: str, *statuses: str) -> str:
         async with asyncio.timeout(WAIT_SECONDS):
-            while (status := await self.status(run_id)) not in statuses:
-                await asyncio.sleep(0.01)
-        return status
+            while True:
+                status = await self.status(run_id)
+                if status in statuses:
+                    return status
+                await asyncio.sleep(POLL_SECONDS)
 
     async def until(self, predicate: Callable[[], bool]) -> None:
         async with asyncio.timeout(WAIT_SECONDS):
-            while not predicate():
-                await asyncio.sleep(0.01)
+            while True:
+                if predicate():
+                    return
+                await asyncio.sleep(POLL_SECONDS)
 
     async def settled(self) -> None:
         """Every run of this process has ended and been cleaned up."""
@@ -106,9 +114,9 @@ async def rig(tmp_path: Path, behaviour: Behaviour, **overrides: Any) -> AsyncIt
     await stores.chats.ensure(OTHER_CHAT_ID, "group", "other")
     await service.start()
     try:
-        yield Rig(settings, stores, channel, runtime, service, chat)
+        yield Rig(settings, stores, channel, delivery, runtime, service, chat)
     finally:
         await service.stop()
-        runtime.stop_behaviours()
+        await runtime.stop_behaviours()
         await typing.close()
         await stores.db.close()

@@ -157,7 +157,7 @@ async def test_cancel_drops_progress_messages_not_yet_sent(tmp_path: Path) -> No
         await r.service.manager.cancel_run(CHAT_ID, run_id)
         r.channel.fail_sends = False
         await r.settled()
-        await r.service.manager._delivery.flush(CHAT_ID)  # noqa: SLF001 - what the dispatcher would do next
+        await r.delivery.flush(CHAT_ID)  # what the outbox dispatcher does next
         assert not any("partial news" in t for t in r.texts())
 
 
