@@ -68,19 +68,13 @@ class OutboxStore:
         ) as cursor:
             return [_row(row) for row in await cursor.fetchall()]
 
-    async def chats_due(self, now: float) -> list[int]:
-        """Chats whose oldest pending row is due now."""
+    async def heads(self) -> list[tuple[int, float]]:
+        """Each chat with pending rows and when its oldest one is due: nothing of the chat goes out before."""
         async with self._db.conn.execute(
-            "SELECT chat_id, MIN(next_attempt_at) FROM outbox WHERE status = 'pending' GROUP BY chat_id "
-            "HAVING MIN(next_attempt_at) <= ?",
-            (now,),
+            "SELECT o.chat_id, o.next_attempt_at FROM outbox AS o JOIN "
+            "(SELECT MIN(id) AS id FROM outbox WHERE status = 'pending' GROUP BY chat_id) AS head ON o.id = head.id"
         ) as cursor:
-            return [int(row[0]) for row in await cursor.fetchall()]
-
-    async def next_due_at(self) -> float | None:
-        async with self._db.conn.execute("SELECT MIN(next_attempt_at) FROM outbox WHERE status = 'pending'") as cursor:
-            row = await cursor.fetchone()
-        return float(row[0]) if row and row[0] is not None else None
+            return [(int(row[0]), float(row[1])) for row in await cursor.fetchall()]
 
     async def part_sent(self, row_id: int, parts_sent: int, done: bool) -> None:
         async with self._db.write() as conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from bot.store.outbox import OutboxStore, Outgoing
 from tests.bot.helpers import RecordingChannel
 
 CHAT = -777
+# Long enough for a dispatcher polling every 50 ms to show it; one that sleeps until a due time reads 0 times.
+BACKOFF_WINDOW_SECONDS = 0.5
+SETTLE_SECONDS = 0.2  # lets the wake-ups the setup causes run their course before counting
 
 
 class FlakyChannel(RecordingChannel):
@@ -32,6 +36,7 @@ class FlakyChannel(RecordingChannel):
     async def send_part(self, chat_id: int, part: str) -> int | None:
         self.calls += 1
         if self.calls in self.failures:
+            self.changed()
             raise self.failures[self.calls]
         return await super().send_part(chat_id, part)
 
@@ -128,3 +133,76 @@ async def test_what_a_crash_left_owed_is_sent_after_reopening(tmp_path: Path) ->
     await outbox.close()
     assert channel.sent == [(CHAT, "Crew: owed before the crash")]
     await db.close()
+
+
+class GatedChannel(RecordingChannel):
+    """Sends wait until `gate` is set: a send in flight for as long as the test likes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.in_flight = 0
+
+    async def send_part(self, chat_id: int, part: str) -> int | None:
+        self.in_flight += 1
+        self.changed()
+        await self.gate.wait()
+        self.in_flight -= 1
+        return await super().send_part(chat_id, part)
+
+
+class ScanCounter:
+    """Counts the statements that read the outbox table, as SQLite runs them (no wrapper around our code)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __call__(self, statement: str) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "outbox" in statement:
+            self.reads += 1
+
+    async def during(self, seconds: float) -> int:
+        before = self.reads
+        await asyncio.sleep(seconds)
+        return self.reads - before
+
+
+async def counting(db: Database) -> ScanCounter:
+    counter = ScanCounter()
+    await db.conn.set_trace_callback(counter)
+    return counter
+
+
+async def test_dispatcher_sleeps_while_the_chats_first_row_backs_off(db: Database, store: OutboxStore) -> None:
+    channel = FlakyChannel({1: DeliveryError("flood", permanent=False, retry_after_seconds=60)})
+    outbox = Outbox(store, channel)
+    counter = await counting(db)
+    await store.add(outgoing("first"))
+    outbox.start()
+    await channel.wait_for(lambda: channel.calls == 1)  # failed: retried in 60 s
+    await store.add(outgoing("second"))  # due now, but it must not overtake the first
+    outbox.flush_soon(CHAT)
+    await asyncio.sleep(SETTLE_SECONDS)
+
+    reads = await counter.during(BACKOFF_WINDOW_SECONDS)
+
+    await outbox.close()
+    assert channel.sent == []
+    assert reads <= 1, f"the dispatcher read the outbox {reads} times during a back-off"
+
+
+async def test_dispatcher_sleeps_while_a_due_chat_is_being_sent(db: Database, store: OutboxStore) -> None:
+    channel = GatedChannel()
+    outbox = Outbox(store, channel)
+    counter = await counting(db)
+    await store.add(outgoing("slow"))
+    outbox.start()
+    await channel.wait_for(lambda: channel.in_flight == 1)
+    await asyncio.sleep(SETTLE_SECONDS)
+
+    reads = await counter.during(BACKOFF_WINDOW_SECONDS)
+
+    channel.gate.set()
+    await channel.wait_for(lambda: len(channel.sent) == 1)
+    await outbox.close()
+    assert reads <= 1, f"the dispatcher read the outbox {reads} times while one send was in flight"
