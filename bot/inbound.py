@@ -15,6 +15,8 @@ class InboundMessage:
     sender_name: str
     text: str
     platform_message_id: int | None = None
+    edit_of: int | None = None  # an edit: the platform id of the message it changes
+    edited_at: float | None = None  # an edit: when it was made (with edit_of, what makes it unique)
     reply_to: int | None = None
     triggers: bool = False  # asks the bot for a turn (mention, reply to the bot, private chat)
     kind: str = "text"  # text, placeholder (media, service), edit

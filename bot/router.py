@@ -63,6 +63,8 @@ class InboundRouter:
                 content=content,
                 sender_id=message.sender_id,
                 platform_message_id=message.platform_message_id,
+                edit_of=message.edit_of,
+                edited_at=message.edited_at,
                 timestamp=message.timestamp,
                 is_trigger=message.triggers and not self._commands.handles(message.command),
                 reply_to=message.reply_to,

@@ -86,6 +86,11 @@ def _valid_unicode(text: str | None) -> str | None:
     return None if text is None else _LONE_SURROGATE.sub("\ufffd", text)
 
 
+def _edit_time(message: Message) -> float:
+    edit_date = message.edit_date or message.date  # Telegram always sets edit_date on an edit
+    return edit_date.timestamp()
+
+
 def _media_placeholder(message: Message) -> str | None:
     for kind in _MEDIA_KINDS:
         if getattr(message, kind, None):
@@ -193,8 +198,11 @@ class TelegramChannel:
             sender_id=sender_id,
             sender_name=sender_name,
             text=text,
-            # An edit shares the original's id; storing it under None keeps the original row intact.
+            # An edit shares the original's id; storing it under None keeps the original row intact, and
+            # (edit_of, edited_at) makes a redelivered edit a duplicate.
             platform_message_id=None if edited else message.message_id,
+            edit_of=message.message_id if edited else None,
+            edited_at=_edit_time(message) if edited else None,
             reply_to=reply.message_id if reply else None,
             triggers=triggers,
             kind=kind,

@@ -22,6 +22,8 @@ class NewMessage:
     is_trigger: bool = False
     reply_to: int | None = None
     kind: str = "text"
+    edit_of: int | None = None  # an edit: platform id of the message it changes (keys it with edited_at)
+    edited_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +57,11 @@ def _message(row: aiosqlite.Row) -> StoredMessage:
     )
 
 
+# Either key can make a row a redelivery: (chat_id, platform_message_id), or an edit's messages_edit_once.
 _INSERT = (
     "INSERT INTO messages (chat_id, platform_message_id, sender_id, sender_name, content, timestamp, "
-    "is_bot, is_trigger, reply_to, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT(chat_id, platform_message_id) DO NOTHING"
+    "is_bot, is_trigger, reply_to, kind, edit_of, edited_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
 )
 
 
@@ -78,8 +81,8 @@ def insert_params(message: NewMessage) -> tuple[object, ...]:
 
 
 async def insert_message(conn: aiosqlite.Connection, message: NewMessage) -> int | None:
-    """Insert inside a caller's transaction; None when this platform message was stored before."""
-    cursor = await conn.execute(_INSERT, insert_params(message))
+    """Insert inside a caller's transaction; None when this platform message (or edit) was stored before."""
+    cursor = await conn.execute(_INSERT, (*insert_params(message), message.edit_of, message.edited_at))
     return cursor.lastrowid if cursor.rowcount == 1 else None
 
 

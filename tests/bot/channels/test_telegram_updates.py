@@ -1,0 +1,39 @@
+"""Odd updates through real PTB and the fake Bot API, each stored exactly as often as it should be."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.app import App
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness import GROUP_ID, make_settings, telegram_app
+
+
+async def user_messages(app: App, chat_id: int) -> list[tuple[str, str]]:
+    async with app.stores.db.conn.execute(
+        "SELECT kind, content FROM messages WHERE chat_id = ? AND is_bot = 0 ORDER BY id", (chat_id,)
+    ) as cursor:
+        return [(str(row[0]), str(row[1])) for row in await cursor.fetchall()]
+
+
+async def handled_up_to_here(tg: FakeTelegram, chat_id: int, answers_before: int = 0) -> None:
+    """A mention behind everything pushed so far: once it is answered, every earlier update was handled."""
+    tg.push_message(chat_id, f"@{tg.bot_username} ping")
+    await tg.wait_for_messages(chat_id, answers_before + 1)
+
+
+async def test_a_redelivered_edit_is_stored_once(tmp_path: Path) -> None:
+    async with FakeTelegram() as tg, telegram_app(make_settings(tmp_path, tg)) as app:
+        first = tg.push_message(GROUP_ID, "original text")
+        message_id = first["message"]["message_id"]
+        edit = tg.push_edited_message(GROUP_ID, message_id, "edited text")
+        tg.push_raw_update({"edited_message": edit["edited_message"]})  # the same edit again
+        tg.push_edited_message(GROUP_ID, message_id, "edited again")  # a new edit: stored
+        await handled_up_to_here(tg, GROUP_ID)
+
+        assert await user_messages(app, GROUP_ID) == [
+            ("text", "original text"),
+            ("edit", "[edited] edited text"),
+            ("edit", "[edited] edited again"),
+            ("text", f"@{tg.bot_username} ping"),
+        ]
