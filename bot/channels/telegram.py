@@ -83,7 +83,12 @@ def _sends_a_message(endpoint: str) -> bool:
 
 def _valid_unicode(text: str | None) -> str | None:
     """Lone surrogates (which JSON escapes can carry) cannot be stored as UTF-8: replace them."""
-    return None if text is None else _LONE_SURROGATE.sub("\ufffd", text)
+    return None if text is None else _valid_text(text)
+
+
+def _valid_text(text: str) -> str:
+    # One code point for one: entity offsets into the text stay right.
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def _edit_time(message: Message) -> float:
@@ -99,12 +104,14 @@ def _media_placeholder(message: Message) -> str | None:
 
 
 def _sender_name(message: Message) -> tuple[int | None, str]:
+    """Names and titles are user input like text: lone surrogates in them are replaced too."""
     if message.sender_chat is not None:
-        return message.sender_chat.id, message.sender_chat.title or message.sender_chat.effective_name or "chat"
+        chat = message.sender_chat
+        return chat.id, _valid_text(chat.title or chat.effective_name or "chat")
     user = message.from_user
     if user is None:
         return None, "unknown"
-    return user.id, user.full_name or user.username or str(user.id)
+    return user.id, _valid_text(user.full_name or user.username or str(user.id))
 
 
 class TelegramChannel:
@@ -194,7 +201,7 @@ class TelegramChannel:
         return InboundMessage(
             chat_id=chat.id,
             chat_kind=str(chat.type),
-            chat_title=chat.title or chat.effective_name,
+            chat_title=_valid_unicode(chat.title or chat.effective_name),
             sender_id=sender_id,
             sender_name=sender_name,
             text=text,
@@ -212,7 +219,7 @@ class TelegramChannel:
         )
 
     def _command(self, message: Message) -> tuple[str | None, tuple[str, ...]]:
-        text = message.text or ""
+        text = _valid_text(message.text or "")  # the arguments reach the store (/cancel <run id>)
         entities = message.entities or ()
         if not text.startswith("/") or not any(e.type == MessageEntity.BOT_COMMAND and e.offset == 0 for e in entities):
             return None, ()

@@ -37,3 +37,23 @@ async def test_a_redelivered_edit_is_stored_once(tmp_path: Path) -> None:
             ("edit", "[edited] edited again"),
             ("text", f"@{tg.bot_username} ping"),
         ]
+
+
+async def test_a_lone_surrogate_in_a_sender_name_or_chat_title_does_not_drop_the_message(tmp_path: Path) -> None:
+    odd_group = GROUP_ID - 7
+    async with FakeTelegram() as tg:
+        settings = make_settings(tmp_path, tg, ALLOWED_CHAT_IDS=f"{GROUP_ID},{odd_group}")
+        async with telegram_app(settings) as app:
+            # The fake serialises with json.dumps: the names reach PTB as the escape "\ud800".
+            tg.push_message(GROUP_ID, "hello from Eve", user_id=2002, first_name="Eve \ud800")
+            tg.push_message(odd_group, "hello in a titled group", chat_title="Team \udfff")
+            await handled_up_to_here(tg, odd_group)
+            await handled_up_to_here(tg, GROUP_ID)
+
+            async with app.stores.db.conn.execute(
+                "SELECT sender_name FROM messages WHERE chat_id = ? AND content = 'hello from Eve'", (GROUP_ID,)
+            ) as cursor:
+                assert [row[0] for row in await cursor.fetchall()] == ["Eve \ufffd"]
+            assert ("text", "hello in a titled group") in await user_messages(app, odd_group)
+            chat = await app.stores.chats.get(odd_group)
+            assert chat is not None and chat.title == "Team \ufffd"
