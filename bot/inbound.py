@@ -19,6 +19,7 @@ class InboundMessage:
     edited_at: float | None = None  # an edit: when it was made (with edit_of, what makes it unique)
     reply_to: int | None = None
     triggers: bool = False  # asks the bot for a turn (mention, reply to the bot, private chat)
+    sent_as_chat: bool = False  # posted on behalf of the chat itself: only its admins can (anonymous admin)
     kind: str = "text"  # text, placeholder (media, service), edit
     command: str | None = None  # "stop" for "/stop@crew_bot now"; only set for commands meant for us
     command_args: tuple[str, ...] = ()

@@ -212,6 +212,7 @@ class TelegramChannel:
             edited_at=_edit_time(message) if edited else None,
             reply_to=reply.message_id if reply else None,
             triggers=triggers,
+            sent_as_chat=message.sender_chat is not None and message.sender_chat.id == chat.id,
             kind=kind,
             command=command,
             command_args=args,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bot.app import App
 from tests.fakes.telegram_server import FakeTelegram
+from tests.fakes.telegram_state import JsonDict
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
 
@@ -57,3 +58,41 @@ async def test_a_lone_surrogate_in_a_sender_name_or_chat_title_does_not_drop_the
             assert ("text", "hello in a titled group") in await user_messages(app, odd_group)
             chat = await app.stores.chats.get(odd_group)
             assert chat is not None and chat.title == "Team \ufffd"
+
+
+GROUP_ANONYMOUS_BOT = {"id": 1087968824, "is_bot": True, "first_name": "Group", "username": "GroupAnonymousBot"}
+CHANNEL_BOT = {"id": 136817688, "is_bot": True, "first_name": "Channel", "username": "Channel_Bot"}
+
+
+def command_as_chat(message_id: int, text: str, sender: JsonDict, sender_chat: JsonDict) -> JsonDict:
+    """A command posted on behalf of a chat: `from` is Telegram's placeholder bot, `sender_chat` the chat."""
+    chat = {"id": GROUP_ID, "type": "group", "title": "Test group"}
+    command_length = len(text.split()[0])
+    return {
+        "message": {
+            "message_id": message_id,
+            "date": 1_700_000_000,
+            "chat": chat,
+            "from": sender,
+            "sender_chat": sender_chat,
+            "text": text,
+            "entities": [{"type": "bot_command", "offset": 0, "length": command_length}],
+        }
+    }
+
+
+async def test_an_anonymous_group_admin_may_stop_and_cancel(tmp_path: Path) -> None:
+    group = {"id": GROUP_ID, "type": "group", "title": "Test group"}
+    channel = {"id": -1009876543210, "type": "channel", "title": "Some channel"}
+    async with FakeTelegram() as tg, telegram_app(make_settings(tmp_path, tg)):
+        tg.push_raw_update(command_as_chat(900, "/stop", GROUP_ANONYMOUS_BOT, group))
+        tg.push_raw_update(command_as_chat(901, "/cancel all", GROUP_ANONYMOUS_BOT, group))
+        # Posted as another chat (a channel) is not the group's admin speaking: still refused.
+        tg.push_raw_update(command_as_chat(902, "/stop", CHANNEL_BOT, channel))
+        sent = await tg.wait_for_messages(GROUP_ID, 3)
+
+        assert [m.plain_text for m in sent] == [
+            "Crew: Nothing to stop.",
+            "Crew: Subagents are not enabled.",  # said after the admin check passed
+            "Crew: Only chat admins can use /stop.",
+        ]
