@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup engine image lint test run bench clean
+.PHONY: setup engine image test-deps lint test run bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,12 +23,16 @@ engine:
 image: setup engine
 	$(PY) -m runner.image --if-missing
 
+# What the tests need besides the engine and the image (a static busybox for the Docker runtime tests).
+test-deps:
+	bash scripts/test-deps.sh
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: lint image
+test: lint image test-deps
 	$(VENV)/bin/pytest
 
 # Subagents need the engine and the image; without them the bot still answers and says why spawns fail.
