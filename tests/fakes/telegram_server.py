@@ -19,15 +19,15 @@ import copy
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
 
 from tests.fakes.faults import Fault, FaultQueue
 from tests.fakes.loopback_server import LoopbackServer
 from tests.fakes.telegram_holds import Holds
-from tests.fakes.telegram_methods import ApiError, BotApi, Params, bad_request
+from tests.fakes.telegram_http import UploadedFile, answer, chat_param, read_params
+from tests.fakes.telegram_methods import ApiError, BotApi, Params
 from tests.fakes.telegram_state import (
     ApiCall,
     ChatAction,
@@ -52,15 +52,6 @@ DEFAULT_USER_FIRST_NAME = "Alice"
 DEFAULT_WAIT_SECONDS = 5.0
 
 _API_PATH = re.compile(r"^/bot(?P<token>[^/]+)/(?P<method>[^/]+)/?$")
-
-
-@dataclass(frozen=True)
-class UploadedFile:
-    """A multipart file part, as recorded in ApiCall.params."""
-
-    filename: str
-    content_type: str
-    data: bytes
 
 
 class FakeTelegram(LoopbackServer):
@@ -139,23 +130,23 @@ class FakeTelegram(LoopbackServer):
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         match = _API_PATH.match(request.path)
         if match is None:
-            return _answer(ApiError(404, "Not Found").body(), 404)
+            return answer(ApiError(404, "Not Found").body(), 404)
         if match["token"] != self._token:
-            return _answer(ApiError(401, "Unauthorized").body(), 401)
+            return answer(ApiError(401, "Unauthorized").body(), 401)
         try:
-            params = Params(await _read_params(request))
+            params = Params(await read_params(request))
         except ApiError as exc:
-            return _answer(exc.body(), exc.status)
+            return answer(exc.body(), exc.status)
         method = self._api.canonical(match["method"]) or match["method"]
         self._api.record_call(method, params)
-        fault = self._faults.take(method) or await self._holds.pass_through(method, _chat_param(params))
+        fault = self._faults.take(method) or await self._holds.pass_through(method, chat_param(params))
         if fault is not None:
             return await self._serve_fault(request, fault)
         try:
             result = await self._api.call(method, params)
         except ApiError as exc:
-            return _answer(exc.body(), exc.status)
-        return _answer({"ok": True, "result": result}, 200)
+            return answer(exc.body(), exc.status)
+        return answer({"ok": True, "result": result}, 200)
 
     async def _serve_fault(self, request: web.Request, fault: Fault) -> web.StreamResponse:
         if fault.kind == "disconnect":
@@ -164,9 +155,9 @@ class FakeTelegram(LoopbackServer):
             return web.Response()
         if fault.kind == "hang":
             await self._watch.wait_for(lambda: True if self.closing else None, None)
-            return _answer(ApiError(500, "Internal Server Error").body(), 500)
+            return answer(ApiError(500, "Internal Server Error").body(), 500)
         parameters = {"retry_after": fault.retry_after_seconds} if fault.retry_after_seconds else None
-        return _answer(ApiError(fault.status, fault.description, parameters).body(), fault.status)
+        return answer(ApiError(fault.status, fault.description, parameters).body(), fault.status)
 
     # --- driving the bot ------------------------------------------------------------------------
 
@@ -392,35 +383,3 @@ def _timed_out(expected: str, timeout_seconds: float, got: object) -> TimeoutErr
 
 def _at_least(items: list[T], count: int) -> list[T] | None:
     return items if len(items) >= count else None
-
-
-def _chat_param(params: Params) -> int | None:
-    try:
-        return params.integer("chat_id")
-    except ApiError:
-        return None  # an @username: holds are by numeric chat id
-
-
-def _answer(body: JsonDict, status: int) -> web.Response:
-    return web.json_response(body, status=status)
-
-
-async def _read_params(request: web.Request) -> dict[str, Any]:
-    """Query string, then the body: JSON, form-encoded or multipart (files become UploadedFile)."""
-    params: dict[str, Any] = dict(request.query)
-    if request.content_type == "application/json":
-        try:
-            body = await request.json()
-        except ValueError:
-            raise bad_request("can't parse JSON object") from None
-        if not isinstance(body, dict):
-            raise bad_request("JSON object expected")
-        params.update(body)
-    elif request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        form = await request.post()
-        for key, value in form.items():
-            if isinstance(value, web.FileField):
-                params[key] = UploadedFile(value.filename, value.content_type, value.file.read())
-            else:
-                params[key] = value.decode() if isinstance(value, bytes) else value
-    return params
