@@ -1,114 +1,131 @@
-"""The `crewbot` command: run, console, migrate, doctor, image build."""
+"""The `crewbot` command: run, console, logs, migrate, doctor, image build.
+
+Every way a command can fail to start ends in `crewbot: cannot start: <cause>: <fix>` on stderr (one line
+per cause) and a non-zero exit; tracebacks go to the log file, secrets nowhere.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
+import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
-from bot.app import App, Stores, SubagentFactory
-from bot.channels.base import Channel
-from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
-from bot.channels.telegram import TelegramChannel
 from bot.logging import configure_logging, get_logger
-from bot.settings import Settings, SettingsError, load_settings
-from bot.store.db import Database, MigrationError
+from bot.settings import LLMProvider, Settings, SettingsError, load_settings
+from bot.startup import (
+    DataDirLock,
+    StartupError,
+    check_data_dir,
+    check_database,
+    explain,
+    keep_traceback,
+    lock_data_dir,
+    secrets_of,
+)
 
 log = get_logger("crewbot")
 
-CONSOLE_SETTLE_SECONDS = 1.5  # after end of input, how long the chat must stay quiet before exiting
+CANNOT_START = "crewbot: cannot start: "
+STARTS = frozenset({"run", "console", "migrate"})  # commands whose failure means the bot cannot start
+EXIT_CANNOT_START = 2
+EXIT_CRASHED = 1
+EXIT_INTERRUPTED = 130
+LOGS_TAIL_CHARS = 10_000  # `crewbot logs` shows this much of a run's output by default
 
 
-def _secrets(settings: Settings) -> list[str]:
-    values = [settings.telegram_bot_token, settings.llm_api_key]
-    return [v.get_secret_value() for v in values if v is not None]
+def _log_file(settings: Settings, name: str) -> Path:
+    return settings.data_dir / "logs" / name
 
 
-def _load(args: argparse.Namespace) -> Settings:
-    settings = load_settings()
-    configure_logging(settings.log_format.value, settings.log_level, _secrets(settings))
-    return settings
+def _prepare(settings: Settings) -> DataDirLock:
+    """Checks before anything opens, then the DATA_DIR lock that the bot holds while it runs."""
+    check_data_dir(settings.data_dir)
+    check_database(settings.db_path)
+    _log_file(settings, "").mkdir(parents=True, exist_ok=True)
+    return lock_data_dir(settings.data_dir)
 
 
-def subagent_factory(settings: Settings, stores: Stores) -> SubagentFactory:
-    from runner.service import build_subagent_system
+def _quiet_pydantic_ai() -> None:
+    import pydantic_ai
 
-    return lambda delivery, typing: build_subagent_system(settings, stores, delivery, typing)
-
-
-async def _serve(settings: Settings, channel: Channel) -> int:
-    stores = await Stores.open(settings)
-    app = App(settings, channel, stores, subagent_factory(settings, stores))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        await app.start()
-    except BaseException:
-        await app.stop()
-        raise
-    try:
-        if isinstance(channel, ConsoleChannel):
-            await _until_console_done(app, channel, stop)
-        else:
-            await stop.wait()
-    finally:
-        log.info("shutting_down")
-        await app.stop()
-    return 0
+    pydantic_ai.BANNER_ENABLED = False  # its first-run banner would land in the middle of the chat
 
 
-async def _until_console_done(app: App, channel: ConsoleChannel, stop: asyncio.Event) -> None:
-    waiter = asyncio.create_task(stop.wait())
-    eof = asyncio.create_task(channel.eof.wait())
-    await asyncio.wait({waiter, eof}, return_when=asyncio.FIRST_COMPLETED)
-    # End of input: let the chat's turn and subagents finish so a piped demo shows their results.
-    while not stop.is_set():
-        done = asyncio.create_task(app.wait_quiet(CONSOLE_CHAT_ID))
-        await asyncio.wait({done, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if stop.is_set():
-            done.cancel()
-            break
-        await asyncio.sleep(CONSOLE_SETTLE_SECONDS)
-        if app.typing.holders(CONSOLE_CHAT_ID) == 0 and app.engine.idle(CONSOLE_CHAT_ID):
-            break
-    waiter.cancel()
-    eof.cancel()
-
-
-def _console(settings: Settings) -> ConsoleChannel:
-    """The terminal is the chat: logs go to a file so they do not interleave with the conversation."""
-    log_path = settings.data_dir / "logs" / "console.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    stream = log_path.open("a", encoding="utf-8")  # lives as long as the process
-    configure_logging(settings.log_format.value, settings.log_level, _secrets(settings), stream=stream)
-    print(f"(logs: {log_path})", file=sys.stderr)
-    return ConsoleChannel(settings.assistant_name)
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    settings = _load(args)
-    channel: Channel
-    if settings.telegram_bot_token is None:
-        log.warning("no_telegram_token", message="TELEGRAM_BOT_TOKEN is not set: starting the console channel")
-        channel = _console(settings)
+def _intro(settings: Settings, log_file: Path, why: str | None) -> list[str]:
+    lines = [why] if why else []
+    if settings.llm_provider is LLMProvider.OFFLINE:
+        lines.append(
+            "Model: the offline demo model (no LLM configured): it answers from a script; "
+            "`background: $ echo hello` starts a subagent."
+        )
     else:
-        channel = TelegramChannel(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base_url)
-    return asyncio.run(_serve(settings, channel))
+        lines.append(f"Model: {settings.llm_model} ({settings.llm_provider.value}).")
+    lines.append(f"Logs: {log_file}")
+    return lines
 
 
-def cmd_console(args: argparse.Namespace) -> int:
-    settings = _load(args)
-    return asyncio.run(_serve(settings, _console(settings)))
+def _console(settings: Settings, why: str | None = None) -> int:
+    from bot.channels.console import ConsoleChannel
+    from bot.serve import docker_runtime, serve, subagents_readiness
+
+    lock = _prepare(settings)
+    log_file = _log_file(settings, "console.log")
+    # The terminal is the chat: logs go to a file only, so they do not interleave with the conversation.
+    configure_logging(
+        settings.log_format.value, settings.log_level, secrets_of(settings), log_file=log_file, to_stream=False
+    )
+    _quiet_pydantic_ai()
+
+    async def session() -> int:
+        runtime = docker_runtime(settings)
+        intro = [*_intro(settings, log_file, why), await subagents_readiness(settings, runtime)]
+        channel = ConsoleChannel(settings.assistant_name, intro=intro)
+        return await serve(settings, channel, runtime)
+
+    try:
+        return asyncio.run(session())
+    finally:
+        lock.release()
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
-    settings = _load(args)
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.telegram_bot_token is None:
+        return _console(settings, "TELEGRAM_BOT_TOKEN is not set, so this is the console (see README: Telegram).")
+    from bot.channels.telegram import TelegramChannel
+    from bot.serve import docker_runtime, serve
+
+    lock = _prepare(settings)
+    log_file = _log_file(settings, "crewbot.log")
+    level, secrets = settings.log_level, secrets_of(settings)
+    # Until the bot is up, logs go to the file only: a failed start is one line on the terminal.
+    configure_logging(settings.log_format.value, level, secrets, log_file=log_file, to_stream=False)
+    _quiet_pydantic_ai()
+    channel = TelegramChannel(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base_url)
+
+    def started() -> None:
+        configure_logging(settings.log_format.value, level, secrets, log_file=log_file)
+        log.info("logging_to", stream="stderr", file=str(log_file))
+
+    try:
+        return asyncio.run(serve(settings, channel, docker_runtime(settings), on_started=started))
+    finally:
+        lock.release()
+
+
+def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    return _console(settings)
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.store.db import Database
+
+    check_data_dir(settings.data_dir)
+    check_database(settings.db_path)
 
     async def migrate() -> int:
         db = await Database.open(settings.db_path)
@@ -120,16 +137,21 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return asyncio.run(migrate())
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     from bot.doctor import run_doctor
 
-    try:
-        settings = load_settings()
-    except SettingsError as exc:
-        print(f"FAIL settings: {exc}")
-        return 1
-    configure_logging(settings.log_format.value, "WARNING", _secrets(settings))
+    configure_logging(settings.log_format.value, "WARNING", secrets_of(settings))
     return asyncio.run(run_doctor(settings))
+
+
+def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.logs_command import show_logs
+
+    if not settings.db_path.exists():
+        raise StartupError(f"no database at {settings.db_path} yet", "start the bot first, or check DATA_DIR")
+    check_database(settings.db_path)
+    configure_logging(settings.log_format.value, "WARNING", secrets_of(settings))
+    return asyncio.run(show_logs(settings, args.run_id, args.chars, follow=args.follow))
 
 
 def cmd_image(args: argparse.Namespace) -> int:
@@ -139,33 +161,133 @@ def cmd_image(args: argparse.Namespace) -> int:
     return int(image_main(flags))
 
 
+def _version() -> str:
+    try:
+        return version("crewbot")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="crewbot", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="start the bot (Telegram, or the console when no token is set)").set_defaults(
-        func=cmd_run
+    parser = argparse.ArgumentParser(prog="crewbot", description=__doc__.split("\n", 1)[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"crewbot {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, summary: str, description: str, func: Callable[..., int]) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=summary, description=description)
+        command.set_defaults(func=func)
+        return command
+
+    add(
+        "run",
+        "start the bot (Telegram, or the console when no token is set)",
+        "Start the bot on Telegram with TELEGRAM_BOT_TOKEN; without one, open the console. Settings come from the "
+        "environment and .env. Logs go to stderr and DATA_DIR/logs/crewbot.log. Stop with Ctrl-C or SIGTERM: "
+        "running subagents keep going and are picked up at the next start.",
+        cmd_run,
     )
-    sub.add_parser("console", help="chat with the bot from this terminal").set_defaults(func=cmd_console)
-    sub.add_parser("migrate", help="create or upgrade the database").set_defaults(func=cmd_migrate)
-    sub.add_parser("doctor", help="check settings, database, Telegram, LLM and Docker").set_defaults(func=cmd_doctor)
-    image = sub.add_parser("image", help="the subagent image")
-    image_sub = image.add_subparsers(dest="image_command", required=True)
-    build = image_sub.add_parser("build", help="build the subagent image (and a local base when none can be pulled)")
+    add(
+        "console",
+        "chat with the bot from this terminal",
+        "Chat with the bot in a local group chat from this terminal, with the same engine, store and subagents "
+        "as on Telegram. Logs go to DATA_DIR/logs/console.log. Leave with /quit, Ctrl-D or Ctrl-C.",
+        cmd_console,
+    )
+    logs = add(
+        "logs",
+        "show what a subagent run has printed",
+        "Show the output of a subagent run so far (while it runs: its container's output; after it ended: the "
+        "log kept in DATA_DIR/runs/<run id>/). Run ids are in the chat's /subagents list.",
+        cmd_logs,
+    )
+    logs.add_argument("run_id", help="the run's id, as /subagents lists it")
+    logs.add_argument("--chars", type=_positive, default=LOGS_TAIL_CHARS, help="how much of the end to show")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the run ends")
+    add(
+        "migrate",
+        "create or upgrade the database",
+        "Create DATA_DIR/crewbot.sqlite3 or apply pending migrations (the bot also does this at start).",
+        cmd_migrate,
+    )
+    add(
+        "doctor",
+        "check settings, database, Telegram, LLM and Docker",
+        "Check every dependency, one line each (ok, FAIL or skip); each failure says how to fix it. "
+        "Exits non-zero when a check fails.",
+        cmd_doctor,
+    )
+    image = sub.add_parser("image", help="the subagent image", description="Build the Docker image subagents run in.")
+    image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
+    build = image_sub.add_parser(
+        "build",
+        help="build the subagent image",
+        description="Build the subagent image (and a local base image when none can be pulled).",
+    )
     build.add_argument("--if-missing", action="store_true", help="do nothing when the image exists")
     build.add_argument("--force", action="store_true", help="rebuild even when the image exists")
     build.set_defaults(func=cmd_image)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _fail(lines: Sequence[str], prefix: str = CANNOT_START) -> None:
+    for line in lines:
+        print(f"{prefix}{line}", file=sys.stderr)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """The command, for tests: the exit code, with every failure already reported in one line."""
     args = build_parser().parse_args(argv)
+    if args.command == "image":
+        return cmd_image(args)
+    settings: Settings | None = None
+    log_file: Path | None = None
     try:
-        return int(args.func(args))
+        settings = load_settings()
+        log_file = _log_file(settings, "console.log" if _is_console(args, settings) else "crewbot.log")
+        return int(args.func(args, settings))
     except SettingsError as exc:
-        print(f"crewbot: cannot start:\n{exc}", file=sys.stderr)
-        return 2
-    except MigrationError as exc:
-        print(f"crewbot: database: {exc}", file=sys.stderr)
-        return 2
+        if args.command == "doctor":
+            from bot.doctor import report_bad_settings
+
+            return report_bad_settings(exc.lines)
+        _fail(exc.lines)
+        return EXIT_CANNOT_START
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        from bot.serve import Crashed, StartFailed
+
+        cause = exc.__cause__ if isinstance(exc, StartFailed | Crashed) and exc.__cause__ else exc
+        logged = log_file if log_file is not None and log_file.parent.is_dir() else None
+        if not isinstance(cause, StartupError):
+            keep_traceback(cause, logged, settings)
+        if isinstance(exc, Crashed):
+            _fail([explain(cause, settings, logged)], prefix="crewbot: stopped: ")
+            return EXIT_CRASHED
+        _fail([explain(cause, settings, logged)], prefix=CANNOT_START if args.command in STARTS else "crewbot: ")
+        return EXIT_CANNOT_START
+
+
+def _is_console(args: argparse.Namespace, settings: Settings) -> bool:
+    return bool(args.command == "console" or (args.command == "run" and settings.telegram_bot_token is None))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The program: `run`, then leave at once.
+
+    Everything is written and closed by then. Interpreter teardown would still join engine calls blocked
+    in worker threads (a Docker wait slice, a ping to an unreachable DOCKER_HOST) and garbage-collect a
+    large heap, which made Ctrl-C take seconds; neither has anything left to do.
+    """
+    code = run(argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

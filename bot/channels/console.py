@@ -7,9 +7,11 @@ import contextlib
 import getpass
 import sys
 import time
+from collections.abc import Sequence
 from typing import TextIO
 
 from bot.channels.base import InboundHandler
+from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain
 from bot.inbound import InboundMessage
 from bot.logging import get_logger
 
@@ -23,7 +25,8 @@ QUIT_COMMANDS = frozenset({"/quit", "/exit"})
 class ConsoleChannel:
     """Every line you type is a message that asks for a turn; commands (/subagents, /stop...) work as in Telegram.
 
-    End with /quit or end-of-input (Ctrl-D); `eof` is set then, so the caller can wait for running work.
+    End with /quit or end-of-input (Ctrl-D); `eof` is set then. On a terminal the caller stops at once; with
+    piped input it can wait for running work first, so a scripted demo shows its results.
     """
 
     name = "console"
@@ -36,54 +39,79 @@ class ConsoleChannel:
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         typing_quiet_seconds: float = 8.0,
+        intro: Sequence[str] = (),
     ) -> None:
         self._assistant_name = assistant_name
         self._user_name = user_name or getpass.getuser() or "you"
-        self._stdin = stdin or sys.stdin
-        self._stdout = stdout or sys.stdout
+        self._lines = TerminalLines(stdin or sys.stdin, stdout or sys.stdout)
         self._typing_quiet_seconds = typing_quiet_seconds
+        self._intro = list(intro)
         self._last_typing = 0.0
         self._reader: asyncio.Task[None] | None = None
-        self._next_id = 0
         self.eof = asyncio.Event()
 
+    @property
+    def interactive(self) -> bool:
+        """A person at a terminal (prompt, line editing), rather than piped input."""
+        return self._lines.interactive
+
     async def start(self, handler: InboundHandler) -> None:
-        self._print(
-            f"crewbot console: you are {self._user_name} in a local group chat with {self._assistant_name}. "
-            "Type a message, /help, or /quit."
+        self.say(
+            f"crewbot console: you are {self._user_name} in a local group chat with {self._assistant_name}; "
+            "every line you type is for it. /help lists commands; /quit or Ctrl-D leaves."
         )
+        for line in self._intro:
+            self.say(line)
+        self._lines.start()
         self._reader = asyncio.create_task(self._read_loop(handler), name="console-reader")
 
     async def stop_receiving(self) -> None:
-        await self.stop()
-
-    async def stop(self) -> None:
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
 
+    async def stop(self) -> None:
+        await self.stop_receiving()
+        self._lines.restore()
+
+    def say(self, text: str) -> None:
+        """A line from crewbot itself (not the chat), shown above the prompt."""
+        self._lines.write(text)
+
+    def finish(self, text: str) -> None:
+        """The last words of the session; the terminal is handed back as it was."""
+        self._lines.finish(text)
+
+    def abandon(self) -> None:
+        """Leaving without a shutdown (a second Ctrl-C): at least give the terminal back."""
+        self._lines.restore()
+
     async def _read_loop(self, handler: InboundHandler) -> None:
         try:
             while True:
-                # A thread keeps this working for terminals, pipes and files alike.
-                line = await asyncio.to_thread(self._stdin.readline)
-                if not line:
+                line = await self._lines.next_line()
+                if line is None:
                     break
                 text = line.strip()
                 if not text:
                     continue
                 if text.lower() in QUIT_COMMANDS:
                     break
+                if self._lines.canonical_tty and len(line) >= CANONICAL_LINE_LIMIT_CHARS:
+                    self.say(
+                        f"(the terminal cut this line at {CANONICAL_LINE_LIMIT_CHARS:,} characters: "
+                        "send long text in several lines)"
+                    )
                 try:
                     await handler(self._inbound(text))
                 except Exception:
                     log.exception("console_message_failed")
+                    self.say("(that message could not be handled; the log says why)")
         finally:
             self.eof.set()
 
     def _inbound(self, text: str) -> InboundMessage:
-        self._next_id += 1
         command: str | None = None
         args: tuple[str, ...] = ()
         if text.startswith("/"):
@@ -96,22 +124,20 @@ class ConsoleChannel:
             sender_id=CONSOLE_USER_ID,
             sender_name=self._user_name,
             text=text,
-            platform_message_id=self._next_id,
+            # The console has no message ids: with one per process, a restart's ids would collide with
+            # the stored ones and be ignored as duplicates.
+            platform_message_id=None,
             triggers=True,
             command=command,
             command_args=args,
         )
-
-    def _print(self, text: str) -> None:
-        self._stdout.write(text + "\n")
-        self._stdout.flush()
 
     def split(self, text: str) -> list[str]:
         return [text]  # a terminal has no message size limit
 
     async def send_part(self, chat_id: int, part: str) -> int | None:
         self._last_typing = 0.0
-        self._print(part)
+        self.say(plain(part))
         return None
 
     async def send_text(self, chat_id: int, text: str) -> list[int]:
@@ -122,7 +148,7 @@ class ConsoleChannel:
         now = time.monotonic()
         # Printing every few seconds would flood the terminal; say it once per quiet spell.
         if now - self._last_typing > self._typing_quiet_seconds:
-            self._print(f"({self._assistant_name} is typing…)")
+            self.say(f"({self._assistant_name} is typing…)")
         self._last_typing = now
 
     async def is_chat_admin(self, chat_id: int, user_id: int) -> bool:
