@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from bot.logging import configure_logging, get_logger
+from bot.logging import configure_logging, get_logger, release_held_logs
 from bot.settings import LLMProvider, Settings, SettingsError, load_settings
 from bot.startup import (
     DataDirLock,
@@ -101,19 +101,21 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
     lock = _prepare(settings)
     log_file = _log_file(settings, "crewbot.log")
-    level, secrets = settings.log_level, secrets_of(settings)
-    # Until the bot is up, logs go to the file only: a failed start is one line on the terminal.
-    configure_logging(settings.log_format.value, level, secrets, log_file=log_file, to_stream=False)
+    # Until the bot is up, stderr's log lines are held back: a failed start is one line on the terminal.
+    configure_logging(
+        settings.log_format.value, settings.log_level, secrets_of(settings), log_file=log_file, hold_stream=True
+    )
     _quiet_pydantic_ai()
     channel = TelegramChannel(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base_url)
 
     def started() -> None:
-        configure_logging(settings.log_format.value, level, secrets, log_file=log_file)
+        release_held_logs()
         log.info("logging_to", stream="stderr", file=str(log_file))
 
     try:
         return asyncio.run(serve(settings, channel, docker_runtime(settings), on_started=started))
     finally:
+        release_held_logs(write=False)  # only still held if the start failed: that is one line, not a log
         lock.release()
 
 

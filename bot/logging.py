@@ -15,6 +15,7 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 REDACTED = "[redacted]"
 LOG_FILE_MAX_BYTES = 10 * 1024 * 1024  # a log file is rotated at this size...
 LOG_FILE_BACKUPS = 3  # ...and this many old ones are kept, so logs never fill the disk
+HELD_RECORDS_MAX = 10_000  # records held back from the stream during start-up (more are written at once)
 
 
 class SecretRedactor:
@@ -49,10 +50,13 @@ def configure_logging(
     *,
     log_file: Path | None = None,
     to_stream: bool = True,
+    hold_stream: bool = False,
 ) -> None:
     """Route structlog and the standard library (PTB, httpx, docker) through one redacting renderer.
 
     Lines go to `stream` (stderr by default) unless `to_stream` is false, and to `log_file` (rotated) if given.
+    With `hold_stream`, the stream gets nothing until `release_held_logs()` (then everything so far, in order):
+    a start that fails is one line on the terminal, a start that succeeds still shows how it went.
     """
     redactor = SecretRedactor(secrets)
     renderer: Processor = (
@@ -82,16 +86,21 @@ def configure_logging(
         ],
     )
     handlers: list[logging.Handler] = []
-    if to_stream or log_file is None:
-        handlers.append(logging.StreamHandler(stream or sys.stderr))
     if log_file is not None:
         handlers.append(
             logging.handlers.RotatingFileHandler(
                 log_file, maxBytes=LOG_FILE_MAX_BYTES, backupCount=LOG_FILE_BACKUPS, encoding="utf-8"
             )
         )
+    if to_stream or log_file is None:
+        to_terminal = logging.StreamHandler(stream or sys.stderr)
+        handlers.append(to_terminal)
     for handler in handlers:
         handler.setFormatter(formatter)
+    if hold_stream and log_file is not None and to_stream:  # held only where the file has it all meanwhile
+        handlers[-1] = logging.handlers.MemoryHandler(
+            HELD_RECORDS_MAX, flushLevel=logging.CRITICAL + 1, target=to_terminal, flushOnClose=False
+        )
     root = logging.getLogger()
     for old in root.handlers:
         if isinstance(old, logging.FileHandler):  # ours from an earlier call: release its file
@@ -101,6 +110,20 @@ def configure_logging(
     # httpx logs every request URL, and Telegram URLs contain the bot token.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
+
+
+def release_held_logs(*, write: bool = True) -> None:
+    """Write the records held back from the stream (or drop them: the log file has them), then write to
+    the stream directly."""
+    root = logging.getLogger()
+    for index, handler in enumerate(root.handlers):
+        if isinstance(handler, logging.handlers.MemoryHandler) and handler.target is not None:
+            target = handler.target
+            if write:
+                handler.flush()
+            handler.buffer.clear()
+            root.handlers[index] = target
+            handler.close()
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import structlog
 
-from bot.logging import REDACTED, configure_logging, get_logger
+from bot.logging import REDACTED, configure_logging, get_logger, release_held_logs
 
 TOKEN = "123456789:AAH-secret-bot-token"
 API_KEY = "sk-test-0123456789abcdef"
@@ -157,16 +157,29 @@ def test_secret_inside_a_url_object_is_redacted(log_format: str) -> None:
 
 def test_a_log_file_gets_every_line_and_the_stream_only_when_asked(tmp_path: Path) -> None:
     stream = io.StringIO()
-    log_file = tmp_path / "crewbot.log"
+    log_file = tmp_path / "console.log"
 
     configure_logging("console", "INFO", secrets=[TOKEN], stream=stream, log_file=log_file, to_stream=False)
-    get_logger("test").info("before_start", token=TOKEN)
-    configure_logging("console", "INFO", secrets=[TOKEN], stream=stream, log_file=log_file)
-    get_logger("test").info("after_start")
-    logging.getLogger().handlers[-1].flush()
+    get_logger("test").info("to_the_file", token=TOKEN)
+    logging.getLogger().handlers[0].flush()
 
     written = log_file.read_text(encoding="utf-8")
-    assert "before_start" in written and "after_start" in written
+    assert "to_the_file" in written
     assert_redacted(written)
-    assert "before_start" not in stream.getvalue()
-    assert "after_start" in stream.getvalue()
+    assert stream.getvalue() == ""
+
+
+def test_held_lines_reach_the_stream_only_once_released(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    log_file = tmp_path / "crewbot.log"
+    configure_logging("console", "INFO", secrets=[TOKEN], stream=stream, log_file=log_file, hold_stream=True)
+
+    get_logger("test").error("while_starting", token=TOKEN)
+    assert stream.getvalue() == ""  # a start that fails here shows one line, not the log
+    release_held_logs()
+    get_logger("test").info("after_start")
+
+    lines = stream.getvalue().splitlines()
+    assert ["while_starting" in lines[0], "after_start" in lines[1]] == [True, True]
+    assert_redacted(stream.getvalue())
+    assert "while_starting" in log_file.read_text(encoding="utf-8")
