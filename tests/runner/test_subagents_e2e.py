@@ -70,6 +70,15 @@ def labelled_containers(chat_id: int) -> list[Any]:
         client.close()
 
 
+async def until_no_containers(chat_id: int, timeout_seconds: float = 30.0) -> None:
+    """The run's message goes out as soon as its outcome is recorded; removal of its container follows."""
+    deadline = time.monotonic() + timeout_seconds
+    while await asyncio.to_thread(labelled_containers, chat_id):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"containers of chat {chat_id} still there after {timeout_seconds:g} s")
+        await asyncio.sleep(0.2)
+
+
 @pytest.fixture
 async def tg() -> AsyncIterator[FakeTelegram]:
     async with FakeTelegram() as fake:
@@ -106,7 +115,7 @@ async def test_background_work_round_trip(tmp_path: Path, tg: FakeTelegram, suba
         await asyncio.sleep(1.0)
         late = [a for a in tg.chat_actions(GROUP_ID) if a.at > finished_at + settings.typing_interval_seconds]
         assert late == []
-        assert not labelled_containers(GROUP_ID)  # removed after its logs were kept
+        await until_no_containers(GROUP_ID)  # removed after its logs were kept
         assert (settings.data_dir / "runs" / record.id / "container.log").read_text()
 
         # The next turn's prompt contains the result.
@@ -230,4 +239,4 @@ async def test_timeout_kills_and_records_timed_out(tmp_path: Path, tg: FakeTeleg
             lambda: next((m for m in tg.sent_messages(GROUP_ID) if "Timed out" in m.plain_text), None)
         )
         assert "[Task: sleep 120]" in told.plain_text
-        assert not labelled_containers(GROUP_ID)
+        await until_no_containers(GROUP_ID)

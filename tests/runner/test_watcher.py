@@ -32,9 +32,9 @@ from tests.runner.ipc_helpers import (
 # Long enough that a file arriving before it can only have come through the watch, not a rescan.
 NO_RESCAN_SECONDS = 600.0
 JUNK_FILES = 10_000
-# Generous: the aim is < 50 ms on a quiet machine (a benchmark's figure); this catches the loop doing the
-# file work again, which stalled it for seconds.
-MAX_LOOP_GAP_SECONDS = 0.2
+# Generous: the aim is < 50 ms on a quiet machine (bench/loop_stall.py measures it); this catches the loop
+# doing the file work again, which stalled it for seconds, without failing when other work shares the CPUs.
+MAX_LOOP_GAP_SECONDS = 1.0
 PROBE_SLEEP_SECONDS = 0.005
 FLOOD_TIMEOUT_SECONDS = 120.0
 
