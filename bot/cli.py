@@ -35,6 +35,7 @@ STARTS = frozenset({"run", "console", "migrate"})  # commands whose failure mean
 EXIT_CANNOT_START = 2
 EXIT_CRASHED = 1
 EXIT_INTERRUPTED = 130
+NO_TOKEN_NOTE = "TELEGRAM_BOT_TOKEN is not set, so this is the console (README: Putting it in a Telegram group)."
 LOGS_TAIL_CHARS = 10_000  # `crewbot logs` shows this much of a run's output by default
 
 
@@ -95,7 +96,7 @@ def _console(settings: Settings, why: str | None = None) -> int:
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if settings.telegram_bot_token is None:
-        return _console(settings, "TELEGRAM_BOT_TOKEN is not set, so this is the console (see README: Telegram).")
+        return _console(settings, NO_TOKEN_NOTE)
     from bot.channels.telegram import TelegramChannel
     from bot.serve import docker_runtime, serve
 
