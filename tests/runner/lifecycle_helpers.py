@@ -96,8 +96,15 @@ class Rig:
         return self.channel.texts(chat_id)
 
 
+Prepare = Callable[[Stores, MemoryRuntime, str], Awaitable[None]]
+
+
 @asynccontextmanager
-async def rig(tmp_path: Path, behaviour: Behaviour, **overrides: Any) -> AsyncIterator[Rig]:
+async def rig(
+    tmp_path: Path, behaviour: Behaviour, *, prepare: Prepare | None = None, **overrides: Any
+) -> AsyncIterator[Rig]:
+    """`prepare` sets the scene an earlier process left (runs in the store, containers in the engine),
+    given the stores, the runtime and this deployment's instance label, before the service starts."""
     settings = make_settings(tmp_path / "data", **overrides)
     stores = await Stores.open(settings)
     channel = FlakyChannel()
@@ -112,6 +119,8 @@ async def rig(tmp_path: Path, behaviour: Behaviour, **overrides: Any) -> AsyncIt
     service = SubagentService(settings, stores, delivery, typing, runtime)
     chat = await stores.chats.ensure(CHAT_ID, "group", "main")
     await stores.chats.ensure(OTHER_CHAT_ID, "group", "other")
+    if prepare is not None:
+        await prepare(stores, runtime, service.paths.instance_id)
     await service.start()
     try:
         yield Rig(settings, stores, channel, delivery, runtime, service, chat)

@@ -8,18 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from bot.store.runs import CANCELLED, COMPLETED, FAILED, REJECTED, TIMED_OUT
+from bot.app import Stores
+from bot.store.runs import CANCELLED, COMPLETED, FAILED, QUEUED, REJECTED, TIMED_OUT, RunStore
 from container.channel import ChannelRefused, RunChannel
 from container.protocol import ProgressMessage, RunResult
-from runner.runtime import RuntimeUnavailable
-from tests.fakes.memory_runtime import MemoryContainer
-from tests.runner.lifecycle_helpers import CHAT_ID, OTHER_CHAT_ID, rig
+from runner.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID, RuntimeUnavailable
+from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
+from tests.runner.lifecycle_helpers import CHAT_ID, OTHER_CHAT_ID, Prepare, rig
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def reports(text: str) -> int:
-    return 0
 
 
 def completing(text: str = "all done", session: bytes | None = None):  # type: ignore[no-untyped-def]
@@ -294,3 +291,38 @@ async def test_engine_failure_on_kill_is_logged_and_retried(tmp_path: Path) -> N
         await r.service.manager.cancel_run(CHAT_ID, run_id)
         await r.settled()
         assert r.runtime.running_count() == 0
+
+
+def left_running(run_id: str) -> Prepare:
+    """An earlier process's run: recorded running, its container still running in the engine."""
+
+    async def prepare(stores: Stores, runtime: MemoryRuntime, instance: str) -> None:
+        runs = RunStore(stores.db)
+        await runs.create(run_id, CHAT_ID, None, "left behind", "left behind", False, QUEUED)
+        await runs.mark_running(run_id, None)
+        labels = {LABEL_APP: "1", LABEL_INSTANCE: instance, LABEL_RUN_ID: run_id, LABEL_CHAT_ID: str(CHAT_ID)}
+        container_id = runtime.add_existing(labels)
+        await runs.set_container(run_id, container_id)
+        runtime.set_engine_down(True)  # the engine is away while the bot starts
+
+    return prepare
+
+
+async def test_runs_left_live_count_against_the_cap_while_the_engine_is_down(tmp_path: Path) -> None:
+    async with rig(tmp_path, completing(), prepare=left_running("old-run-0001"), MAX_CONCURRENT_SUBAGENTS=1) as r:
+        assert r.service.live.count() == 1
+        refused = await r.spawn("new work")
+        assert await r.status(refused) == REJECTED
+
+
+async def test_cancel_of_a_run_not_yet_recovered_cancels_it_and_recovery_removes_its_container(
+    tmp_path: Path,
+) -> None:
+    async with rig(tmp_path, completing(), prepare=left_running("old-run-0002")) as r:
+        assert await r.service.manager.cancel_run(CHAT_ID, "old-run-0002") == CANCELLED
+        r.runtime.set_engine_down(False)
+        report = await r.service.recovery.run()
+        assert report.removed == 1 and report.reattached == 0
+        assert r.runtime.running_count() == 0
+        assert await r.status("old-run-0002") == CANCELLED
+        assert r.service.live.count() == 0
