@@ -62,6 +62,16 @@ class TerminalProcess:
                     return
                 raise AssertionError(f"{text!r} did not appear; the terminal shows:\n{self.output[-3000:]}")
 
+    def expect_last(self, text: str, timeout_seconds: float) -> None:
+        """Wait until the output ends with `text` (say, the prompt redrawn under a reply)."""
+        deadline = time.monotonic() + timeout_seconds
+        while not self.output.endswith(text):
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._read(min(left, 0.1)):
+                if self.output.endswith(text):
+                    return
+                raise AssertionError(f"the output does not end with {text!r}:\n{self.output[-3000:]}")
+
     def wait_exit(self, timeout_seconds: float) -> int | None:
         """The exit code once it exits (reading what it writes meanwhile); None if it did not in time."""
         deadline = time.monotonic() + timeout_seconds
