@@ -11,7 +11,7 @@ from pydantic_ai.models import Model
 from bot.agent.llm import build_main_model
 from bot.agent.main_agent import MainAgent, Spawner
 from bot.channels.base import Channel
-from bot.commands import Commands, RunControl
+from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.delivery import Delivery
 from bot.engine import ChatEngine, Turn
 from bot.flood import FloodGuard
@@ -40,6 +40,9 @@ class SubagentSystem(Protocol):
 
     @property
     def control(self) -> RunControl: ...
+
+    @property
+    def workspaces(self) -> WorkspaceControl: ...
 
     async def start(self) -> None: ...
 
@@ -119,7 +122,14 @@ class App:
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
         self.engine = ChatEngine(self.agent, self.recorder, self.typing, settings.merge_window_seconds)
-        self.commands = Commands(channel, self.delivery, self.engine, control, settings.admin_user_ids)
+        self.commands = Commands(
+            channel,
+            self.delivery,
+            self.engine,
+            control,
+            settings.admin_user_ids,
+            workspaces=subagents.workspaces if subagents else None,
+        )
         self.router = InboundRouter(
             settings, channel, stores.chats, stores.messages, self.engine, self.commands, self.delivery, FloodGuard()
         )

@@ -16,7 +16,7 @@ from bot.store.runs import FINAL_STATUSES
 log = get_logger(__name__)
 
 ADMIN_COMMANDS = frozenset({"stop", "cancel"})
-KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents"})
+KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents", "workspace"})
 MAX_LISTED_RUNS = 15
 
 
@@ -40,6 +40,14 @@ class RunControl(Protocol):
         """Cancel every live run of the chat (and its pending requests); the number cancelled."""
 
     async def cancel_turn(self, turn_id: str, reason: str) -> int: ...
+
+
+class WorkspaceControl(Protocol):
+    """The chat's workspace: what `/workspace` shows, and `/workspace clear` (admins) does."""
+
+    async def describe(self, chat_id: int) -> str: ...
+
+    async def clear(self, chat_id: int) -> str: ...
 
 
 @runtime_checkable
@@ -71,13 +79,15 @@ HELP_TEXT = (
     "Mention me or reply to me to talk. For long or code-running work I start subagents.\n"
     "/subagents – this chat's subagent runs; /subagents <run id> – what one has printed so far\n"
     "/cancel <run id> or /cancel all – cancel runs (admins)\n"
-    "/stop – abort my current answer and stop all of this chat's subagents (admins)"
+    "/stop – abort my current answer and stop all of this chat's subagents (admins)\n"
+    "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)"
 )
 CONSOLE_HELP_TEXT = (
     "Every line you type is for me. For long or code-running work I start subagents.\n"
     "/subagents – this chat's subagent runs; /subagents <run id> – what one has printed so far\n"
     "/cancel <run id> or /cancel all – cancel runs\n"
     "/stop – abort my current answer and stop all subagents\n"
+    "/workspace – the files subagents keep; /workspace clear – empty it\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
 
@@ -90,12 +100,15 @@ class Commands:
         engine: ChatEngine,
         runs: RunControl | None,
         admin_user_ids: list[int],
+        *,
+        workspaces: WorkspaceControl | None = None,
     ) -> None:
         self._channel = channel
         self._delivery = delivery
         self._engine = engine
         self._runs = runs
         self._admin_user_ids = set(admin_user_ids)
+        self._workspaces = workspaces
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -120,7 +133,8 @@ class Commands:
     async def handle(self, message: InboundMessage) -> None:
         command = message.command or ""
         chat_id = message.chat_id
-        if command in ADMIN_COMMANDS and not await self._is_admin(message):
+        clearing = command == "workspace" and [a.lower() for a in message.command_args] == ["clear"]
+        if (command in ADMIN_COMMANDS or clearing) and not await self._is_admin(message):
             log.info("command_refused", command=command, user_id=message.sender_id)
             await self._reply(chat_id, f"Only chat admins can use /{command}.")
             return
@@ -134,6 +148,8 @@ class Commands:
             await self._list(chat_id)
         elif command == "cancel":
             await self._cancel(chat_id, message.command_args)
+        elif command == "workspace":
+            await self._workspace(chat_id, clearing)
 
     async def _stop(self, chat_id: int) -> None:
         turn = self._engine.stop_turn(chat_id)
@@ -164,6 +180,13 @@ class Commands:
         text = await self._runs.run_output(chat_id, run_id)
         if text is None:
             text = f"No run {run_id} in this chat. /subagents lists them."
+        await self._reply(chat_id, text)
+
+    async def _workspace(self, chat_id: int, clearing: bool) -> None:
+        if self._workspaces is None:
+            await self._reply(chat_id, "Subagents are not enabled.")
+            return
+        text = await (self._workspaces.clear(chat_id) if clearing else self._workspaces.describe(chat_id))
         await self._reply(chat_id, text)
 
     async def _cancel(self, chat_id: int, args: tuple[str, ...]) -> None:

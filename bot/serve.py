@@ -17,7 +17,7 @@ from bot.agent.spawn_guard import CapCheckedSpawner
 from bot.app import App, Stores, SubagentFactory
 from bot.channels.base import Channel
 from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
-from bot.commands import RunControl
+from bot.commands import RunControl, WorkspaceControl
 from bot.delivery import Delivery
 from bot.logging import get_logger
 from bot.run_output import ContainerLogs, RunOutputReader, RunsView
@@ -62,6 +62,10 @@ class ObservedSubagents:
     @property
     def control(self) -> RunControl:
         return self._control
+
+    @property
+    def workspaces(self) -> WorkspaceControl:
+        return self._service.workspaces
 
     async def start(self) -> None:
         await self._service.start()

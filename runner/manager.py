@@ -47,15 +47,13 @@ from runner.rejections import RejectionNotices
 from runner.run_endpoint import RunInbox
 from runner.run_files import RunFiles
 from runner.runtime import ContainerRuntime, ContainerStartError, RuntimeUnavailable
-from runner.workspace_usage import measure_async
+from runner.workspaces import Workspaces
 
 log = get_logger(__name__)
 
 ENGINE_RETRY_SECONDS = 2.0  # while the engine is unreachable, how often a run asks again
 WORKSPACE_CHECK_SECONDS = 5.0  # how often a running run's workspace is measured against the quota
 RESULT_GRACE_SECONDS = 10.0  # a container that reported its result gets this long to exit by itself
-WORKSPACE_MAX_ENTRIES = 200_000  # more files than this counts as over quota (and bounds a measurement)
-BYTES_PER_MB = 1024 * 1024
 
 
 class RunChannels(Protocol):
@@ -87,6 +85,7 @@ class TaskManager:
         typing: TypingHolder,
         paths: DataPaths,
         files: RunFiles,
+        workspaces: Workspaces,
     ) -> None:
         self._settings = settings
         self._runs = stores.runs
@@ -99,6 +98,7 @@ class TaskManager:
         self._typing = typing
         self._paths = paths
         self._files = files
+        self._workspaces = workspaces
         self._live = live
         self._rejections = RejectionNotices(self._tell_rejected)
         self._closing = False
@@ -248,16 +248,7 @@ class TaskManager:
             await self._cleanup(live)
 
     async def _workspace_over_quota(self, chat: Chat) -> str | None:
-        """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, measured on disk."""
-        quota_mb = self._settings.workspace_quota_mb
-        usage = await measure_async(self._paths.workspace(chat.folder), max_entries=WORKSPACE_MAX_ENTRIES)
-        if not usage.over(quota_mb * BYTES_PER_MB) and not usage.truncated:
-            return None
-        size = f"over {WORKSPACE_MAX_ENTRIES} files" if usage.truncated else f"{usage.bytes / BYTES_PER_MB:.0f} MB"
-        return (
-            f"the chat's workspace uses {size}, over its quota of {quota_mb} MB (WORKSPACE_QUOTA_MB). "
-            "Ask me to delete files there, or an admin can clear it with /workspace clear."
-        )
+        return await self._workspaces.over_quota(chat.folder)
 
     # --- supervising ----------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from runner.run_files import RunFiles
 from runner.runtime import ContainerRuntime, RuntimeUnavailable
 from runner.spawner import IpcSpawner
 from runner.watcher import IpcWatcher
+from runner.workspaces import Workspaces
 
 log = get_logger(__name__)
 
@@ -50,6 +51,7 @@ class SubagentService:
         self.runs = RunStore(stores.db)
         self._spawner = IpcSpawner(self.paths.ipc_root, stores.chats)
         self.live = LiveRuns()
+        self.workspaces = Workspaces(self.paths, stores.chats, self.live, settings.workspace_quota_mb)
         policy = RequestPolicy(
             provider=settings.llm_provider,
             model=settings.effective_subagent_model or "offline-subagent",
@@ -74,6 +76,7 @@ class SubagentService:
             typing=typing,
             paths=self.paths,
             files=RunFiles(settings, self.paths),
+            workspaces=self.workspaces,
         )
         self.watcher = IpcWatcher(
             self.paths.ipc_root,

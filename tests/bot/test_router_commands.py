@@ -33,6 +33,21 @@ ADMIN = 7
 MEMBER = 42
 
 
+class RecordingWorkspaces:
+    """The `WorkspaceControl` at the edge: records what the commands asked of it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    async def describe(self, chat_id: int) -> str:
+        self.calls.append(("describe", chat_id))
+        return "uses 1.0 MB of 1024 MB"
+
+    async def clear(self, chat_id: int) -> str:
+        self.calls.append(("clear", chat_id))
+        return "Cleared this chat's workspace."
+
+
 @dataclass
 class Bot:
     settings: Settings
@@ -44,6 +59,7 @@ class Bot:
     typing: TypingIndicator
     runs: FakeRunControl
     router: InboundRouter
+    workspaces: RecordingWorkspaces
 
     async def stored(self, chat_id: int) -> list[StoredMessage]:
         return await self.messages.recent(chat_id, 100)
@@ -62,9 +78,10 @@ async def bot(db: Database, chats: ChatStore, messages: MessageStore) -> AsyncIt
     engine = ChatEngine(runner, RecordingLifecycle(), typing, settings.merge_window_seconds)
     delivery = make_delivery(db, channel, settings.assistant_name)
     runs = FakeRunControl()
-    commands = Commands(channel, delivery, engine, runs, settings.admin_user_ids)
+    workspaces = RecordingWorkspaces()
+    commands = Commands(channel, delivery, engine, runs, settings.admin_user_ids, workspaces=workspaces)
     router = InboundRouter(settings, channel, chats, messages, engine, commands, delivery, FloodGuard())
-    yield Bot(settings, channel, chats, messages, runner, engine, typing, runs, router)
+    yield Bot(settings, channel, chats, messages, runner, engine, typing, runs, router, workspaces)
     await engine.close()
     await typing.close()
 
@@ -350,3 +367,25 @@ async def test_private_chat_user_is_admin_of_their_chat(db: Database, chats: Cha
     finally:
         await engine.close()
         await typing.close()
+
+
+async def test_workspace_is_shown_to_everyone_and_cleared_only_by_admins(bot: Bot) -> None:
+    replies: list[str] = []
+    for number, (text, sender) in enumerate(
+        [("/workspace", MEMBER), ("/workspace clear", MEMBER), ("/workspace clear", ADMIN)], start=60
+    ):
+        count = len(bot.channel.texts(ALLOWED))
+        name, *args = text.removeprefix("/").split()
+        message = inbound(
+            ALLOWED, text, platform_message_id=number, sender_id=sender, triggers=True, command=name,
+            command_args=tuple(args),
+        )  # fmt: skip
+        await bot.router.handle(message)
+        await bot.channel.wait_for(lambda n=count: len(bot.channel.texts(ALLOWED)) > n)  # type: ignore[misc]
+        replies.append(bot.channel.texts(ALLOWED)[-1])
+    assert replies == [
+        "Crew: uses 1.0 MB of 1024 MB",
+        "Crew: Only chat admins can use /workspace.",
+        "Crew: Cleared this chat's workspace.",
+    ]
+    assert bot.workspaces.calls == [("describe", ALLOWED), ("clear", ALLOWED)]

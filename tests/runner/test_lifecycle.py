@@ -326,3 +326,24 @@ async def test_cancel_of_a_run_not_yet_recovered_cancels_it_and_recovery_removes
         assert r.runtime.running_count() == 0
         assert await r.status("old-run-0002") == CANCELLED
         assert r.service.live.count() == 0
+
+
+async def test_workspace_is_described_and_cleared_only_when_no_run_uses_it(tmp_path: Path) -> None:
+    started = asyncio.Event()
+    outside = tmp_path / "host-file.txt"
+    outside.write_text("keep me")
+    async with rig(tmp_path, forever(started)) as r:
+        workspace = r.service.paths.workspace(r.chat.folder)
+        workspace.mkdir(parents=True, exist_ok=True)
+        (workspace / "data.bin").write_bytes(b"x" * (3 * 1024 * 1024))
+        (workspace / "link").symlink_to(outside)
+        assert "3.0 MB of 1024 MB" in await r.service.workspaces.describe(CHAT_ID)
+        run_id = await r.spawn("busy")
+        await asyncio.wait_for(started.wait(), 5)
+        assert "/cancel all first" in await r.service.workspaces.clear(CHAT_ID)
+        assert (workspace / "data.bin").exists()
+        await r.service.manager.cancel_run(CHAT_ID, run_id)
+        await r.settled()
+        assert await r.service.workspaces.clear(CHAT_ID) == "Cleared this chat's workspace."
+        assert workspace.is_dir() and not any(workspace.iterdir())
+        assert outside.read_text() == "keep me"
