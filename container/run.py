@@ -12,7 +12,7 @@ from pydantic_ai.usage import RunUsage
 from container.agent import build_agent, build_prompt
 from container.channel import ChannelRefused, RunChannel
 from container.llm import open_model
-from container.protocol import MAX_ERROR_CHARS, RunResult, TaskSpec
+from container.protocol import MAX_ERROR_CHARS, MAX_RESULT_CHARS, RunResult, TaskSpec
 from container.session import dump_history, load_history
 from container.tools import Toolbox
 
@@ -32,7 +32,7 @@ async def run_task(
         return _failed(describe_error(exc), usage)
     return RunResult(
         status="completed",
-        result=output,
+        result=fit_result(output),
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
     )
@@ -77,6 +77,15 @@ async def _save_session(channel: RunChannel, history_json: bytes, run_id: str, l
         await channel.save_session(history_json)
     except (ChannelRefused, OSError) as exc:
         log(f"run {run_id}: the session was not saved ({len(history_json)} bytes): {describe_error(exc)}")
+
+
+def fit_result(output: str) -> str:
+    """The answer as the channel takes it. One over MAX_RESULT_CHARS is cut at the end (the host keeps less
+    still): otherwise it fails validation, the run reports nothing, and the whole answer is lost."""
+    if len(output) <= MAX_RESULT_CHARS:
+        return output
+    note = f"\n… [the answer had {len(output)} characters; cut to fit the channel]"
+    return output[: MAX_RESULT_CHARS - len(note)] + note
 
 
 def describe_error(exc: BaseException) -> str:

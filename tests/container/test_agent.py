@@ -29,6 +29,7 @@ from container.__main__ import EXIT_BAD_TASK, EXIT_COMPLETED, EXIT_FAILED, run_m
 from container.paths import CHANNEL_SOCKET_ENV, WORKSPACE_DIR_ENV, ContainerPaths
 from container.protocol import (
     CHANNEL_SOCKET_FILE,
+    MAX_RESULT_CHARS,
     MAX_SESSION_BYTES,
     RESULT_PATH,
     SESSION_PATH,
@@ -121,6 +122,20 @@ async def test_run_uses_bash_then_answers_and_reports_result_and_session(
     logs = capsys.readouterr().out
     assert f"crewbot-agent: run {RUN_ID}: starting task 'hello'" in logs
     assert f"crewbot-agent: run {RUN_ID}: completed (22 in / 14 out tokens)" in logs
+
+
+async def test_an_answer_over_the_channel_limit_is_reported_cut(paths: ContainerPaths) -> None:
+    answer = "line of a very long answer\n" * (MAX_RESULT_CHARS // 10)
+    host = scripted_host(paths, [TextReply(answer)])
+
+    async with host:
+        exit_code = await run_main(paths)
+
+    assert exit_code == EXIT_COMPLETED
+    (result,) = host.results
+    assert result.status == "completed" and len(result.result) <= MAX_RESULT_CHARS
+    assert answer.startswith(result.result.rsplit("\n… [", 1)[0])
+    assert result.result.endswith(f"[the answer had {len(answer)} characters; cut to fit the channel]")
 
 
 async def test_anthropic_wire_format_through_the_socket(paths: ContainerPaths) -> None:
