@@ -234,15 +234,15 @@ class RunStore:
             if row is None or row["status"] not in (QUEUED, RUNNING):
                 return ProgressOutcome.NOT_LIVE
             key = f"{run_id}:{message_id}"
-            cursor = await conn.execute(
-                "INSERT INTO ipc_messages (id, chat_id, received_at, run_id) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO NOTHING",
+            async with conn.execute("SELECT 1 FROM ipc_messages WHERE id = ?", (key,)) as cursor:
+                if await cursor.fetchone() is not None:
+                    return ProgressOutcome.DUPLICATE  # a retry of a message that went out
+            if row["messages_sent"] >= max_messages:
+                return ProgressOutcome.OVER_BUDGET  # nothing recorded: a retry is refused the same way
+            await conn.execute(
+                "INSERT INTO ipc_messages (id, chat_id, received_at, run_id) VALUES (?, ?, ?, ?)",
                 (key, outgoing.message.chat_id, time.time(), run_id),
             )
-            if cursor.rowcount != 1:
-                return ProgressOutcome.DUPLICATE
-            if row["messages_sent"] >= max_messages:
-                return ProgressOutcome.OVER_BUDGET  # the transaction still keeps the id: a retry is refused too
             await conn.execute("UPDATE subagent_runs SET messages_sent = messages_sent + 1 WHERE id = ?", (run_id,))
             await stage(conn, outgoing)
         return ProgressOutcome.ACCEPTED

@@ -122,8 +122,12 @@ async def test_progress_messages_beyond_the_budget_are_refused(tmp_path: Path) -
                 answers.append(await channel.send_message(ProgressMessage(message_id=f"msg-{index:04d}", text="hi")))
             except ChannelRefused as exc:
                 answers.append(f"refused: {exc}")
-        # A retry of an accepted message is not a second message.
+        # A retry of an accepted message is not a second message; a retry of a refused one is refused again.
         answers.append(await channel.send_message(ProgressMessage(message_id="msg-0000", text="hi")))
+        try:
+            answers.append(await channel.send_message(ProgressMessage(message_id="msg-0004", text="hi")))
+        except ChannelRefused as exc:
+            answers.append(f"refused: {exc}")
         await channel.report(RunResult(status="completed", result="ok"))
         return 0
 
@@ -134,6 +138,7 @@ async def test_progress_messages_beyond_the_budget_are_refused(tmp_path: Path) -
         assert answers[:2] == ["sent", "sent"]
         assert all(a.startswith("refused: this run has sent its 2 progress messages") for a in answers[2:5])
         assert answers[5] == "already sent"
+        assert answers[6].startswith("refused: this run has sent its 2 progress messages")
         assert sum(1 for t in r.texts() if t == "Crew: hi") == 2
 
 
