@@ -72,6 +72,23 @@ class LiveRuns:
         run = self._runs.get(run_id)
         return run is not None and not run.cancelled and not run.released
 
+    def hold(self, run_id: str, chat_id: int, turn_id: str | None, label: str) -> None:
+        """A run an earlier process left live: it counts against the caps, and can be cancelled, until
+        recovery reconciles it with the engine (which may be down at start)."""
+        if run_id not in self._runs:
+            self._runs[run_id] = LiveRun(id=run_id, chat_id=chat_id, turn_id=turn_id, label=label, recovering=True)
+
+    def is_own(self, run_id: str) -> bool:
+        """True for a run this process supervises (started or re-attached here), not one on hold."""
+        run = self._runs.get(run_id)
+        return run is not None and not run.recovering
+
+    def release_holds(self) -> None:
+        """After recovery: runs still on hold had no container and no live record (cancelled meanwhile)."""
+        for run in list(self._runs.values()):
+            if run.recovering:
+                del self._runs[run.id]
+
     def count(self, chat_id: int | None = None) -> int:
         """Runs holding a slot: a cancelled run holds it until its container is confirmed stopped."""
         return sum(1 for r in self._runs.values() if not r.stopped and (chat_id is None or r.chat_id == chat_id))

@@ -25,35 +25,30 @@ from bot.store.chats import Chat, ChatStore
 from bot.store.messages import MessageStore
 from bot.store.runs import (
     CANCELLED,
-    COMPLETED,
     FAILED,
     INTERRUPTED,
     QUEUED,
-    TIMED_OUT,
     DuplicateRun,
     RunRecord,
     RunStore,
 )
 from container.protocol import CHANNEL_SOCKET_FILE, SpawnRequest
 from runner.admission import Admission
+from runner.conclusion import Conclusion
 from runner.container_spec import run_container_spec
-from runner.docker_runtime import ContainerGone
 from runner.ipc_outcome import RequestOutcome
 from runner.live_runs import LiveRun, LiveRuns, StopReason
 from runner.llm_proxy import Spent
-from runner.outcome import SUBAGENT_SENDER, label_for, outcome_body, subagent_content
+from runner.outcome import label_for
 from runner.paths import DataPaths
 from runner.rejections import RejectionNotices
 from runner.run_endpoint import RunInbox
 from runner.run_files import RunFiles
 from runner.runtime import ContainerRuntime, ContainerStartError, RuntimeUnavailable
+from runner.supervisor import Supervisor
 from runner.workspaces import Workspaces
 
 log = get_logger(__name__)
-
-ENGINE_RETRY_SECONDS = 2.0  # while the engine is unreachable, how often a run asks again
-WORKSPACE_CHECK_SECONDS = 5.0  # how often a running run's workspace is measured against the quota
-RESULT_GRACE_SECONDS = 10.0  # a container that reported its result gets this long to exit by itself
 
 
 class RunChannels(Protocol):
@@ -99,12 +94,11 @@ class TaskManager:
         self._paths = paths
         self._files = files
         self._workspaces = workspaces
+        self._supervisor = Supervisor(runtime, settings.subagent_timeout_seconds)
+        self._conclusion = Conclusion(settings, runs=stores.runs, delivery=delivery, files=files, release=self._release)
         self._live = live
         self._rejections = RejectionNotices(self._tell_rejected)
         self._closing = False
-
-    def live_runs(self, chat_id: int | None = None) -> int:
-        return self._live.count(chat_id)
 
     # --- accepting requests ---------------------------------------------------------------------
 
@@ -253,88 +247,9 @@ class TaskManager:
     # --- supervising ----------------------------------------------------------------------------
 
     async def _supervise(self, live: LiveRun, chat: Chat) -> None:
-        exit_task = asyncio.create_task(self._wait_for_exit(live), name=f"wait-{live.id}")
-        watchers = [
-            asyncio.create_task(self._deadline(live)),
-            asyncio.create_task(self._quota_watch(live, chat)),
-            asyncio.create_task(self._linger_watch(live)),
-        ]
-        stop = asyncio.create_task(live.stop_requested.wait())
-        try:
-            await asyncio.wait({exit_task, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if not exit_task.done():
-                await self._stop_container(live)
-            exit_code = await exit_task
-        finally:
-            for task in [*watchers, stop, exit_task]:
-                task.cancel()
-            await asyncio.gather(*watchers, stop, return_exceptions=True)
-        live.stopped = True
-        await self._settle(live, chat, exit_code)
-
-    async def _settle(self, live: LiveRun, chat: Chat, exit_code: int | None) -> None:
-        reason = live.stop_reason
-        if reason is StopReason.CANCELLED:
-            return  # recorded when it was cancelled
-        if reason is StopReason.TIME_LIMIT:
-            limit = self._settings.subagent_timeout_seconds
-            log.warning("run_timed_out", run_id=live.id, timeout_seconds=limit)
-            await self._conclude(live, TIMED_OUT, error=f"timed out after {limit:g} s and was stopped")
-            return
-        if reason is StopReason.TOKEN_BUDGET:
-            limit = self._settings.subagent_max_tokens
-            await self._conclude(
-                live, FAILED, error=f"used its token budget of {limit} tokens (SUBAGENT_MAX_TOKENS) and was stopped"
-            )
-            return
-        if reason is StopReason.WORKSPACE_QUOTA:
-            await self._conclude(live, FAILED, error=await self._workspace_over_quota(chat) or "workspace over quota")
-            return
-        await self._collect(live, chat, exit_code)
-
-    async def _wait_for_exit(self, live: LiveRun) -> int | None:
-        """The container's exit code (None if it vanished). An engine that drops out meanwhile (a daemon
-        restart) is waited for: the container keeps running without it."""
-        assert live.container_id is not None
-        while True:
-            try:
-                return await self._runtime.wait(live.container_id, None)
-            except ContainerGone:
-                return None
-            except RuntimeUnavailable as exc:
-                log.warning("engine_unreachable_while_waiting", run_id=live.id, error=str(exc))
-                await asyncio.sleep(ENGINE_RETRY_SECONDS)
-
-    async def _stop_container(self, live: LiveRun) -> None:
-        """Kill it, asking again while the engine is away: its slot stays taken until this succeeds."""
-        assert live.container_id is not None
-        while True:
-            try:
-                await self._runtime.kill(live.container_id)
-                return
-            except RuntimeUnavailable as exc:
-                log.error("container_not_killed", run_id=live.id, error=str(exc), retry_in_seconds=ENGINE_RETRY_SECONDS)
-                await asyncio.sleep(ENGINE_RETRY_SECONDS)
-
-    async def _deadline(self, live: LiveRun) -> None:
-        assert live.started_monotonic is not None
-        elapsed = time.monotonic() - live.started_monotonic
-        await asyncio.sleep(max(self._settings.subagent_timeout_seconds - elapsed, 0.0))
-        live.request_stop(StopReason.TIME_LIMIT)
-
-    async def _quota_watch(self, live: LiveRun, chat: Chat) -> None:
-        while True:
-            await asyncio.sleep(WORKSPACE_CHECK_SECONDS)
-            if await self._workspace_over_quota(chat) is not None:
-                log.warning("workspace_over_quota", run_id=live.id, chat_id=live.chat_id)
-                live.request_stop(StopReason.WORKSPACE_QUOTA)
-                return
-
-    async def _linger_watch(self, live: LiveRun) -> None:
-        assert live.inbox is not None
-        await live.inbox.reported.wait()
-        await asyncio.sleep(RESULT_GRACE_SECONDS)
-        live.request_stop(StopReason.LINGERING)
+        exit_code = await self._supervisor.until_exit(live, lambda: self._workspace_over_quota(chat))
+        quota = await self._workspace_over_quota(chat) if live.stop_reason is StopReason.WORKSPACE_QUOTA else None
+        await self._conclusion.settle(live, chat, exit_code, quota)
 
     async def on_budget_exhausted(self, run_id: str) -> None:
         """The channel refused a call over SUBAGENT_MAX_TOKENS: the run ends with that message."""
@@ -343,48 +258,8 @@ class TaskManager:
             log.warning("run_token_budget_exhausted", run_id=run_id, limit=self._settings.subagent_max_tokens)
             live.request_stop(StopReason.TOKEN_BUDGET)
 
-    async def _collect(self, live: LiveRun, chat: Chat, exit_code: int | None) -> None:
-        result = live.inbox.result_received if live.inbox is not None else None
-        if result is None:
-            how = "vanished" if exit_code is None else f"exited with code {exit_code}"
-            await self._conclude(live, FAILED, error=f"{how} without reporting a result")
-            return
-        if result.status == "failed":
-            await self._conclude(live, FAILED, error=result.error or f"failed (exit code {exit_code})")
-            return
-        session_json = live.inbox.session_json if live.inbox is not None else None
-        session_out = None
-        if session_json is not None:
-            await self._files.save_session(chat, live.id, session_json)
-            session_out = live.id
-        recorded = await self._conclude(live, COMPLETED, result=result.result or "(no output)", session_out=session_out)
-        if recorded and session_out is not None:
-            await self._runs.set_session(live.chat_id, session_out)
-
-    async def _conclude(
-        self,
-        live: LiveRun,
-        status: str,
-        *,
-        result: str | None = None,
-        error: str | None = None,
-        session_out: str | None = None,
-    ) -> bool:
-        """Record the run's one outcome with its [Subagent] message, then send that message."""
-        body = outcome_body(status, result=result, error=error)
-        outgoing = self._delivery.outgoing(
-            live.chat_id, subagent_content(live.label, body), kind="subagent", sender_name=SUBAGENT_SENDER
-        )
-        recorded = await self._runs.finish(
-            live.id, status, result=result, error=error, session_out=session_out, outgoing=outgoing
-        )
-        if not recorded:
-            log.info("run_outcome_already_recorded", run_id=live.id, attempted=status)
-            return False
-        log.info("run_finished", run_id=live.id, status=status)
-        self._release(live)
-        self._delivery.send_soon(live.chat_id)
-        return True
+    async def _conclude(self, live: LiveRun, status: str, *, error: str) -> bool:
+        return await self._conclusion.record(live, status, error=error)
 
     async def _cleanup(self, live: LiveRun) -> None:
         try:
@@ -465,20 +340,6 @@ class TaskManager:
 
     # --- after a restart ------------------------------------------------------------------------
 
-    def hold(self, record: RunRecord) -> None:
-        """A run an earlier process left live: it counts against the caps, and can be cancelled, until
-        recovery reconciles it with the engine (which may be down at start)."""
-        if record.id in self._live:
-            return
-        live = LiveRun(id=record.id, chat_id=record.chat_id, turn_id=record.turn_id, label=record.label)
-        live.recovering = True
-        self._live.add(live)
-
-    def is_own(self, run_id: str) -> bool:
-        """True for a run this process supervises (started or re-attached here), not one on hold."""
-        live = self._live.get(run_id)
-        return live is not None and not live.recovering
-
     def _adopt(self, record: RunRecord, container_id: str | None, started_at: float | None) -> LiveRun:
         live = self._live.get(record.id)
         if live is None or not live.recovering:
@@ -512,12 +373,6 @@ class TaskManager:
         self._live.discard(record.id)
         await self._files.remove_channel(record.id)
         return await self._conclude(live, INTERRUPTED, error=reason)
-
-    def release_holds(self) -> None:
-        """After recovery: runs still on hold had no container and no live record (cancelled meanwhile)."""
-        for live in self._live.all():
-            if live.recovering:
-                self._live.discard(live.id)
 
     async def close(self) -> None:
         """Shutdown: leave running containers for the next start to re-attach; finish what has ended."""

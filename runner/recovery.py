@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from bot.logging import get_logger
 from bot.store.runs import QUEUED, RUNNING, RunStore
+from runner.live_runs import LiveRuns
 from runner.manager import TaskManager
 from runner.paths import DataPaths
 from runner.runtime import LABEL_APP, LABEL_INSTANCE, LABEL_RUN_ID, ContainerRuntime
@@ -32,10 +33,13 @@ class RecoveryReport:
 
 
 class Recovery:
-    def __init__(self, runs: RunStore, runtime: ContainerRuntime, manager: TaskManager, paths: DataPaths) -> None:
+    def __init__(
+        self, runs: RunStore, runtime: ContainerRuntime, *, manager: TaskManager, live: LiveRuns, paths: DataPaths
+    ) -> None:
         self._runs = runs
         self._runtime = runtime
         self._manager = manager
+        self._live = live
         self._paths = paths
 
     async def run(self) -> RecoveryReport:
@@ -44,7 +48,7 @@ class Recovery:
         by_run = {c.labels.get(LABEL_RUN_ID, ""): c for c in containers}
         for record in await self._runs.with_status(QUEUED, RUNNING):
             info = by_run.pop(record.id, None)
-            if self._manager.is_own(record.id):
+            if self._live.is_own(record.id):
                 continue
             if info is not None and info.status in ADOPTABLE_STATES:
                 self._manager.reattach(record, info.id, info.started_at)
@@ -58,11 +62,11 @@ class Recovery:
             elif await self._manager.interrupt(record, GONE_REASON):
                 report.interrupted += 1
         for run_id, info in by_run.items():
-            if self._manager.is_own(run_id):
+            if self._live.is_own(run_id):
                 continue
             await self._discard(info.id)
             report.removed += 1
-        self._manager.release_holds()
+        self._live.release_holds()
         log.info(
             "recovery_done",
             reattached=report.reattached,

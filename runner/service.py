@@ -86,7 +86,7 @@ class SubagentService:
             force_polling=settings.ipc_force_polling,
             max_file_bytes=settings.ipc_max_file_bytes,
         )
-        self.recovery = Recovery(self.runs, runtime, self.manager, self.paths)
+        self.recovery = Recovery(self.runs, runtime, manager=self.manager, live=self.live, paths=self.paths)
         self.retention = Retention(stores.db, self.paths, settings.data_retention_days)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -116,7 +116,7 @@ class SubagentService:
         # Runs an earlier process left live count against the caps (and can be cancelled) even while
         # the engine is down and recovery has to wait for it.
         for record in await self.runs.with_status(QUEUED, RUNNING):
-            self.manager.hold(record)
+            self.live.hold(record.id, record.chat_id, record.turn_id, record.label)
         await self.manager.tell_unnotified_rejections()
         if not await self._recover():
             # The engine is down: keep answering chats, and reconcile as soon as it is back.

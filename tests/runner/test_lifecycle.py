@@ -179,7 +179,7 @@ async def test_token_budget_exhaustion_ends_the_run_with_a_clear_message(tmp_pat
 async def test_a_container_that_reports_but_does_not_exit_is_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("runner.manager.RESULT_GRACE_SECONDS", 0.1)
+    monkeypatch.setattr("runner.supervisor.RESULT_GRACE_SECONDS", 0.1)
 
     async def report_and_linger(channel: RunChannel, container: MemoryContainer) -> int | None:
         await channel.task()

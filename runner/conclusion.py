@@ -1,0 +1,98 @@
+"""A run's one outcome: which final status its end means, recorded with its `[Subagent]` message.
+
+`RunStore.finish` records only the first outcome (a completion racing a cancel ends as one of them),
+in the same transaction as the message the chat is owed; the message is then sent in the background.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bot.delivery import Delivery
+from bot.logging import get_logger
+from bot.settings import Settings
+from bot.store.chats import Chat
+from bot.store.runs import COMPLETED, FAILED, TIMED_OUT, RunStore
+from runner.live_runs import LiveRun, StopReason
+from runner.outcome import SUBAGENT_SENDER, outcome_body, subagent_content
+from runner.run_files import RunFiles
+
+log = get_logger(__name__)
+
+
+class Conclusion:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        runs: RunStore,
+        delivery: Delivery,
+        files: RunFiles,
+        release: Callable[[LiveRun], None],
+    ) -> None:
+        self._settings = settings
+        self._runs = runs
+        self._delivery = delivery
+        self._files = files
+        self._release = release  # frees the run's hold on its chat's typing indicator, once
+
+    async def settle(self, live: LiveRun, chat: Chat, exit_code: int | None, quota_text: str | None) -> None:
+        """The outcome of a run whose container has exited or was stopped (`live.stop_reason` says why)."""
+        reason = live.stop_reason
+        if reason is StopReason.CANCELLED:
+            return  # recorded when it was cancelled
+        if reason is StopReason.TIME_LIMIT:
+            limit = self._settings.subagent_timeout_seconds
+            log.warning("run_timed_out", run_id=live.id, timeout_seconds=limit)
+            await self.record(live, TIMED_OUT, error=f"timed out after {limit:g} s and was stopped")
+        elif reason is StopReason.TOKEN_BUDGET:
+            limit = self._settings.subagent_max_tokens
+            error = f"used its token budget of {limit} tokens (SUBAGENT_MAX_TOKENS) and was stopped"
+            await self.record(live, FAILED, error=error)
+        elif reason is StopReason.WORKSPACE_QUOTA:
+            await self.record(live, FAILED, error=quota_text or "its workspace is over WORKSPACE_QUOTA_MB")
+        else:
+            await self._collect(live, chat, exit_code)
+
+    async def _collect(self, live: LiveRun, chat: Chat, exit_code: int | None) -> None:
+        result = live.inbox.result_received if live.inbox is not None else None
+        if result is None:
+            how = "vanished" if exit_code is None else f"exited with code {exit_code}"
+            await self.record(live, FAILED, error=f"{how} without reporting a result")
+            return
+        if result.status == "failed":
+            await self.record(live, FAILED, error=result.error or f"failed (exit code {exit_code})")
+            return
+        session_json = live.inbox.session_json if live.inbox is not None else None
+        session_out = None
+        if session_json is not None:  # kept only from a completed run
+            await self._files.save_session(chat, live.id, session_json)
+            session_out = live.id
+        recorded = await self.record(live, COMPLETED, result=result.result or "(no output)", session_out=session_out)
+        if recorded and session_out is not None:
+            await self._runs.set_session(live.chat_id, session_out)
+
+    async def record(
+        self,
+        live: LiveRun,
+        status: str,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        session_out: str | None = None,
+    ) -> bool:
+        """Record the run's one outcome with its [Subagent] message, then send that message."""
+        body = outcome_body(status, result=result, error=error)
+        outgoing = self._delivery.outgoing(
+            live.chat_id, subagent_content(live.label, body), kind="subagent", sender_name=SUBAGENT_SENDER
+        )
+        recorded = await self._runs.finish(
+            live.id, status, result=result, error=error, session_out=session_out, outgoing=outgoing
+        )
+        if not recorded:
+            log.info("run_outcome_already_recorded", run_id=live.id, attempted=status)
+            return False
+        log.info("run_finished", run_id=live.id, status=status)
+        self._release(live)
+        self._delivery.send_soon(live.chat_id)
+        return True
