@@ -31,6 +31,8 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) scripts/check_module_size.py
 
 test: lint image test-deps
 	$(VENV)/bin/pytest
@@ -39,7 +41,7 @@ test: lint image test-deps
 run: setup
 	@bash scripts/docker-engine.sh && $(PY) -m runner.image --if-missing \
 	  || echo "crewbot: no Docker engine or subagent image: the bot runs, subagents will fail until there is one"
-	$(PY) -m bot run
+	$(PY) -m crewbot run
 
 bench: image
 	$(PY) -m bench

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bot.channels.base import Channel
-from bot.delivery import Delivery
 from bot.engine import ChatEngine
 from bot.inbound import InboundMessage
-from bot.logging import get_logger
-from bot.store.runs import FINAL_STATUSES
+from core.delivery import Delivery
+from core.logging import get_logger
+from core.store.runs import FINAL_STATUSES, RunStatus
 
 log = get_logger(__name__)
 
@@ -30,11 +31,35 @@ class RunSummary:
     finished_at: float | None = None
 
 
-class RunControl(Protocol):
-    async def list_runs(self, chat_id: int, limit: int) -> list[RunSummary]: ...
+class RunInfo(Protocol):
+    """What /subagents shows of a run; the run store's records and `RunSummary` both have it."""
 
-    async def cancel_run(self, chat_id: int, run_id: str) -> str:
-        """'cancelled', 'not_found' or the run's final status if it had already ended."""
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def created_at(self) -> float: ...
+
+    @property
+    def started_at(self) -> float | None: ...
+
+    @property
+    def finished_at(self) -> float | None: ...
+
+
+class RunControl(Protocol):
+    """Owned by the chat side, implemented by the subagent side's task manager."""
+
+    async def list_runs(self, chat_id: int, limit: int) -> Sequence[RunInfo]: ...
+
+    async def cancel_run(self, chat_id: int, run_id: str) -> RunStatus | None:
+        """`cancelled`, or the final status the run had already reached; None: the chat has no such run."""
 
     async def cancel_chat(self, chat_id: int, reason: str) -> int:
         """Cancel every live run of the chat (and its pending requests); the number cancelled."""
@@ -68,7 +93,7 @@ def age_text(seconds: float) -> str:
     return f"{seconds // 3600}h"
 
 
-def _when(run: RunSummary, now: float) -> str:
+def _when(run: RunInfo, now: float) -> str:
     """A live run's age keeps growing; a finished one shows when it ended (unknown: nothing)."""
     if run.status in FINAL_STATUSES:
         return f"{age_text(now - run.finished_at)} ago" if run.finished_at is not None else ""
@@ -202,10 +227,10 @@ class Commands:
             await self._reply(chat_id, f"Cancelled {count} subagent run(s).")
             return
         outcome = await self._runs.cancel_run(chat_id, target[:64])
-        if outcome == "cancelled":
-            text = f"Cancelled run {target}."
-        elif outcome == "not_found":
+        if outcome is None:
             text = f"No run {target[:64]} in this chat. /subagents lists them."
+        elif outcome is RunStatus.CANCELLED:
+            text = f"Cancelled run {target}."
         else:
             text = f"Run {target} had already ended ({outcome})."
         await self._reply(chat_id, text)

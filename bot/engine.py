@@ -17,8 +17,9 @@ from typing import Protocol
 
 import structlog
 
-from bot.logging import get_logger
-from bot.typing_indicator import TypingIndicator
+from core.logging import get_logger
+from core.store.turns import TurnStatus
+from core.typing_indicator import TypingIndicator
 
 log = get_logger(__name__)
 
@@ -48,7 +49,7 @@ class TurnLifecycle(Protocol):
 
     async def turn_started(self, turn: Turn) -> None: ...
 
-    async def turn_ended(self, turn: Turn, status: str) -> None: ...
+    async def turn_ended(self, turn: Turn, status: TurnStatus) -> None: ...
 
     async def turn_aborted(self, turn: Turn, reason: str) -> None: ...
 
@@ -137,10 +138,10 @@ class ChatEngine:
             self._typing.release(chat_id)
 
     async def _run_one(self, turn: Turn) -> None:
-        status = "completed"
+        status = TurnStatus.COMPLETED
         await self._lifecycle.turn_started(turn)
         if turn.aborted:  # a merge landed while the turn was being recorded: it never runs
-            await self._lifecycle.turn_ended(turn, "aborted")
+            await self._lifecycle.turn_ended(turn, TurnStatus.ABORTED)
             return
         turn.task = asyncio.create_task(self._run_turn(turn), name=f"turn-{turn.id}")
         try:
@@ -149,11 +150,11 @@ class ChatEngine:
             if not turn.aborted:  # the engine itself is being cancelled (shutdown)
                 turn.task.cancel()
                 raise
-            status = "aborted"
+            status = TurnStatus.ABORTED
         except Exception:
             log.exception("turn_failed")
-            status = "failed"
-        await self._lifecycle.turn_ended(turn, "aborted" if turn.aborted else status)
+            status = TurnStatus.FAILED
+        await self._lifecycle.turn_ended(turn, TurnStatus.ABORTED if turn.aborted else status)
 
     async def close(self) -> None:
         """Stop taking turns and cancel in-flight ones (shutdown; not an abort, so no cascade)."""

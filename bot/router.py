@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from bot.channels.base import Channel
 from bot.commands import Commands
-from bot.delivery import Delivery
 from bot.engine import ChatEngine
 from bot.flood import FLOOD_NOTICE, FloodGuard
 from bot.inbound import InboundMessage
-from bot.logging import get_logger
-from bot.settings import Settings
-from bot.store.chats import ChatStore
-from bot.store.messages import MessageStore, NewMessage
+from core.delivery import Delivery
+from core.logging import get_logger
+from core.settings import Settings
+from core.store.chats import ChatStore
+from core.store.messages import MessageStore, NewMessage
 
 log = get_logger(__name__)
 
@@ -22,7 +21,7 @@ class InboundRouter:
     def __init__(
         self,
         settings: Settings,
-        channel: Channel,
+        *,
         chats: ChatStore,
         messages: MessageStore,
         engine: ChatEngine,
@@ -31,7 +30,6 @@ class InboundRouter:
         flood: FloodGuard,
     ) -> None:
         self._settings = settings
-        self._channel = channel
         self._chats = chats
         self._messages = messages
         self._engine = engine

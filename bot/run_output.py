@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from bot.commands import RunControl, RunSummary, age_text
-from bot.store.runs import FINAL_STATUSES, RunRecord, RunStore
+from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus, RunStore
 
 CHAT_OUTPUT_TAIL_CHARS = 3_000  # fits one Telegram message (4,096) with the heading
 BYTES_PER_CHAR_MAX = 4  # UTF-8: reading this many bytes per wanted character always covers the tail
@@ -124,7 +124,7 @@ class RunsView:
             for r in await self._runs.for_chat(chat_id, limit)
         ]
 
-    async def cancel_run(self, chat_id: int, run_id: str) -> str:
+    async def cancel_run(self, chat_id: int, run_id: str) -> RunStatus | None:
         return await self._control.cancel_run(chat_id, run_id)
 
     async def cancel_chat(self, chat_id: int, reason: str) -> int:

@@ -10,16 +10,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from bot.settings import Settings
-from bot.store.runs import CANCELLED, REJECTED
-from bot.store.turns import TurnStore
 from container.protocol import SpawnRequest
+from core.settings import Settings
+from core.store.runs import RunStatus
+from core.store.turns import TurnStatus, TurnStore
 from runner.live_runs import LiveRuns
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    status: str | None  # None: start it; else the final status it is recorded with
+    status: RunStatus | None  # None: start it; else the final status it is recorded with
     reason: str | None = None
 
 
@@ -35,13 +35,13 @@ class Admission:
         self._chat_cancel_before[chat_id] = time.time()
 
     async def cancelled_before_pickup(self, chat_id: int, request: SpawnRequest, picked_up_at: float) -> Decision:
-        if request.turn_id is not None and await self._turns.status(request.turn_id) == "aborted":
-            return Decision(CANCELLED, "its turn was aborted before the request was picked up")
+        if request.turn_id is not None and await self._turns.status(request.turn_id) is TurnStatus.ABORTED:
+            return Decision(RunStatus.CANCELLED, "its turn was aborted before the request was picked up")
         cutoff = self._chat_cancel_before.get(chat_id)
         # The file's own time is believed only up to when we saw it: a time in the future cannot dodge a cancel.
         written = min(request.created_at, picked_up_at)
         if cutoff is not None and written <= cutoff:
-            return Decision(CANCELLED, "the chat's runs were cancelled before the request was picked up")
+            return Decision(RunStatus.CANCELLED, "the chat's runs were cancelled before the request was picked up")
         return Decision(None)
 
     def over_cap(self, chat_id: int) -> Decision:
@@ -49,9 +49,9 @@ class Admission:
         running_total, running_chat = self._live.count(), self._live.count(chat_id)
         limit = self._settings.max_concurrent_subagents
         if running_total >= limit:
-            return Decision(REJECTED, f"{running_total} of {limit} running")
+            return Decision(RunStatus.REJECTED, f"{running_total} of {limit} running")
         if running_chat >= self._settings.max_subagents_per_chat:
-            return Decision(REJECTED, f"{running_chat} running in this chat")
+            return Decision(RunStatus.REJECTED, f"{running_chat} running in this chat")
         return Decision(None)
 
     def reject_text(self, chat_id: int, count: int) -> str:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bot.delivery import Delivery
-from bot.logging import get_logger
-from bot.settings import Settings
-from bot.store.chats import Chat
-from bot.store.runs import COMPLETED, FAILED, TIMED_OUT, RunStore
+from core.delivery import Delivery
+from core.logging import get_logger
+from core.settings import Settings
+from core.store.chats import Chat
+from core.store.runs import RunStatus, RunStore
 from runner.live_runs import LiveRun, StopReason
 from runner.outcome import SUBAGENT_SENDER, outcome_body, subagent_content
 from runner.run_files import RunFiles
@@ -44,13 +44,13 @@ class Conclusion:
         if reason is StopReason.TIME_LIMIT:
             limit = self._settings.subagent_timeout_seconds
             log.warning("run_timed_out", run_id=live.id, timeout_seconds=limit)
-            await self.record(live, TIMED_OUT, error=f"timed out after {limit:g} s and was stopped")
+            await self.record(live, RunStatus.TIMED_OUT, error=f"timed out after {limit:g} s and was stopped")
         elif reason is StopReason.TOKEN_BUDGET:
             limit = self._settings.subagent_max_tokens
             error = f"used its token budget of {limit} tokens (SUBAGENT_MAX_TOKENS) and was stopped"
-            await self.record(live, FAILED, error=error)
+            await self.record(live, RunStatus.FAILED, error=error)
         elif reason is StopReason.WORKSPACE_QUOTA:
-            await self.record(live, FAILED, error=quota_text or "its workspace is over WORKSPACE_QUOTA_MB")
+            await self.record(live, RunStatus.FAILED, error=quota_text or "its workspace is over WORKSPACE_QUOTA_MB")
         else:
             await self._collect(live, chat, exit_code)
 
@@ -58,17 +58,19 @@ class Conclusion:
         result = live.inbox.result_received if live.inbox is not None else None
         if result is None:
             how = "vanished" if exit_code is None else f"exited with code {exit_code}"
-            await self.record(live, FAILED, error=f"{how} without reporting a result")
+            await self.record(live, RunStatus.FAILED, error=f"{how} without reporting a result")
             return
         if result.status == "failed":
-            await self.record(live, FAILED, error=result.error or f"failed (exit code {exit_code})")
+            await self.record(live, RunStatus.FAILED, error=result.error or f"failed (exit code {exit_code})")
             return
         session_json = live.inbox.session_json if live.inbox is not None else None
         session_out = None
         if session_json is not None:  # kept only from a completed run
             await self._files.save_session(chat, live.id, session_json)
             session_out = live.id
-        recorded = await self.record(live, COMPLETED, result=result.result or "(no output)", session_out=session_out)
+        recorded = await self.record(
+            live, RunStatus.COMPLETED, result=result.result or "(no output)", session_out=session_out
+        )
         if recorded and session_out is not None:
             await self._runs.set_session(live.chat_id, session_out)
 

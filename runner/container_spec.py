@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.settings import Settings
 from container.protocol import CHANNEL_DIR, WORKSPACE_DIR
+from core.settings import Settings
 from runner.docker_runtime import container_name
 from runner.paths import container_user
 from runner.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID, ContainerSpec, Mount

@@ -21,8 +21,8 @@ from enum import Enum
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from bot.logging import get_logger
 from container.protocol import SpawnRequest
+from core.logging import get_logger
 from runner.ipc import (
     TASKS_DIR,
     Action,

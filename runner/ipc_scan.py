@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from bot.logging import get_logger
 from container.protocol import SpawnRequest
+from core.logging import get_logger
 from runner.ipc import ERRORS_DIR, ROOT_LABEL, TASKS_DIR, list_dir, open_dir_fd, printable, valid_folder_name
 from runner.ipc_batch import (
     DirContext,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bot.settings import LLMProvider
+from core.settings import LLMProvider
 from runner.llm_upstream import ProxyError
 
 DEFAULT_MAX_OUTPUT_TOKENS = 16_384  # one call's output ceiling; the run's budget is SUBAGENT_MAX_TOKENS

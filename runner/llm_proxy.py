@@ -29,8 +29,8 @@ from typing import Any, Protocol
 import pydantic_core
 from aiohttp import web
 
-from bot.logging import get_logger
 from container.protocol import RUN_API_PREFIX
+from core.logging import get_logger
 from runner.llm_policy import RequestPolicy, Sanitized
 from runner.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
 from runner.llm_usage import Usage

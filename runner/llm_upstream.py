@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import SecretStr
 
-from bot.settings import LLMProvider, Settings
+from core.settings import LLMProvider, Settings
 from runner.llm_usage import SseUsageScanner, Usage
 from runner.offline_subagent import OfflineRequestError, OfflineSubagentModel, stream_chunks
 

@@ -17,22 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bot.commands import RunSummary
-from bot.delivery import Delivery
-from bot.logging import get_logger
-from bot.settings import Settings
-from bot.store.chats import Chat, ChatStore
-from bot.store.messages import MessageStore
-from bot.store.runs import (
-    CANCELLED,
-    FAILED,
-    INTERRUPTED,
-    QUEUED,
-    DuplicateRun,
-    RunRecord,
-    RunStore,
-)
 from container.protocol import CHANNEL_SOCKET_FILE, SpawnRequest
+from core.delivery import Delivery
+from core.logging import get_logger
+from core.settings import Settings
+from core.store.chats import Chat, ChatStore
+from core.store.messages import MessageStore
+from core.store.runs import DuplicateRun, RunRecord, RunStatus, RunStore
 from runner.admission import Admission
 from runner.conclusion import Conclusion
 from runner.container_spec import run_container_spec
@@ -112,26 +103,20 @@ class TaskManager:
         decision = await self._admission.cancelled_before_pickup(chat_id, request, picked_up_at)
         if decision.status is None:
             decision = self._admission.over_cap(chat_id)  # no await between this and the reservation below
-        fields = {"chat_id": chat_id, "turn_id": request.turn_id, "task": request.task, "label": label}
         if decision.status is not None:
             try:
-                await self._runs.create(
-                    run_id, chat_id, request.turn_id, request.task, label, request.include_context,
-                    decision.status, decision.reason,
-                )  # fmt: skip
+                await self._record(chat_id, request, label, decision.status, decision.reason)
             except DuplicateRun:
                 return RequestOutcome.DUPLICATE
-            log.info("run_not_started", run_id=run_id, status=decision.status, reason=decision.reason, **fields)
-            if decision.status == "rejected":
+            log.info("run_not_started", run_id=run_id, chat_id=chat_id, status=decision.status, reason=decision.reason)
+            if decision.status is RunStatus.REJECTED:
                 self._rejections.add(chat_id)
             return RequestOutcome.ACCEPTED
         live = LiveRun(id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
         self._live.add(live)
         self._typing.acquire(chat_id)
         try:
-            await self._runs.create(
-                run_id, chat_id, request.turn_id, request.task, label, request.include_context, QUEUED
-            )
+            await self._record(chat_id, request, label, RunStatus.QUEUED)
         except BaseException as exc:
             self._release(live)
             self._live.discard(run_id)
@@ -141,6 +126,20 @@ class TaskManager:
         log.info("run_queued", run_id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
         live.task = asyncio.create_task(self._execute(live, request.include_context, None), name=f"run-{run_id}")
         return RequestOutcome.ACCEPTED
+
+    async def _record(
+        self, chat_id: int, request: SpawnRequest, label: str, status: RunStatus, reason: str | None = None
+    ) -> None:
+        await self._runs.create(
+            request.request_id,
+            chat_id=chat_id,
+            turn_id=request.turn_id,
+            task=request.task,
+            label=label,
+            include_context=request.include_context,
+            status=status,
+            error=reason,
+        )
 
     async def _tell_rejected(self, chat_id: int, count: int) -> None:
         # Stored with the fact that the chat was told (a crash before this is told at the next start),
@@ -161,7 +160,7 @@ class TaskManager:
         async def body(chat: Chat) -> None:
             over = await self._workspace_over_quota(chat)
             if over is not None:
-                await self._conclude(live, FAILED, error=over)
+                await self._conclude(live, RunStatus.FAILED, error=over)
                 return
             await self._open_channel(live, chat, include_context, record)
             if not await self._runs.mark_running(live.id, live.inbox.session_in if live.inbox else None):
@@ -180,7 +179,7 @@ class TaskManager:
             except (RuntimeUnavailable, ContainerStartError) as exc:
                 log.error("container_start_failed", run_id=live.id, error=str(exc))
                 live.stopped = True
-                await self._conclude(live, FAILED, error=f"could not start its container: {exc}")
+                await self._conclude(live, RunStatus.FAILED, error=f"could not start its container: {exc}")
                 return
             await self._runs.set_container(live.id, live.container_id)
             log.info("run_started", run_id=live.id, container_id=live.container_id[:12])
@@ -204,7 +203,7 @@ class TaskManager:
             context = [f"{m.sender_name}: {m.content}" for m in recent]
         task = record.task if record is not None else await self._task_text(live.id)
         session_in = record.session_in if record is not None and record.session_in else None
-        if record is None or record.status == QUEUED:
+        if record is None or record.status == RunStatus.QUEUED:
             session_in = await self._runs.current_session(live.chat_id)
         spec = await self._files.prepare(live, chat, task, context, session_in)
         live.inbox = RunInbox(
@@ -237,7 +236,7 @@ class TaskManager:
             raise
         except Exception as exc:
             log.exception("run_failed_unexpectedly", run_id=live.id)
-            await self._conclude(live, FAILED, error=f"internal error: {exc}")
+            await self._conclude(live, RunStatus.FAILED, error=f"internal error: {exc}")
         finally:
             await self._cleanup(live)
 
@@ -294,7 +293,7 @@ class TaskManager:
             return False
         live.cancelled = True  # from here the channel refuses its calls
         live.request_stop(StopReason.CANCELLED)
-        recorded = await self._runs.finish(live.id, CANCELLED, error=f"cancelled: {reason}")
+        recorded = await self._runs.finish(live.id, RunStatus.CANCELLED, error=f"cancelled: {reason}")
         if recorded:
             self._release(live)
             dropped = await self._delivery.drop_run_messages(live.id, f"run cancelled: {reason}")
@@ -314,13 +313,13 @@ class TaskManager:
         log.info("run_cancelled", run_id=live.id, reason=reason, recorded=recorded)
         return recorded
 
-    async def cancel_run(self, chat_id: int, run_id: str) -> str:
+    async def cancel_run(self, chat_id: int, run_id: str) -> RunStatus | None:
         live = self._live.get(run_id)
         if live is not None and live.chat_id == chat_id and await self._cancel(live, "cancelled by a chat admin"):
-            return CANCELLED
+            return RunStatus.CANCELLED
         record = await self._runs.get(run_id)
         if record is None or record.chat_id != chat_id:
-            return "not_found"
+            return None
         return record.status
 
     async def cancel_chat(self, chat_id: int, reason: str) -> int:
@@ -334,9 +333,9 @@ class TaskManager:
         results = await asyncio.gather(*(self._cancel(r, reason) for r in targets))
         return sum(results)
 
-    async def list_runs(self, chat_id: int, limit: int) -> list[RunSummary]:
+    async def list_runs(self, chat_id: int, limit: int) -> list[RunRecord]:
         records: list[RunRecord] = await self._runs.for_chat(chat_id, limit)
-        return [RunSummary(id=r.id, label=r.label, status=r.status, created_at=r.created_at) for r in records]
+        return records
 
     # --- after a restart ------------------------------------------------------------------------
 
@@ -372,7 +371,7 @@ class TaskManager:
         live.released = live.stopped = True
         self._live.discard(record.id)
         await self._files.remove_channel(record.id)
-        return await self._conclude(live, INTERRUPTED, error=reason)
+        return await self._conclude(live, RunStatus.INTERRUPTED, error=reason)
 
     async def close(self) -> None:
         """Shutdown: leave running containers for the next start to re-attach; finish what has ended."""

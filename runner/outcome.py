@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.store.runs import COMPLETED, INTERRUPTED, TIMED_OUT
 from container.protocol import SpawnRequest
+from core.store.runs import RunStatus
 
 SUBAGENT_SENDER = "[Subagent]"
 MAX_RESULT_CHARS = 20_000  # a result longer than this is cut before it is stored and sent
@@ -31,11 +31,11 @@ def cut(text: str, limit: int) -> str:
 
 def outcome_body(status: str, *, result: str | None, error: str | None) -> str:
     """The message body for a final status; results and errors cut to their limits."""
-    if status == COMPLETED:
+    if status == RunStatus.COMPLETED:
         return cut(result or "", MAX_RESULT_CHARS)
     reason = cut(error or "", MAX_ERROR_CHARS)
-    if status == TIMED_OUT:
+    if status == RunStatus.TIMED_OUT:
         return f"Timed out: {reason}"
-    if status == INTERRUPTED:
+    if status == RunStatus.INTERRUPTED:
         return f"Interrupted: {reason}"
     return f"Failed: {reason}"

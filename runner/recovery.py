@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.logging import get_logger
-from bot.store.runs import QUEUED, RUNNING, RunStore
+from core.logging import get_logger
+from core.store.runs import RunStatus, RunStore
 from runner.live_runs import LiveRuns
 from runner.manager import TaskManager
 from runner.paths import DataPaths
@@ -46,7 +46,7 @@ class Recovery:
         report = RecoveryReport()
         containers = await self._runtime.list({LABEL_APP: "1", LABEL_INSTANCE: self._paths.instance_id})
         by_run = {c.labels.get(LABEL_RUN_ID, ""): c for c in containers}
-        for record in await self._runs.with_status(QUEUED, RUNNING):
+        for record in await self._runs.with_status(RunStatus.QUEUED, RunStatus.RUNNING):
             info = by_run.pop(record.id, None)
             if self._live.is_own(record.id):
                 continue
@@ -56,7 +56,7 @@ class Recovery:
                 continue
             if info is not None:
                 await self._discard(info.id)
-            if record.status == QUEUED:
+            if record.status == RunStatus.QUEUED:
                 self._manager.restart_queued(record)
                 report.restarted += 1
             elif await self._manager.interrupt(record, GONE_REASON):

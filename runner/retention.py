@@ -16,9 +16,9 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bot.logging import get_logger
-from bot.store.db import Database
-from bot.store.runs import FINAL_STATUSES, QUEUED, RUNNING
+from core.logging import get_logger
+from core.store.db import Database
+from core.store.runs import FINAL_STATUSES, RunStatus
 from runner.ipc import REASON_SUFFIX, errors_dir, printable
 from runner.paths import DataPaths
 from runner.workspace_usage import remove_entry
@@ -149,7 +149,7 @@ class Retention:
             "SELECT c.folder, s.session_id FROM chat_sessions s JOIN chats c ON c.id = s.chat_id "
             "UNION SELECT c.folder, r.session_in FROM subagent_runs r JOIN chats c ON c.id = r.chat_id "
             "WHERE r.status IN (?, ?) AND r.session_in IS NOT NULL",
-            (QUEUED, RUNNING),
+            (RunStatus.QUEUED, RunStatus.RUNNING),
         ) as cursor:
             return {(str(row[0]), str(row[1])) for row in await cursor.fetchall()}
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from bot.delivery import Delivery
-from bot.logging import get_logger
-from bot.store.runs import ProgressOutcome, RunStore
 from container.protocol import ProgressMessage, RunResult, TaskSpec
+from core.delivery import Delivery
+from core.logging import get_logger
+from core.store.runs import ProgressOutcome, RunStore
 from runner.live_runs import LiveRun
 from runner.outcome import SUBAGENT_SENDER
 from runner.run_api import ChannelRefused

@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bot.settings import LLMProvider, Settings
-from bot.store.chats import Chat
 from container.protocol import TaskSpec, write_bytes_atomic, write_json_atomic
+from core.settings import LLMProvider, Settings
+from core.store.chats import Chat
 from runner.live_runs import LiveRun
 from runner.paths import DataPaths, hand_to_container
 from runner.sessions import SessionFiles

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from bot.app import Stores
-from bot.commands import RunControl
-from bot.delivery import Delivery
-from bot.logging import get_logger
-from bot.settings import Settings
-from bot.store.runs import QUEUED, RUNNING, RunStore
-from bot.typing_indicator import TypingIndicator
+from core.delivery import Delivery
+from core.logging import get_logger
+from core.settings import Settings
+from core.store.runs import RunStatus, RunStore
+from core.store.stores import Stores
+from core.typing_indicator import TypingIndicator
 from runner.admission import Admission
 from runner.docker_runtime import DockerRuntime
 from runner.ipc import ensure_ipc_root
@@ -95,7 +94,7 @@ class SubagentService:
         return self._spawner
 
     @property
-    def control(self) -> RunControl:
+    def control(self) -> TaskManager:
         return self.manager
 
     async def _budget_exhausted(self, run_id: str) -> None:
@@ -115,7 +114,7 @@ class SubagentService:
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
         # Runs an earlier process left live count against the caps (and can be cancelled) even while
         # the engine is down and recovery has to wait for it.
-        for record in await self.runs.with_status(QUEUED, RUNNING):
+        for record in await self.runs.with_status(RunStatus.QUEUED, RunStatus.RUNNING):
             self.live.hold(record.id, record.chat_id, record.turn_id, record.label)
         await self.manager.tell_unnotified_rejections()
         if not await self._recover():

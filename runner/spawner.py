@@ -6,8 +6,8 @@ import asyncio
 import secrets
 from pathlib import Path
 
-from bot.store.chats import ChatStore
 from container.protocol import SpawnRequest
+from core.store.chats import ChatStore
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 
 RUN_ID_BYTES = 6  # 12 hex characters: short enough to type in /cancel, unique enough per deployment

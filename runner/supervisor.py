@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from bot.logging import get_logger
+from core.logging import get_logger
 from runner.docker_runtime import ContainerGone
 from runner.live_runs import LiveRun, StopReason
 from runner.runtime import ContainerRuntime, RuntimeUnavailable

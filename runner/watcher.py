@@ -32,7 +32,7 @@ from pathlib import Path
 from watchfiles import Change
 from watchfiles._rust_notify import RustNotify, WatchfilesRustInternalError
 
-from bot.logging import get_logger
+from core.logging import get_logger
 from runner.ipc import (
     ERRORS_DIR,
     STALE_ENTRY_SECONDS,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.store.chats import ChatStore
+from core.store.chats import ChatStore
 from runner.live_runs import LiveRuns
 from runner.paths import DataPaths
 from runner.workspace_usage import clear, measure_async

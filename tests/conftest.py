@@ -1,12 +1,16 @@
-"""Suite-wide guards: no test reaches beyond loopback, and Docker tests fail (not skip) under CI=true."""
+"""Suite-wide guards and fixtures: no test reaches beyond loopback, Docker tests fail (not skip) under CI=true,
+no operator setting leaks in from the environment, and a real SQLite store for the tests that need one."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from core.settings import Settings
+from core.store import ChatStore, Database, MessageStore
 from tests.fakes.loopback_guard import install_loopback_guard
 
 install_loopback_guard()
@@ -45,3 +49,35 @@ def subagent_image(docker_engine: None) -> str:
 
     build_image(DEFAULT_IMAGE, log=lambda line: None)
     return DEFAULT_IMAGE
+
+
+def settings_env_names() -> set[str]:
+    return {field.alias for field in Settings.model_fields.values() if field.alias}
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings are read case-insensitively: drop every variant of every setting's variable."""
+    names = settings_env_names()
+    for key in list(os.environ):
+        if key.upper() in names:
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = await Database.open(tmp_path / "crewbot.sqlite3")
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+@pytest.fixture
+def messages(db: Database) -> MessageStore:
+    return MessageStore(db)
+
+
+@pytest.fixture
+def chats(db: Database) -> ChatStore:
+    return ChatStore(db)

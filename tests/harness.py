@@ -9,9 +9,10 @@ from typing import Any
 
 from pydantic_ai.models import Model
 
-from bot.app import App, Stores
 from bot.channels.telegram import TelegramChannel
-from bot.settings import Settings, load_settings
+from core.settings import Settings, load_settings
+from core.store.stores import Stores
+from crewbot.app import App
 from tests.fakes.telegram_server import FakeTelegram
 
 GROUP_ID = -1001

@@ -11,7 +11,7 @@ from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from bot.agent.offline import offline_main_model
-from bot.settings import LLMProvider, Settings
+from core.settings import LLMProvider, Settings
 
 LLM_MAX_RETRIES = 3  # 429s and 5xx are retried this often, with the SDK's backoff (honouring retry-after)
 

@@ -11,10 +11,10 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
 from bot.agent.prompt import build_prompt, instructions_for
-from bot.delivery import Delivery
 from bot.engine import Turn
-from bot.logging import get_logger
-from bot.store.messages import MessageStore
+from core.delivery import Delivery
+from core.logging import get_logger
+from core.store.messages import MessageStore
 
 log = get_logger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bot.store.messages import MessageStore, StoredMessage
+from core.store.messages import MessageStore, StoredMessage
 
 LATEST_MARKER = "Latest message, from "
 MAX_MESSAGE_CHARS_IN_PROMPT = 4000  # one huge message must not crowd out the rest of the window

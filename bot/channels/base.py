@@ -6,17 +6,11 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from bot.inbound import InboundMessage
+from core.outbox import DeliveryError
+
+__all__ = ["Channel", "DeliveryError", "InboundHandler"]
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]
-
-
-class DeliveryError(Exception):
-    """Sending failed. `permanent` means retrying cannot help (bot removed from chat, chat gone)."""
-
-    def __init__(self, message: str, *, permanent: bool, retry_after_seconds: float | None = None) -> None:
-        super().__init__(message)
-        self.permanent = permanent
-        self.retry_after_seconds = retry_after_seconds
 
 
 class Channel(Protocol):

@@ -13,7 +13,7 @@ from typing import TextIO
 from bot.channels.base import InboundHandler
 from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain
 from bot.inbound import InboundMessage
-from bot.logging import get_logger
+from core.logging import get_logger
 
 log = get_logger(__name__)
 

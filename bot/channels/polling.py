@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from telegram import Bot, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
 
-from bot.logging import get_logger
+from core.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -24,7 +24,7 @@ from bot.channels.formatting import (
 )
 from bot.channels.polling import Poller
 from bot.inbound import InboundMessage
-from bot.logging import get_logger
+from core.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -7,12 +7,14 @@ from collections.abc import Callable
 
 from bot.channels.base import Channel, InboundHandler
 from bot.commands import RunSummary
-from bot.delivery import Delivery
 from bot.engine import Turn
 from bot.inbound import InboundMessage
-from bot.outbox import Outbox
-from bot.store.db import Database
-from bot.store.outbox import OutboxStore
+from core.delivery import Delivery
+from core.outbox import Outbox
+from core.store.db import Database
+from core.store.outbox import OutboxStore
+from core.store.runs import RunStatus
+from core.store.turns import TurnStatus
 
 # Upper bound for any wait on an event: only there so a broken test fails instead of hanging.
 WAIT_SECONDS = 5.0
@@ -104,7 +106,10 @@ class FakeRunControl:
     """`RunControl` with canned answers; every call is recorded as (method, args...)."""
 
     def __init__(
-        self, runs: list[RunSummary] | None = None, cancel_outcome: str = "cancelled", chat_cancelled: int = 0
+        self,
+        runs: list[RunSummary] | None = None,
+        cancel_outcome: RunStatus | None = RunStatus.CANCELLED,
+        chat_cancelled: int = 0,
     ) -> None:
         self.runs = runs or []
         self.cancel_outcome = cancel_outcome
@@ -115,7 +120,7 @@ class FakeRunControl:
         self.calls.append(("list_runs", chat_id, limit))
         return self.runs[:limit]
 
-    async def cancel_run(self, chat_id: int, run_id: str) -> str:
+    async def cancel_run(self, chat_id: int, run_id: str) -> RunStatus | None:
         self.calls.append(("cancel_run", chat_id, run_id))
         return self.cancel_outcome
 
@@ -146,7 +151,7 @@ class RecordingLifecycle(Recorder):
         if self.start_gate is not None:
             await self.start_gate.wait()
 
-    async def turn_ended(self, turn: Turn, status: str) -> None:
+    async def turn_ended(self, turn: Turn, status: TurnStatus) -> None:
         self.ended.append((turn, status))
         self.events.append((f"ended:{status}", turn.id))
         self.changed()

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.app import App
 from bot.commands import HELP_TEXT
-from bot.settings import Settings
-from bot.store.chats import ChatStore
-from bot.store.db import Database
-from bot.store.messages import NewMessage
-from bot.store.outbox import Outgoing, stage
+from core.settings import Settings
+from core.store.chats import ChatStore
+from core.store.db import Database
+from core.store.messages import NewMessage
+from core.store.outbox import Outgoing, stage
+from crewbot.app import App
 from tests.fakes.faults import Fault
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import App
+from crewbot.app import App
 from tests.fakes.telegram_server import FakeTelegram, SentMessage
 from tests.harness import make_settings, telegram_app
 

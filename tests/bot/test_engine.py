@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from bot.engine import ChatEngine, Turn
-from bot.typing_indicator import TypingIndicator
+from core.typing_indicator import TypingIndicator
 from tests.bot.helpers import WAIT_SECONDS, ControlledRunner, Recorder, RecordingLifecycle
 
 MERGE_WINDOW = 3.0

@@ -14,7 +14,7 @@ from pydantic_ai.models import override_allow_model_requests
 from bot.agent.llm import LLM_MAX_RETRIES
 from bot.agent.main_agent import APOLOGY
 from bot.agent.prompt import LATEST_MARKER
-from bot.store.messages import MessageStore
+from core.store.messages import MessageStore
 from tests.fakes.faults import Fault
 from tests.fakes.llm_replies import JsonDict
 from tests.fakes.llm_server import FakeLLM, openai_text

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic_ai.models import override_allow_model_requests
 
-from bot.store.messages import MessageStore
+from core.store.messages import MessageStore
 from tests.fakes.llm_server import FakeLLM, openai_text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app

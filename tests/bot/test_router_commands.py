@@ -13,10 +13,11 @@ from bot.commands import MAX_LISTED_RUNS, Commands, RunSummary
 from bot.engine import ChatEngine
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
-from bot.settings import Settings, load_settings
-from bot.store import ChatStore, MessageStore, StoredMessage
-from bot.store.db import Database
-from bot.typing_indicator import TypingIndicator
+from core.settings import Settings, load_settings
+from core.store import ChatStore, MessageStore, StoredMessage
+from core.store.db import Database
+from core.store.runs import RunStatus
+from core.typing_indicator import TypingIndicator
 from tests.bot.helpers import (
     WAIT_SECONDS,
     ControlledRunner,
@@ -80,7 +81,15 @@ async def bot(db: Database, chats: ChatStore, messages: MessageStore) -> AsyncIt
     runs = FakeRunControl()
     workspaces = RecordingWorkspaces()
     commands = Commands(channel, delivery, engine, runs, settings.admin_user_ids, workspaces=workspaces)
-    router = InboundRouter(settings, channel, chats, messages, engine, commands, delivery, FloodGuard())
+    router = InboundRouter(
+        settings,
+        chats=chats,
+        messages=messages,
+        engine=engine,
+        commands=commands,
+        delivery=delivery,
+        flood=FloodGuard(),
+    )
     yield Bot(settings, channel, chats, messages, runner, engine, typing, runs, router, workspaces)
     await engine.close()
     await typing.close()
@@ -118,7 +127,15 @@ async def test_allow_all_chats_lets_everyone_in(db: Database, chats: ChatStore, 
     engine = ChatEngine(ControlledRunner(), RecordingLifecycle(), typing, 3.0)
     delivery = make_delivery(db, channel, "Crew")
     commands = Commands(channel, delivery, engine, None, [])
-    router = InboundRouter(settings, channel, chats, messages, engine, commands, delivery, FloodGuard())
+    router = InboundRouter(
+        settings,
+        chats=chats,
+        messages=messages,
+        engine=engine,
+        commands=commands,
+        delivery=delivery,
+        flood=FloodGuard(),
+    )
     try:
         await router.handle(inbound(STRANGER, "just chatting", platform_message_id=1))
         assert await messages.count(STRANGER) == 1
@@ -235,9 +252,9 @@ async def test_cancel_by_a_chat_admin_is_accepted(bot: Bot) -> None:
 
 @pytest.mark.parametrize(
     ("outcome", "expected"),
-    [("not_found", "No run nope in this chat."), ("completed", "had already ended (completed)")],
+    [(None, "No run nope in this chat."), (RunStatus.COMPLETED, "had already ended (completed)")],
 )
-async def test_cancel_outcomes_are_explained(bot: Bot, outcome: str, expected: str) -> None:
+async def test_cancel_outcomes_are_explained(bot: Bot, outcome: RunStatus | None, expected: str) -> None:
     bot.runs.cancel_outcome = outcome
 
     reply = await handle_command(bot, "/cancel nope", sender_id=ADMIN)
@@ -349,7 +366,15 @@ async def test_private_chat_user_is_admin_of_their_chat(db: Database, chats: Cha
     runs = FakeRunControl()
     delivery = make_delivery(db, channel, "Crew")
     commands = Commands(channel, delivery, engine, runs, [])
-    router = InboundRouter(settings, channel, chats, messages, engine, commands, delivery, FloodGuard())
+    router = InboundRouter(
+        settings,
+        chats=chats,
+        messages=messages,
+        engine=engine,
+        commands=commands,
+        delivery=delivery,
+        flood=FloodGuard(),
+    )
     try:
         await router.handle(
             inbound(

@@ -8,9 +8,9 @@ from pathlib import Path
 from bot.commands import Commands
 from bot.engine import ChatEngine
 from bot.run_output import CHAT_OUTPUT_TAIL_CHARS, RunOutputReader, RunsView
-from bot.store.chats import ChatStore
-from bot.store.db import Database
-from bot.store.runs import COMPLETED, QUEUED, RunStore
+from core.store.chats import ChatStore
+from core.store.db import Database
+from core.store.runs import RunStatus, RunStore
 from runner.runtime import ContainerSpec
 from tests.bot.helpers import FakeRunControl, RecordingChannel, make_delivery
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
@@ -38,7 +38,10 @@ class Runs:
 
     async def queued(self, run_id: str, chat_id: int = CHAT) -> None:
         await self.chats.ensure(chat_id, "group", "g")
-        await self.store.create(run_id, chat_id, None, "$ make", "make", False, QUEUED)
+        await self.store.create(
+            run_id, chat_id=chat_id, turn_id=None, task="$ make", label="make", include_context=False,
+            status=RunStatus.QUEUED,
+        )  # fmt: skip
 
     async def running(self, run_id: str, chat_id: int = CHAT, logs: bytes = b"") -> str:
         await self.queued(run_id, chat_id)
@@ -50,7 +53,7 @@ class Runs:
 
     async def finished(self, run_id: str, kept: bytes | None) -> None:
         await self.running(run_id)
-        await self.store.finish(run_id, COMPLETED, result="done")
+        await self.store.finish(run_id, RunStatus.COMPLETED, result="done")
         if kept is not None:
             (self.runs_dir / run_id).mkdir(parents=True)
             (self.runs_dir / run_id / "log").write_bytes(kept)
@@ -139,7 +142,7 @@ async def test_the_list_shows_when_finished_runs_ended(db: Database, tmp_path: P
 
 async def test_subagents_with_an_id_answers_in_the_chat(db: Database, tmp_path: Path) -> None:
     from bot.inbound import InboundMessage
-    from bot.typing_indicator import TypingIndicator
+    from core.typing_indicator import TypingIndicator
 
     channel = RecordingChannel()
     async with MemoryRuntime(on_start=never_exits) as runtime:

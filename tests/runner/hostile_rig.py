@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.app import App
-from bot.settings import Settings
-from bot.store.chats import Chat
-from bot.store.messages import MessageStore
-from bot.store.runs import QUEUED, RUNNING, RunRecord, RunStore
 from container.protocol import MAX_PROGRESS_CHARS, SpawnRequest
+from core.settings import Settings
+from core.store.chats import Chat
+from core.store.messages import MessageStore
+from core.store.runs import RunRecord, RunStatus, RunStore
+from crewbot.app import App
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 from runner.offline_subagent import OfflineRequestError, OfflineSubagentModel, message_text
 from runner.outcome import MAX_RESULT_CHARS
@@ -309,7 +309,11 @@ class World:
         async with asyncio.timeout(RUN_WAIT_SECONDS):
             while True:
                 record = await self.runs.get(run_id)
-                if record is not None and record.status not in (QUEUED, RUNNING) and run_id not in live:
+                if (
+                    record is not None
+                    and record.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+                    and run_id not in live
+                ):
                     return record
                 await asyncio.sleep(POLL_SECONDS)
 
@@ -336,7 +340,7 @@ class World:
         await self.tg.wait_for_messages(BYSTANDER, before + 1, timeout_seconds=ANSWER_SECONDS)
         if while_running is not None:
             record = await self.runs.get(while_running)
-            assert record is not None and record.status == RUNNING, record
+            assert record is not None and record.status == RunStatus.RUNNING, record
 
     async def assert_one_outcome(self, chat: Chat, record: RunRecord) -> str:
         """The run's outcome is one stored [Subagent] message, sent once; returns its stored text."""

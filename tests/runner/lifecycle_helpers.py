@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.app import Stores
-from bot.channels.base import DeliveryError
-from bot.delivery import Delivery
-from bot.settings import Settings
-from bot.store.chats import Chat
-from bot.typing_indicator import TypingIndicator
 from container.channel import RunChannel
 from container.protocol import CHANNEL_DIR, CHANNEL_SOCKET_FILE, SpawnRequest
+from core.delivery import Delivery
+from core.outbox import DeliveryError
+from core.settings import Settings
+from core.store.chats import Chat
+from core.store.stores import Stores
+from core.typing_indicator import TypingIndicator
 from runner.ipc_outcome import RequestOutcome
 from runner.service import SubagentService
 from tests.bot.helpers import RecordingChannel, make_delivery

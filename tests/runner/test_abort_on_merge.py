@@ -14,9 +14,10 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bot.agent.offline import prompt_text
-from bot.store.messages import MessageStore
-from bot.store.runs import RunRecord, RunStore
 from container.protocol import SpawnRequest
+from core.store.messages import MessageStore
+from core.store.runs import RunRecord, RunStore
+from core.store.turns import TurnStatus
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
@@ -176,7 +177,7 @@ async def test_request_cancelled_before_pickup_never_starts(
         chat = await app.stores.chats.ensure(GROUP_ID, "supergroup", "merge tests")
         turn_id = secrets.token_hex(6)
         await app.stores.turns.start(turn_id, GROUP_ID)
-        await app.stores.turns.end(turn_id, "aborted")  # the merge landed while the request was written
+        await app.stores.turns.end(turn_id, TurnStatus.ABORTED)  # the merge landed while the request was written
         ipc_root = settings.data_dir / "ipc"
         ensure_chat_dirs(ipc_root, chat.folder)
         request = SpawnRequest(request_id=f"late-{secrets.token_hex(4)}", task="$ echo must not run", turn_id=turn_id)

@@ -17,8 +17,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from bot.app import App
-from bot.store.runs import RunRecord, RunStore
+from core.store.runs import RunRecord, RunStore
+from crewbot.app import App
 from runner.runtime import LABEL_CHAT_ID
 from tests.fakes.telegram_server import FakeTelegram, SentMessage
 from tests.harness import make_settings, telegram_app

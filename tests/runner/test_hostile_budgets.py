@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from bot.store.runs import QUEUED, RUNNING
 from container.protocol import MAX_ERROR_CHARS as WIRE_ERROR_CHARS
 from container.protocol import MAX_RESULT_CHARS as WIRE_RESULT_CHARS
 from container.protocol import MAX_RUN_BODY_BYTES
+from core.store.runs import RunStatus
 from runner.outcome import MAX_ERROR_CHARS, MAX_RESULT_CHARS
 from tests.harness import GROUP_ID
 from tests.runner.hostile_rig import (
@@ -137,7 +137,9 @@ async def test_a_workspace_over_quota_stops_the_run_and_refuses_the_next(world: 
     async with asyncio.timeout(RUN_WAIT_SECONDS):
         while True:
             record = await world.record(run_id)
-            if len(world.calls_of(marker)) >= 2 or (record is not None and record.status not in (QUEUED, RUNNING)):
+            if len(world.calls_of(marker)) >= 2 or (
+                record is not None and record.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+            ):
                 break
             await asyncio.sleep(POLL_SECONDS)
     await world.bystander_answers()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import Stores
-from bot.store.runs import CANCELLED, COMPLETED, FAILED, QUEUED, REJECTED, TIMED_OUT, RunStore
 from container.channel import ChannelRefused, RunChannel
 from container.protocol import ProgressMessage, RunResult
+from core.store.runs import RunStatus, RunStore
+from core.store.stores import Stores
 from runner.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID, RuntimeUnavailable
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 from tests.runner.lifecycle_helpers import CHAT_ID, OTHER_CHAT_ID, Prepare, rig
@@ -44,7 +44,7 @@ def forever(reported: asyncio.Event | None = None):  # type: ignore[no-untyped-d
 async def test_a_result_arrives_once_as_a_subagent_message(tmp_path: Path) -> None:
     async with rig(tmp_path, completing()) as r:
         run_id = await r.spawn("count the stars")
-        assert await r.until_status(run_id, COMPLETED, FAILED) == COMPLETED
+        assert await r.until_status(run_id, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.COMPLETED
         await r.until(lambda: any("count the stars" in t for t in r.texts()))
         await r.settled()
         results = [t for t in r.texts() if "[Task: count the stars]" in t]
@@ -56,7 +56,7 @@ async def test_cap_holds_under_concurrent_requests(tmp_path: Path) -> None:
     async with rig(tmp_path, forever(), MAX_CONCURRENT_SUBAGENTS=2) as r:
         run_ids = await asyncio.gather(*(r.spawn(f"job {i}") for i in range(6)))
         statuses = [await r.status(run_id) for run_id in run_ids]
-        assert statuses.count(REJECTED) == 4
+        assert statuses.count(RunStatus.REJECTED) == 4
         await r.until(lambda: r.runtime.running_count() == 2)
         assert r.runtime.max_running == 2
 
@@ -74,9 +74,9 @@ async def test_cancel_racing_a_reported_result_records_one_outcome(tmp_path: Pat
     async with rig(tmp_path, report_then_hang) as r:
         run_id = await r.spawn("race")
         await asyncio.wait_for(reported.wait(), 5)
-        assert await r.service.manager.cancel_run(CHAT_ID, run_id) == CANCELLED
+        assert await r.service.manager.cancel_run(CHAT_ID, run_id) == RunStatus.CANCELLED
         await r.settled()
-        assert await r.status(run_id) == CANCELLED
+        assert await r.status(run_id) == RunStatus.CANCELLED
         assert not any("too late" in t for t in r.texts())
 
 
@@ -86,11 +86,11 @@ async def test_a_cancelled_run_holds_its_slot_until_the_kill_is_confirmed(tmp_pa
         run_id = await r.spawn("stubborn")
         await asyncio.wait_for(started.wait(), 5)
         r.runtime.set_engine_down(True)
-        assert await r.service.manager.cancel_run(CHAT_ID, run_id) == CANCELLED
+        assert await r.service.manager.cancel_run(CHAT_ID, run_id) == RunStatus.CANCELLED
         # The engine did not confirm the kill: the container may still run, so it still counts.
         assert r.service.live.count() == 1
         refused = await r.spawn("next")
-        assert await r.status(refused) == REJECTED
+        assert await r.status(refused) == RunStatus.REJECTED
         r.runtime.set_engine_down(False)
         await r.settled()
         assert r.runtime.running_count() == 0
@@ -106,7 +106,7 @@ async def test_a_timed_out_container_whose_kill_failed_is_killed_and_removed_lat
         await asyncio.sleep(0.8)  # past the time limit while the engine is away
         assert r.service.live.count() == 1
         r.runtime.set_engine_down(False)
-        assert await r.until_status(run_id, TIMED_OUT, FAILED) == TIMED_OUT
+        assert await r.until_status(run_id, RunStatus.TIMED_OUT, RunStatus.FAILED) == RunStatus.TIMED_OUT
         await r.settled()
         assert r.runtime.running_count() == 0
         assert r.runtime.removed
@@ -133,7 +133,7 @@ async def test_progress_messages_beyond_the_budget_are_refused(tmp_path: Path) -
 
     async with rig(tmp_path, chatty, SUBAGENT_MAX_MESSAGES=2) as r:
         run_id = await r.spawn("chatter")
-        await r.until_status(run_id, COMPLETED)
+        await r.until_status(run_id, RunStatus.COMPLETED)
         await r.settled()
         assert answers[:2] == ["sent", "sent"]
         assert all(a.startswith("refused: this run has sent its 2 progress messages") for a in answers[2:5])
@@ -169,7 +169,7 @@ async def test_token_budget_exhaustion_ends_the_run_with_a_clear_message(tmp_pat
         run_id = await r.spawn("spender")
         await asyncio.wait_for(started.wait(), 5)
         await r.service.manager.on_budget_exhausted(run_id)
-        assert await r.until_status(run_id, FAILED, COMPLETED) == FAILED
+        assert await r.until_status(run_id, RunStatus.FAILED, RunStatus.COMPLETED) == RunStatus.FAILED
         await r.settled()
         record = await r.service.runs.get(run_id)
         assert record is not None and record.error is not None and "SUBAGENT_MAX_TOKENS" in record.error
@@ -189,7 +189,7 @@ async def test_a_container_that_reports_but_does_not_exit_is_stopped(
 
     async with rig(tmp_path, report_and_linger) as r:
         run_id = await r.spawn("linger")
-        assert await r.until_status(run_id, COMPLETED, FAILED) == COMPLETED
+        assert await r.until_status(run_id, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.COMPLETED
         await r.settled()
         assert r.runtime.running_count() == 0
 
@@ -208,7 +208,7 @@ async def test_a_second_result_is_refused(tmp_path: Path) -> None:
 
     async with rig(tmp_path, twice) as r:
         run_id = await r.spawn("twice")
-        await r.until_status(run_id, COMPLETED)
+        await r.until_status(run_id, RunStatus.COMPLETED)
         await r.settled()
         assert second == ["this run has reported its result already"]
         record = await r.service.runs.get(run_id)
@@ -235,13 +235,13 @@ async def test_sessions_carry_over_only_from_completed_runs_and_bad_ones_are_ref
 
     async with rig(tmp_path, behaviour) as r:
         first = await r.spawn("first")
-        await r.until_status(first, COMPLETED)
+        await r.until_status(first, RunStatus.COMPLETED)
         await r.settled()
         bad = await r.spawn("bad")
-        await r.until_status(bad, COMPLETED)
+        await r.until_status(bad, RunStatus.COMPLETED)
         await r.settled()
         third = await r.spawn("third")
-        await r.until_status(third, COMPLETED)
+        await r.until_status(third, RunStatus.COMPLETED)
         await r.settled()
         assert seen_history == [0, 2, 2]
         assert len(refusals) == 1 and "not a message history" in refusals[0]
@@ -253,7 +253,7 @@ async def test_a_workspace_over_quota_refuses_to_start_and_says_how_to_clear_it(
         workspace.mkdir(parents=True, exist_ok=True)
         (workspace / "big.bin").write_bytes(b"x" * (2 * 1024 * 1024))
         run_id = await r.spawn("anything")
-        assert await r.until_status(run_id, FAILED, COMPLETED) == FAILED
+        assert await r.until_status(run_id, RunStatus.FAILED, RunStatus.COMPLETED) == RunStatus.FAILED
         await r.settled()
         assert not r.runtime.started_specs
         assert any("/workspace clear" in t and "WORKSPACE_QUOTA_MB" in t for t in r.texts())
@@ -274,12 +274,21 @@ async def test_deferred_recovery_leaves_this_process_runs_alone(tmp_path: Path) 
         report = await r.service.recovery.run()  # as when the engine comes back after a down start
         assert (report.reattached, report.interrupted, report.removed) == (0, 0, 0)
         release.set()
-        assert await r.until_status(run_id, COMPLETED, FAILED) == COMPLETED
+        assert await r.until_status(run_id, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.COMPLETED
 
 
 async def test_a_rejection_notice_owed_before_a_crash_is_told_at_start(tmp_path: Path) -> None:
     async with rig(tmp_path, completing()) as r:
-        await r.service.runs.create("rej-000001", OTHER_CHAT_ID, None, "t", "t", False, REJECTED, "full")
+        await r.service.runs.create(
+            "rej-000001",
+            chat_id=OTHER_CHAT_ID,
+            turn_id=None,
+            task="t",
+            label="t",
+            include_context=False,
+            status=RunStatus.REJECTED,
+            error="full",
+        )
         await r.service.manager.tell_unnotified_rejections()
         await r.until(lambda: len(r.texts(OTHER_CHAT_ID)) == 1)
         await r.service.manager.tell_unnotified_rejections()
@@ -303,7 +312,15 @@ def left_running(run_id: str) -> Prepare:
 
     async def prepare(stores: Stores, runtime: MemoryRuntime, instance: str) -> None:
         runs = RunStore(stores.db)
-        await runs.create(run_id, CHAT_ID, None, "left behind", "left behind", False, QUEUED)
+        await runs.create(
+            run_id,
+            chat_id=CHAT_ID,
+            turn_id=None,
+            task="left behind",
+            label="left behind",
+            include_context=False,
+            status=RunStatus.QUEUED,
+        )
         await runs.mark_running(run_id, None)
         labels = {LABEL_APP: "1", LABEL_INSTANCE: instance, LABEL_RUN_ID: run_id, LABEL_CHAT_ID: str(CHAT_ID)}
         container_id = runtime.add_existing(labels)
@@ -317,19 +334,19 @@ async def test_runs_left_live_count_against_the_cap_while_the_engine_is_down(tmp
     async with rig(tmp_path, completing(), prepare=left_running("old-run-0001"), MAX_CONCURRENT_SUBAGENTS=1) as r:
         assert r.service.live.count() == 1
         refused = await r.spawn("new work")
-        assert await r.status(refused) == REJECTED
+        assert await r.status(refused) == RunStatus.REJECTED
 
 
 async def test_cancel_of_a_run_not_yet_recovered_cancels_it_and_recovery_removes_its_container(
     tmp_path: Path,
 ) -> None:
     async with rig(tmp_path, completing(), prepare=left_running("old-run-0002")) as r:
-        assert await r.service.manager.cancel_run(CHAT_ID, "old-run-0002") == CANCELLED
+        assert await r.service.manager.cancel_run(CHAT_ID, "old-run-0002") == RunStatus.CANCELLED
         r.runtime.set_engine_down(False)
         report = await r.service.recovery.run()
         assert report.removed == 1 and report.reattached == 0
         assert r.runtime.running_count() == 0
-        assert await r.status("old-run-0002") == CANCELLED
+        assert await r.status("old-run-0002") == RunStatus.CANCELLED
         assert r.service.live.count() == 0
 
 

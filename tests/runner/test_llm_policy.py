@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.settings import LLMProvider
+from core.settings import LLMProvider
 from runner.llm_policy import (
     ANTHROPIC_KEYS,
     ANTHROPIC_PROVIDER_TOOL_KEYS,

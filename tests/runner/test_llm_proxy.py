@@ -24,7 +24,7 @@ from pydantic_ai import Agent, models
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from bot.settings import LLMProvider, load_settings
+from core.settings import LLMProvider, load_settings
 from runner.llm_policy import DEFAULT_MAX_OUTPUT_TOKENS, RequestPolicy
 from runner.llm_proxy import LlmProxy, Spent
 from runner.llm_upstream import (

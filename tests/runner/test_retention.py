@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import structlog
 
-from bot.store.chats import ChatStore, folder_for_chat
-from bot.store.db import Database
-from bot.store.messages import NewMessage
-from bot.store.outbox import OutboxStore, Outgoing
-from bot.store.runs import RunStore
+from core.store.chats import ChatStore, folder_for_chat
+from core.store.db import Database
+from core.store.messages import NewMessage
+from core.store.outbox import OutboxStore, Outgoing
+from core.store.runs import RunStatus, RunStore
 from runner.ipc import REASON_SUFFIX, errors_dir
 from runner.paths import DataPaths
 from runner.retention import PRUNED_TASK, PruneReport, Retention
@@ -77,7 +77,10 @@ async def execute(db: Database, sql: str, *params: object) -> None:
 
 
 async def add_run(db: Database, run_id: str, status: str, finished_at: float | None, chat_id: int = CHAT) -> None:
-    await RunStore(db).create(run_id, chat_id, None, f"task of {run_id}", "label", False, "queued")
+    await RunStore(db).create(
+        run_id, chat_id=chat_id, turn_id=None, task=f"task of {run_id}", label="label", include_context=False,
+        status=RunStatus.QUEUED,
+    )  # fmt: skip
     await execute(
         db,
         "UPDATE subagent_runs SET status = ?, finished_at = ?, result = ?, error = ?, input_tokens = 42 WHERE id = ?",

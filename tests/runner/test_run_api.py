@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from bot.settings import LLMProvider
 from container.protocol import (
     ID_PATTERN,
     MAX_RUN_BODY_BYTES,
@@ -36,6 +35,7 @@ from container.protocol import (
     RunResult,
     TaskSpec,
 )
+from core.settings import LLMProvider
 from runner.llm_policy import RequestPolicy
 from runner.llm_proxy import LlmProxy, UpstreamConfig
 from runner.run_api import ChannelRefused, RunEndpoint

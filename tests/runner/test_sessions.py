@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from bot.store.messages import MessageStore
-from bot.store.runs import RunStore
 from container.protocol import SpawnRequest
+from core.store.messages import MessageStore
+from core.store.runs import RunStore
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 from tests.fakes.llm_server import FakeLLM, openai_text, openai_tool_call
 from tests.fakes.telegram_server import FakeTelegram

@@ -15,9 +15,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bot.agent.offline import offline_main_model, prompt_text
-from bot.store.messages import MessageStore
-from bot.store.runs import RunRecord, RunStore
 from container.protocol import SpawnRequest
+from core.store.messages import MessageStore
+from core.store.runs import RunRecord, RunStore
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 from runner.runtime import LABEL_CHAT_ID, LABEL_RUN_ID
 from tests.fakes.llm_server import FakeLLM, openai_text, openai_tool_call

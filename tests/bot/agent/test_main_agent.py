@@ -20,8 +20,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from bot.agent.main_agent import APOLOGY, MainAgent
 from bot.agent.prompt import LATEST_MARKER
 from bot.engine import Turn
-from bot.store import ChatStore, MessageStore, NewMessage, StoredMessage
-from bot.store.db import Database
+from core.store import ChatStore, MessageStore, NewMessage, StoredMessage
+from core.store.db import Database
 from tests.bot.helpers import RecordingChannel, RecordingSpawner, make_delivery
 
 CHAT = -100555

@@ -10,8 +10,8 @@ from bot.agent.main_agent import MainAgent, TurnDeps, spawn_subagent
 from bot.agent.offline import offline_main_model
 from bot.agent.prompt import build_prompt, instructions_for
 from bot.engine import Turn
-from bot.store import ChatStore, MessageStore, NewMessage
-from bot.store.db import Database
+from core.store import ChatStore, MessageStore, NewMessage
+from core.store.db import Database
 from tests.bot.helpers import RecordingChannel, RecordingSpawner, make_delivery
 
 CHAT = 4242

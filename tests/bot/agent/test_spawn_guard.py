@@ -10,8 +10,8 @@ from bot.agent.main_agent import MainAgent
 from bot.agent.offline import offline_main_model
 from bot.agent.spawn_guard import PICKUP_GRACE_SECONDS, CapCheckedSpawner
 from bot.engine import Turn
-from bot.store import ChatStore, MessageStore, NewMessage
-from bot.store.db import Database
+from core.store import ChatStore, MessageStore, NewMessage
+from core.store.db import Database
 from tests.bot.helpers import RecordingChannel, make_delivery
 
 CHAT, OTHER_CHAT = -100, -200

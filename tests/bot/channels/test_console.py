@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bot.channels.terminal import plain
-from tests.bot.cli_env import COMMAND_WAIT_SECONDS, crewbot_env, run_crewbot
 from tests.bot.terminal import TerminalProcess
+from tests.crewbot.cli_env import COMMAND_WAIT_SECONDS, crewbot_env, run_crewbot
 
 PROMPT = "> "
 CTRL_C, CTRL_D, LEFT = "\x03", "\x04", "\x1b[D"
@@ -34,7 +34,7 @@ def stored_texts(data_dir: Path) -> list[str]:
 def console(tmp_path: Path) -> Iterator[TerminalProcess]:
     """`crewbot console` on a pseudo-terminal, at its prompt."""
     env = crewbot_env(tmp_path / "data", TERM="xterm")
-    process = TerminalProcess([sys.executable, "-m", "bot", "console"], env, str(tmp_path))
+    process = TerminalProcess([sys.executable, "-m", "crewbot", "console"], env, str(tmp_path))
     try:
         process.expect(PROMPT, COMMAND_WAIT_SECONDS)
         yield process

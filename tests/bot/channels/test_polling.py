@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bot.channels.telegram import TelegramChannel
 from bot.inbound import InboundMessage
-from bot.store.messages import MessageStore
+from core.store.messages import MessageStore
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, POLL_TIMEOUT_SECONDS, make_settings, telegram_app
 

@@ -11,7 +11,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bot.agent.offline import prompt_text
 from bot.channels.formatting import utf16_len
-from bot.store.messages import MessageStore
+from core.store.messages import MessageStore
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 

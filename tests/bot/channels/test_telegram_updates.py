@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.app import App
+from crewbot.app import App
 from tests.fakes.telegram_server import FakeTelegram
 from tests.fakes.telegram_state import JsonDict
 from tests.harness import GROUP_ID, make_settings, telegram_app

@@ -1,0 +1,172 @@
+"""Sends what the outbox owes: at once when posted, and again after failures or a restart.
+
+Per chat, rows go out strictly in order, one part (Telegram message) at a time, each part recorded
+as sent. A transient failure waits (Telegram's retry_after when given, else exponential backoff) and
+holds back the chat's later rows; a permanent one (bot removed from the chat) is recorded as failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from core.logging import get_logger
+from core.store.outbox import OutboxRow, OutboxStore
+
+log = get_logger(__name__)
+
+FIRST_RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 300.0
+MAX_ATTEMPTS = 20  # about an hour of retries at the longest backoff before a message is given up
+IDLE_CHECK_SECONDS = 30.0  # the dispatcher looks for due rows at least this often (a safety net: sends wake it)
+
+
+def backoff_seconds(attempts: int, retry_after_seconds: float | None) -> float:
+    if retry_after_seconds is not None:
+        return max(retry_after_seconds, FIRST_RETRY_SECONDS)
+    return float(min(FIRST_RETRY_SECONDS * 2 ** (attempts - 1), MAX_RETRY_SECONDS))
+
+
+class DeliveryError(Exception):
+    """Sending failed. `permanent` means retrying cannot help (bot removed from chat, chat gone)."""
+
+    def __init__(self, message: str, *, permanent: bool, retry_after_seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+        self.retry_after_seconds = retry_after_seconds
+
+
+class Sender(Protocol):
+    """What the outbox needs of a channel: how a text is split, and sending one part or a whole text."""
+
+    def split(self, text: str) -> list[str]: ...
+
+    async def send_part(self, chat_id: int, part: str) -> int | None: ...
+
+    async def send_text(self, chat_id: int, text: str) -> list[int]: ...
+
+
+class Outbox:
+    def __init__(self, store: OutboxStore, channel: Sender, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._channel = channel
+        self._clock = clock
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._wake = asyncio.Event()
+        self._flushes: set[asyncio.Task[bool]] = set()
+        self._unstored: dict[int, asyncio.Task[None]] = {}
+        self._dispatched: dict[int, asyncio.Task[bool]] = {}  # flushes the dispatcher started, by chat
+        self._runner: asyncio.Task[None] | None = None
+        self._closing = False
+
+    async def flush(self, chat_id: int) -> bool:
+        """Send the chat's due rows in order; True when nothing is left pending for it."""
+        lock = self._locks.setdefault(chat_id, asyncio.Lock())
+        done = True
+        async with lock:
+            for row in await self._store.pending(chat_id):
+                if row.next_attempt_at > self._clock() or not await self._deliver(row):
+                    done = False
+                    break
+        if not done:
+            # The dispatcher leaves a chat alone while it is being sent: tell it when the chat is due again.
+            self._wake.set()
+        return done
+
+    async def _deliver(self, row: OutboxRow) -> bool:
+        parts = self._channel.split(row.text)
+        try:
+            for index in range(row.parts_sent, len(parts)):
+                await self._channel.send_part(row.chat_id, parts[index])
+                await self._store.part_sent(row.id, index + 1, done=index + 1 == len(parts))
+        except DeliveryError as exc:
+            attempts = row.attempts + 1
+            if exc.permanent or attempts >= MAX_ATTEMPTS:
+                log.error("delivery_given_up", chat_id=row.chat_id, outbox_id=row.id, error=str(exc))
+                await self._store.give_up(row.id, str(exc))
+                return True  # later rows of the chat may still go out
+            delay = backoff_seconds(attempts, exc.retry_after_seconds)
+            log.warning("delivery_retry", chat_id=row.chat_id, outbox_id=row.id, in_seconds=delay, error=str(exc))
+            await self._store.retry_later(row.id, attempts, self._clock() + delay, str(exc))
+            return False
+        return True
+
+    def flush_soon(self, chat_id: int) -> asyncio.Task[bool] | None:
+        """Flush in the background (callers that must not wait on Telegram, like the IPC watcher)."""
+        if self._closing:
+            return None  # owed rows stay stored: the next start sends them
+        task = asyncio.create_task(self.flush(chat_id), name=f"outbox-{chat_id}")
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+        return task
+
+    def send_unstored_soon(self, chat_id: int, text: str) -> None:
+        """Send once in the background, not stored and not retried; one at a time per chat, so a chat
+        that floods the bot (Telegram lets it answer 20 a minute in a group) gets one answer, not a queue."""
+        if self._closing or chat_id in self._unstored:
+            log.info("unstored_reply_dropped", chat_id=chat_id, reason="one still being sent")
+            return
+        task = asyncio.create_task(self._send_unstored(chat_id, text), name=f"unstored-{chat_id}")
+        self._unstored[chat_id] = task
+        task.add_done_callback(lambda _: self._unstored.pop(chat_id, None))
+
+    async def _send_unstored(self, chat_id: int, text: str) -> None:
+        try:
+            await self._channel.send_text(chat_id, text)
+        except Exception as exc:
+            log.warning("unstored_reply_failed", chat_id=chat_id, error=str(exc))
+
+    def start(self) -> None:
+        self._runner = asyncio.create_task(self._run(), name="outbox")
+
+    async def _run(self) -> None:
+        """Sleep until the first chat is due (or a wake), start its flush, repeat."""
+        while not self._closing:
+            self._wake.clear()
+            wait_seconds = await self._dispatch_due()
+            # asyncio.timeout, not wait_for: in 3.11 wait_for can swallow a cancel that meets a wake.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_seconds):
+                    await self._wake.wait()
+
+    async def _dispatch_due(self) -> float:
+        """Flush every chat whose first row is due; the seconds until the next one is (a chat waits on
+        its first row, so a later row that is due changes nothing)."""
+        try:
+            heads = await self._store.heads()
+        except Exception:
+            log.exception("outbox_scan_failed")
+            return IDLE_CHECK_SECONDS
+        now = self._clock()
+        wait_seconds = IDLE_CHECK_SECONDS
+        for chat_id, due_at in heads:
+            lock = self._locks.get(chat_id)
+            if chat_id in self._dispatched or (lock is not None and lock.locked()):
+                continue  # being sent: its flush wakes the dispatcher if it leaves the chat waiting
+            if due_at > now:
+                wait_seconds = min(wait_seconds, due_at - now)
+                continue
+            task = self.flush_soon(chat_id)
+            if task is not None:
+                self._dispatched[chat_id] = task
+                task.add_done_callback(functools.partial(self._undispatch, chat_id))
+        return wait_seconds
+
+    def _undispatch(self, chat_id: int, _: asyncio.Task[bool]) -> None:
+        self._dispatched.pop(chat_id, None)
+
+    async def close(self, drain_seconds: float = 5.0) -> None:
+        """Give in-flight sends a moment to finish; what is left is sent after the next start."""
+        self._closing = True
+        self._wake.set()
+        if self._flushes:
+            await asyncio.wait(set(self._flushes), timeout=drain_seconds)
+        tasks: list[asyncio.Task[Any]] = [*self._flushes, *self._unstored.values()]
+        tasks += [self._runner] if self._runner else []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

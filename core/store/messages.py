@@ -1,0 +1,123 @@
+"""Every message the bot can see, and the bounded window the main agent's prompt is built from."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import aiosqlite
+
+from core.store.db import Database
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    chat_id: int
+    sender_name: str
+    content: str
+    sender_id: int | None = None
+    platform_message_id: int | None = None
+    timestamp: float = field(default_factory=time.time)
+    is_bot: bool = False
+    is_trigger: bool = False
+    reply_to: int | None = None
+    kind: str = "text"
+    edit_of: int | None = None  # an edit: platform id of the message it changes (keys it with edited_at)
+    edited_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    id: int
+    chat_id: int
+    sender_name: str
+    content: str
+    sender_id: int | None
+    platform_message_id: int | None
+    timestamp: float
+    is_bot: bool
+    is_trigger: bool
+    reply_to: int | None
+    kind: str
+
+
+def _message(row: aiosqlite.Row) -> StoredMessage:
+    return StoredMessage(
+        id=row["id"],
+        chat_id=row["chat_id"],
+        sender_name=row["sender_name"],
+        content=row["content"],
+        sender_id=row["sender_id"],
+        platform_message_id=row["platform_message_id"],
+        timestamp=row["timestamp"],
+        is_bot=bool(row["is_bot"]),
+        is_trigger=bool(row["is_trigger"]),
+        reply_to=row["reply_to"],
+        kind=row["kind"],
+    )
+
+
+# Either key can make a row a redelivery: (chat_id, platform_message_id), or an edit's messages_edit_once.
+_INSERT = (
+    "INSERT INTO messages (chat_id, platform_message_id, sender_id, sender_name, content, timestamp, "
+    "is_bot, is_trigger, reply_to, kind, edit_of, edited_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+
+
+def insert_params(message: NewMessage) -> tuple[object, ...]:
+    return (
+        message.chat_id,
+        message.platform_message_id,
+        message.sender_id,
+        message.sender_name,
+        message.content,
+        message.timestamp,
+        int(message.is_bot),
+        int(message.is_trigger),
+        message.reply_to,
+        message.kind,
+    )
+
+
+async def insert_message(conn: aiosqlite.Connection, message: NewMessage) -> int | None:
+    """Insert inside a caller's transaction; None when this platform message (or edit) was stored before."""
+    cursor = await conn.execute(_INSERT, (*insert_params(message), message.edit_of, message.edited_at))
+    return cursor.lastrowid if cursor.rowcount == 1 else None
+
+
+class MessageStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add(self, message: NewMessage) -> int | None:
+        """Store one message; returns its row id, or None if this Telegram message was already stored."""
+        async with self._db.write() as conn:
+            return await insert_message(conn, message)
+
+    async def recent(self, chat_id: int, limit: int, up_to_id: int | None = None) -> list[StoredMessage]:
+        """The last `limit` messages, oldest first: an index walk whose cost does not grow with history."""
+        if up_to_id is None:
+            query = "SELECT * FROM messages WHERE chat_id = ? ORDER BY id DESC LIMIT ?"
+            params: tuple[object, ...] = (chat_id, limit)
+        else:
+            query = "SELECT * FROM messages WHERE chat_id = ? AND id <= ? ORDER BY id DESC LIMIT ?"
+            params = (chat_id, up_to_id, limit)
+        async with self._db.conn.execute(query, params) as cursor:
+            rows = await cursor.fetchall()
+        return [_message(row) for row in reversed(list(rows))]
+
+    async def get(self, message_id: int) -> StoredMessage | None:
+        async with self._db.conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)) as cursor:
+            row = await cursor.fetchone()
+        return _message(row) if row else None
+
+    async def count(self, chat_id: int | None = None) -> int:
+        params: tuple[object, ...] = ()
+        if chat_id is None:
+            query = "SELECT COUNT(*) FROM messages"
+        else:
+            query, params = "SELECT COUNT(*) FROM messages WHERE chat_id = ?", (chat_id,)
+        async with self._db.conn.execute(query, params) as cursor:
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0

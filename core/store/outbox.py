@@ -1,0 +1,112 @@
+"""The outbox table: messages owed to chats, in order per chat, with their delivery progress."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import aiosqlite
+
+from core.store.db import Database
+from core.store.messages import NewMessage, insert_message
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A message to store and send: the stored copy and the exact text the chat gets."""
+
+    message: NewMessage
+    text: str
+    run_id: str | None = None  # a subagent's progress message: dropped if its run is cancelled first
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: int
+    chat_id: int
+    text: str
+    parts_sent: int
+    attempts: int
+    next_attempt_at: float
+
+
+async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
+    """Inside the caller's transaction: store the message and owe it to the chat. Returns the outbox id."""
+    message_id = await insert_message(conn, outgoing.message)
+    now = time.time()
+    cursor = await conn.execute(
+        "INSERT INTO outbox (chat_id, message_id, text, next_attempt_at, created_at, run_id) VALUES (?, ?, ?, ?, ?, ?)",
+        (outgoing.message.chat_id, message_id, outgoing.text, now, now, outgoing.run_id),
+    )
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def _row(row: aiosqlite.Row) -> OutboxRow:
+    return OutboxRow(
+        id=row["id"],
+        chat_id=row["chat_id"],
+        text=row["text"],
+        parts_sent=row["parts_sent"],
+        attempts=row["attempts"],
+        next_attempt_at=row["next_attempt_at"],
+    )
+
+
+class OutboxStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add(self, outgoing: Outgoing) -> int:
+        async with self._db.transaction() as conn:
+            return await stage(conn, outgoing)
+
+    async def pending(self, chat_id: int) -> list[OutboxRow]:
+        """The chat's undelivered rows, oldest first (a later one never overtakes an earlier one)."""
+        async with self._db.conn.execute(
+            "SELECT * FROM outbox WHERE status = 'pending' AND chat_id = ? ORDER BY id", (chat_id,)
+        ) as cursor:
+            return [_row(row) for row in await cursor.fetchall()]
+
+    async def heads(self) -> list[tuple[int, float]]:
+        """Each chat with pending rows and when its oldest one is due: nothing of the chat goes out before."""
+        async with self._db.conn.execute(
+            "SELECT o.chat_id, o.next_attempt_at FROM outbox AS o JOIN "
+            "(SELECT MIN(id) AS id FROM outbox WHERE status = 'pending' GROUP BY chat_id) AS head ON o.id = head.id"
+        ) as cursor:
+            return [(int(row[0]), float(row[1])) for row in await cursor.fetchall()]
+
+    async def part_sent(self, row_id: int, parts_sent: int, done: bool) -> None:
+        async with self._db.write() as conn:
+            await conn.execute(
+                "UPDATE outbox SET parts_sent = ?, status = CASE WHEN ? THEN 'sent' ELSE status END, "
+                "sent_at = CASE WHEN ? THEN ? ELSE sent_at END WHERE id = ?",
+                (parts_sent, done, done, time.time(), row_id),
+            )
+
+    async def retry_later(self, row_id: int, attempts: int, next_attempt_at: float, error: str) -> None:
+        async with self._db.write() as conn:
+            await conn.execute(
+                "UPDATE outbox SET attempts = ?, next_attempt_at = ?, last_error = ? WHERE id = ?",
+                (attempts, next_attempt_at, error[:500], row_id),
+            )
+
+    async def give_up(self, row_id: int, error: str) -> None:
+        async with self._db.write() as conn:
+            await conn.execute(
+                "UPDATE outbox SET status = 'failed', last_error = ? WHERE id = ?", (error[:500], row_id)
+            )
+
+    async def drop_for_run(self, run_id: str, reason: str) -> int:
+        """A cancelled run's progress messages not yet sent are not sent: marked failed with the reason."""
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "UPDATE outbox SET status = 'failed', last_error = ? WHERE run_id = ? AND status = 'pending' "
+                "AND parts_sent = 0",
+                (reason[:500], run_id),
+            )
+        return cursor.rowcount
+
+    async def counts(self) -> dict[str, int]:
+        async with self._db.conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status") as cursor:
+            return {str(row[0]): int(row[1]) for row in await cursor.fetchall()}

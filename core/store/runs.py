@@ -1,0 +1,283 @@
+"""Subagent runs: every run recorded, statuses only move forward, one outcome recorded once."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+import aiosqlite
+
+from core.store.db import Database
+from core.store.outbox import Outgoing, stage
+
+
+class RunStatus(StrEnum):
+    """A run's state: queued and running are live; the others are final, and a run reaches one once."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    REJECTED = "rejected"
+    INTERRUPTED = "interrupted"
+
+
+LIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
+FINAL_STATUSES = frozenset(set(RunStatus) - LIVE_STATUSES)
+
+
+class ProgressOutcome(StrEnum):
+    """What became of a progress message a run sent."""
+
+    ACCEPTED = "accepted"  # stored and owed to the chat
+    DUPLICATE = "duplicate"  # the same message id was accepted before (a retry)
+    OVER_BUDGET = "over_budget"  # the run has sent its SUBAGENT_MAX_MESSAGES
+    NOT_LIVE = "not_live"  # the run has an outcome already
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    chat_id: int
+    turn_id: str | None
+    task: str
+    label: str
+    include_context: bool
+    status: RunStatus
+    container_id: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    result: str | None
+    error: str | None
+    input_tokens: int
+    output_tokens: int
+    llm_requests: int
+    session_in: str | None
+    session_out: str | None
+    messages_sent: int = 0
+
+
+def _run(row: aiosqlite.Row) -> RunRecord:
+    return RunRecord(
+        id=row["id"],
+        chat_id=row["chat_id"],
+        turn_id=row["turn_id"],
+        task=row["task"],
+        label=row["label"],
+        include_context=bool(row["include_context"]),
+        status=RunStatus(row["status"]),
+        container_id=row["container_id"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        result=row["result"],
+        error=row["error"],
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        llm_requests=row["llm_requests"],
+        session_in=row["session_in"],
+        session_out=row["session_out"],
+        messages_sent=row["messages_sent"],
+    )
+
+
+class DuplicateRun(Exception):
+    """A run with this request id exists already: the request was processed before."""
+
+
+class RunStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(
+        self,
+        run_id: str,
+        *,
+        chat_id: int,
+        turn_id: str | None,
+        task: str,
+        label: str,
+        include_context: bool,
+        status: RunStatus,
+        error: str | None = None,
+    ) -> None:
+        now = time.time()
+        finished = now if status in FINAL_STATUSES else None
+        notified = 0 if status == RunStatus.REJECTED else 1
+        try:
+            async with self._db.write() as conn:
+                await conn.execute(
+                    "INSERT INTO subagent_runs (id, chat_id, turn_id, task, label, include_context, status, "
+                    "created_at, finished_at, error, notified) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        chat_id,
+                        turn_id,
+                        task,
+                        label,
+                        int(include_context),
+                        status,
+                        now,
+                        finished,
+                        error,
+                        notified,
+                    ),
+                )
+        except sqlite3.IntegrityError as exc:
+            if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+                raise DuplicateRun(run_id) from exc
+            raise
+
+    async def exists(self, run_id: str) -> bool:
+        async with self._db.conn.execute("SELECT 1 FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
+            return await cursor.fetchone() is not None
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        async with self._db.conn.execute("SELECT * FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
+            row = await cursor.fetchone()
+        return _run(row) if row else None
+
+    async def for_chat(self, chat_id: int, limit: int) -> list[RunRecord]:
+        async with self._db.conn.execute(
+            "SELECT * FROM subagent_runs WHERE chat_id = ? ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            (chat_id, limit),
+        ) as cursor:
+            rows = await cursor.fetchall()
+        return [_run(row) for row in rows]
+
+    async def with_status(self, *statuses: str) -> list[RunRecord]:
+        marks = ", ".join("?" for _ in statuses)
+        async with self._db.conn.execute(
+            f"SELECT * FROM subagent_runs WHERE status IN ({marks}) ORDER BY created_at", statuses
+        ) as cursor:
+            rows = await cursor.fetchall()
+        return [_run(row) for row in rows]
+
+    async def mark_running(self, run_id: str, session_in: str | None) -> bool:
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "UPDATE subagent_runs SET status = 'running', started_at = ?, session_in = ? "
+                "WHERE id = ? AND status = 'queued'",
+                (time.time(), session_in, run_id),
+            )
+        return cursor.rowcount == 1
+
+    async def set_container(self, run_id: str, container_id: str) -> None:
+        async with self._db.write() as conn:
+            await conn.execute("UPDATE subagent_runs SET container_id = ? WHERE id = ?", (container_id, run_id))
+
+    async def record_usage(self, run_id: str, input_tokens: int, output_tokens: int, requests: int) -> None:
+        """The LLM proxy's usage sink: add one call's tokens to the run."""
+        async with self._db.write() as conn:
+            await conn.execute(
+                "UPDATE subagent_runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
+                "llm_requests = llm_requests + ? WHERE id = ?",
+                (input_tokens, output_tokens, requests, run_id),
+            )
+
+    async def finish(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        session_out: str | None = None,
+        outgoing: Outgoing | None = None,
+    ) -> bool:
+        """Move a live run to `status` and, in the same transaction, store its message and owe it to the chat.
+
+        Returns False (and stores nothing) when the run had already reached a final status: whichever
+        outcome is recorded first (say, a cancel racing a completion) is the only one.
+        """
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"{status} is not a final status")
+        async with self._db.transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE subagent_runs SET status = ?, finished_at = ?, result = COALESCE(?, result), "
+                "error = COALESCE(?, error), session_out = COALESCE(?, session_out) "
+                "WHERE id = ? AND status IN ('queued', 'running')",
+                (status, time.time(), result, error, session_out, run_id),
+            )
+            if cursor.rowcount != 1:
+                return False
+            if outgoing is not None:
+                await stage(conn, outgoing)
+        return True
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    async def current_session(self, chat_id: int) -> str | None:
+        async with self._db.conn.execute(
+            "SELECT session_id FROM chat_sessions WHERE chat_id = ?", (chat_id,)
+        ) as cursor:
+            row = await cursor.fetchone()
+        return str(row[0]) if row else None
+
+    async def set_session(self, chat_id: int, session_id: str) -> None:
+        async with self._db.write() as conn:
+            await conn.execute(
+                "INSERT INTO chat_sessions (chat_id, session_id, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(chat_id) DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+                (chat_id, session_id, time.time()),
+            )
+
+    # --- progress messages ----------------------------------------------------------------------
+
+    async def add_progress(
+        self, run_id: str, message_id: str, outgoing: Outgoing, max_messages: int
+    ) -> ProgressOutcome:
+        """In one transaction: check the run is live and under its message budget, count the message,
+        remember its id (a retry is a duplicate) and owe it to the chat."""
+        async with self._db.transaction() as conn:
+            async with conn.execute(
+                "SELECT status, messages_sent FROM subagent_runs WHERE id = ?", (run_id,)
+            ) as cursor:
+                row = await cursor.fetchone()
+            if row is None or row["status"] not in (RunStatus.QUEUED, RunStatus.RUNNING):
+                return ProgressOutcome.NOT_LIVE
+            key = f"{run_id}:{message_id}"
+            async with conn.execute("SELECT 1 FROM ipc_messages WHERE id = ?", (key,)) as cursor:
+                if await cursor.fetchone() is not None:
+                    return ProgressOutcome.DUPLICATE  # a retry of a message that went out
+            if row["messages_sent"] >= max_messages:
+                return ProgressOutcome.OVER_BUDGET  # nothing recorded: a retry is refused the same way
+            await conn.execute(
+                "INSERT INTO ipc_messages (id, chat_id, received_at, run_id) VALUES (?, ?, ?, ?)",
+                (key, outgoing.message.chat_id, time.time(), run_id),
+            )
+            await conn.execute("UPDATE subagent_runs SET messages_sent = messages_sent + 1 WHERE id = ?", (run_id,))
+            await stage(conn, outgoing)
+        return ProgressOutcome.ACCEPTED
+
+    # --- refusals -------------------------------------------------------------------------------
+
+    async def unnotified_rejections(self) -> list[tuple[int, int]]:
+        """(chat id, count) of refusals whose chat was not told yet (a crash between refusal and notice)."""
+        async with self._db.conn.execute(
+            "SELECT chat_id, COUNT(*) FROM subagent_runs WHERE status = 'rejected' AND notified = 0 GROUP BY chat_id"
+        ) as cursor:
+            return [(int(row[0]), int(row[1])) for row in await cursor.fetchall()]
+
+    async def mark_rejections_notified(self, chat_id: int, outgoing: Outgoing) -> None:
+        """The notice and the fact that the chat was told, in one transaction."""
+        async with self._db.transaction() as conn:
+            await conn.execute(
+                "UPDATE subagent_runs SET notified = 1 WHERE chat_id = ? AND status = 'rejected' AND notified = 0",
+                (chat_id,),
+            )
+            await stage(conn, outgoing)
+
+    async def remember_ipc_message(self, message_id: str, chat_id: int) -> bool:
+        """True the first time a progress message id is seen; False for a repeat."""
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "INSERT INTO ipc_messages (id, chat_id, received_at) VALUES (?, ?, ?) ON CONFLICT(id) DO NOTHING",
+                (message_id, chat_id, time.time()),
+            )
+        return cursor.rowcount == 1

@@ -1,0 +1,26 @@
+"""Every repository on one database connection, opened once by the composition root and passed in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.settings import Settings
+from core.store.chats import ChatStore
+from core.store.db import Database
+from core.store.messages import MessageStore
+from core.store.outbox import OutboxStore
+from core.store.turns import TurnStore
+
+
+@dataclass(slots=True)
+class Stores:
+    db: Database
+    chats: ChatStore
+    messages: MessageStore
+    turns: TurnStore
+    outbox: OutboxStore
+
+    @classmethod
+    async def open(cls, settings: Settings) -> Stores:
+        db = await Database.open(settings.db_path)
+        return cls(db=db, chats=ChatStore(db), messages=MessageStore(db), turns=TurnStore(db), outbox=OutboxStore(db))

@@ -1,0 +1,51 @@
+"""Main-agent turns, recorded so a spawn request can be traced to (and cancelled with) its turn."""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+
+from core.store.db import Database
+
+
+class TurnStatus(StrEnum):
+    """A main-agent turn's state: running until it completes, fails or is aborted (merge, /stop, restart)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+
+class TurnStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def start(self, turn_id: str, chat_id: int) -> None:
+        async with self._db.write() as conn:
+            await conn.execute(
+                "INSERT INTO turns (id, chat_id, status, started_at) VALUES (?, ?, 'running', ?)",
+                (turn_id, chat_id, time.time()),
+            )
+
+    async def end(self, turn_id: str, status: TurnStatus) -> bool:
+        """Move a running turn to its final status; False if it already ended (first outcome wins)."""
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "UPDATE turns SET status = ?, ended_at = ? WHERE id = ? AND status = 'running'",
+                (status, time.time(), turn_id),
+            )
+        return cursor.rowcount == 1
+
+    async def status(self, turn_id: str) -> TurnStatus | None:
+        async with self._db.conn.execute("SELECT status FROM turns WHERE id = ?", (turn_id,)) as cursor:
+            row = await cursor.fetchone()
+        return TurnStatus(row[0]) if row else None
+
+    async def close_interrupted(self) -> int:
+        """At start-up: turns left `running` by a crash can never finish; they count as aborted."""
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "UPDATE turns SET status = 'aborted', ended_at = ? WHERE status = 'running'", (time.time(),)
+            )
+        return cursor.rowcount

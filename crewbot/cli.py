@@ -1,0 +1,296 @@
+"""The `crewbot` command: run, console, logs, migrate, doctor, image build.
+
+Every way a command can fail to start ends in `crewbot: cannot start: <cause>: <fix>` on stderr (one line
+per cause) and a non-zero exit; tracebacks go to the log file, secrets nowhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from core.logging import configure_logging, get_logger, release_held_logs
+from core.settings import LLMProvider, Settings, SettingsError, load_settings
+from crewbot.startup import (
+    DataDirLock,
+    StartupError,
+    check_data_dir,
+    check_database,
+    explain,
+    keep_traceback,
+    lock_data_dir,
+    secrets_of,
+)
+
+log = get_logger("crewbot")
+
+CANNOT_START = "crewbot: cannot start: "
+STARTS = frozenset({"run", "console", "migrate"})  # commands whose failure means the bot cannot start
+EXIT_CANNOT_START = 2
+EXIT_CRASHED = 1
+EXIT_INTERRUPTED = 130
+NO_TOKEN_NOTE = "TELEGRAM_BOT_TOKEN is not set, so this is the console (README: Putting it in a Telegram group)."
+LOGS_TAIL_CHARS = 10_000  # `crewbot logs` shows this much of a run's output by default
+
+
+def _log_file(settings: Settings, name: str) -> Path:
+    return settings.data_dir / "logs" / name
+
+
+def _prepare(settings: Settings) -> DataDirLock:
+    """Checks before anything opens, then the DATA_DIR lock that the bot holds while it runs."""
+    check_data_dir(settings.data_dir)
+    check_database(settings.db_path)
+    _log_file(settings, "").mkdir(parents=True, exist_ok=True)
+    return lock_data_dir(settings.data_dir)
+
+
+def _quiet_pydantic_ai() -> None:
+    import pydantic_ai
+
+    pydantic_ai.BANNER_ENABLED = False  # its first-run banner would land in the middle of the chat
+
+
+def _intro(settings: Settings, log_file: Path, why: str | None) -> list[str]:
+    lines = [why] if why else []
+    if settings.llm_provider is LLMProvider.OFFLINE:
+        lines.append(
+            "Model: the offline demo model (no LLM configured): it answers from a script; "
+            "`background: $ echo hello` starts a subagent."
+        )
+    else:
+        lines.append(f"Model: {settings.llm_model} ({settings.llm_provider.value}).")
+    lines.append(f"Logs: {log_file}")
+    return lines
+
+
+def _console(settings: Settings, why: str | None = None) -> int:
+    from bot.channels.console import ConsoleChannel
+    from crewbot.serve import docker_runtime, serve, subagents_readiness
+
+    lock = _prepare(settings)
+    log_file = _log_file(settings, "console.log")
+    # The terminal is the chat: logs go to a file only, so they do not interleave with the conversation.
+    configure_logging(
+        settings.log_format.value, settings.log_level, secrets_of(settings), log_file=log_file, to_stream=False
+    )
+    _quiet_pydantic_ai()
+
+    async def session() -> int:
+        runtime = docker_runtime(settings)
+        intro = [*_intro(settings, log_file, why), await subagents_readiness(settings, runtime)]
+        channel = ConsoleChannel(settings.assistant_name, intro=intro)
+        return await serve(settings, channel, runtime)
+
+    try:
+        return asyncio.run(session())
+    finally:
+        lock.release()
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.telegram_bot_token is None:
+        return _console(settings, NO_TOKEN_NOTE)
+    from bot.channels.telegram import TelegramChannel
+    from crewbot.serve import docker_runtime, serve
+
+    lock = _prepare(settings)
+    log_file = _log_file(settings, "crewbot.log")
+    # Until the bot is up, stderr's log lines are held back: a failed start is one line on the terminal.
+    configure_logging(
+        settings.log_format.value, settings.log_level, secrets_of(settings), log_file=log_file, hold_stream=True
+    )
+    _quiet_pydantic_ai()
+    channel = TelegramChannel(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base_url)
+
+    def started() -> None:
+        release_held_logs()
+        log.info("logging_to", stream="stderr", file=str(log_file))
+
+    try:
+        return asyncio.run(serve(settings, channel, docker_runtime(settings), on_started=started))
+    finally:
+        release_held_logs(write=False)  # only still held if the start failed: that is one line, not a log
+        lock.release()
+
+
+def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    return _console(settings)
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from core.store.db import Database
+
+    check_data_dir(settings.data_dir)
+    check_database(settings.db_path)
+
+    async def migrate() -> int:
+        db = await Database.open(settings.db_path)
+        version = await db.schema_version()
+        await db.close()
+        print(f"database {settings.db_path} is at schema version {version}")
+        return 0
+
+    return asyncio.run(migrate())
+
+
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from crewbot.doctor import run_doctor
+
+    configure_logging(settings.log_format.value, "WARNING", secrets_of(settings))
+    return asyncio.run(run_doctor(settings))
+
+
+def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
+    from crewbot.logs_command import show_logs
+
+    if not settings.db_path.exists():
+        raise StartupError(f"no database at {settings.db_path} yet", "start the bot first, or check DATA_DIR")
+    check_database(settings.db_path)
+    configure_logging(settings.log_format.value, "WARNING", secrets_of(settings))
+    return asyncio.run(show_logs(settings, args.run_id, args.chars, follow=args.follow))
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from runner.image import main as image_main
+
+    flags = ["--force"] if args.force else ["--if-missing"] if args.if_missing else []
+    return int(image_main(flags))
+
+
+def _version() -> str:
+    try:
+        return version("crewbot")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="crewbot", description=__doc__.split("\n", 1)[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"crewbot {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, summary: str, description: str, func: Callable[..., int]) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=summary, description=description)
+        command.set_defaults(func=func)
+        return command
+
+    add(
+        "run",
+        "start the bot (Telegram, or the console when no token is set)",
+        "Start the bot on Telegram with TELEGRAM_BOT_TOKEN; without one, open the console. Settings come from the "
+        "environment and .env. Logs go to stderr and DATA_DIR/logs/crewbot.log. Stop with Ctrl-C or SIGTERM: "
+        "running subagents keep going and are picked up at the next start.",
+        cmd_run,
+    )
+    add(
+        "console",
+        "chat with the bot from this terminal",
+        "Chat with the bot in a local group chat from this terminal, with the same engine, store and subagents "
+        "as on Telegram. Logs go to DATA_DIR/logs/console.log. Leave with /quit, Ctrl-D or Ctrl-C.",
+        cmd_console,
+    )
+    logs = add(
+        "logs",
+        "show what a subagent run has printed",
+        "Show the output of a subagent run so far (while it runs: its container's output; after it ended: the "
+        "log kept in DATA_DIR/runs/<run id>/). Run ids are in the chat's /subagents list.",
+        cmd_logs,
+    )
+    logs.add_argument("run_id", help="the run's id, as /subagents lists it")
+    logs.add_argument("--chars", type=_positive, default=LOGS_TAIL_CHARS, help="how much of the end to show")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the run ends")
+    add(
+        "migrate",
+        "create or upgrade the database",
+        "Create DATA_DIR/crewbot.sqlite3 or apply pending migrations (the bot also does this at start).",
+        cmd_migrate,
+    )
+    add(
+        "doctor",
+        "check settings, database, Telegram, LLM and Docker",
+        "Check every dependency, one line each (ok, FAIL or skip); each failure says how to fix it. "
+        "Exits non-zero when a check fails.",
+        cmd_doctor,
+    )
+    image = sub.add_parser("image", help="the subagent image", description="Build the Docker image subagents run in.")
+    image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
+    build = image_sub.add_parser(
+        "build",
+        help="build the subagent image",
+        description="Build the subagent image (and a local base image when none can be pulled).",
+    )
+    build.add_argument("--if-missing", action="store_true", help="do nothing when the image exists")
+    build.add_argument("--force", action="store_true", help="rebuild even when the image exists")
+    build.set_defaults(func=cmd_image)
+    return parser
+
+
+def _fail(lines: Sequence[str], prefix: str = CANNOT_START) -> None:
+    for line in lines:
+        print(f"{prefix}{line}", file=sys.stderr)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """The command, for tests: the exit code, with every failure already reported in one line."""
+    args = build_parser().parse_args(argv)
+    if args.command == "image":
+        return cmd_image(args)
+    settings: Settings | None = None
+    log_file: Path | None = None
+    try:
+        settings = load_settings()
+        log_file = _log_file(settings, "console.log" if _is_console(args, settings) else "crewbot.log")
+        return int(args.func(args, settings))
+    except SettingsError as exc:
+        if args.command == "doctor":
+            from crewbot.doctor import report_bad_settings
+
+            return report_bad_settings(exc.lines)
+        _fail(exc.lines)
+        return EXIT_CANNOT_START
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        from crewbot.serve import Crashed, StartFailed
+
+        cause = exc.__cause__ if isinstance(exc, StartFailed | Crashed) and exc.__cause__ else exc
+        logged = log_file if log_file is not None and log_file.parent.is_dir() else None
+        if not isinstance(cause, StartupError):
+            keep_traceback(cause, logged, settings)
+        if isinstance(exc, Crashed):
+            _fail([explain(cause, settings, logged)], prefix="crewbot: stopped: ")
+            return EXIT_CRASHED
+        _fail([explain(cause, settings, logged)], prefix=CANNOT_START if args.command in STARTS else "crewbot: ")
+        return EXIT_CANNOT_START
+
+
+def _is_console(args: argparse.Namespace, settings: Settings) -> bool:
+    return bool(args.command == "console" or (args.command == "run" and settings.telegram_bot_token is None))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The program: `run`, then leave at once.
+
+    Everything is written and closed by then. Interpreter teardown would still join engine calls blocked
+    in worker threads (a Docker wait slice, a ping to an unreachable DOCKER_HOST) and garbage-collect a
+    large heap, which made Ctrl-C take seconds; neither has anything left to do.
+    """
+    code = run(argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,253 @@
+"""`crewbot doctor`: one line per check (settings, database, Telegram, LLM, Docker), non-zero on failure.
+
+A failing line says what was tried (the URL, the engine's address) and ends in `fix: …`; a check that
+cannot run because an earlier one failed is shown as `skip` with the reason, never left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+
+from core.logging import SecretRedactor
+from core.settings import LLMProvider, Settings
+from core.store.db import Database
+from crewbot.startup import StartupError, check_data_dir, database_problem, secrets_of, telegram_problem
+from crewbot.startup import check_database as check_database_file
+
+if TYPE_CHECKING:
+    from runner.runtime import ContainerRuntime
+
+CHECK_TIMEOUT_SECONDS = 20.0
+CONTAINER_CHECK_TIMEOUT_SECONDS = 60.0
+HTTP_UNAUTHORIZED, HTTP_FORBIDDEN, HTTP_NOT_FOUND, HTTP_ERRORS_FROM = 401, 403, 404, 400
+MAX_OUTPUT_SHOWN_CHARS = 200
+ENGINE_FIX = "`make engine` installs and starts one (Debian, as root), or start Docker; DOCKER_HOST says where to look"
+SETTINGS_FIX = "correct it in .env or the environment (.env.example lists every setting)"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    status: str  # ok, FAIL, skip
+    detail: str
+    fix: str | None = None  # every FAIL has one
+
+
+def fail(detail: str, fix: str) -> CheckResult:
+    return CheckResult("FAIL", detail, fix)
+
+
+def render(name: str, result: CheckResult) -> str:
+    fix = f"; fix: {result.fix}" if result.fix else ""
+    return f"{result.status:<4} {name:<9} {result.detail}{fix}"
+
+
+def _reason(exc: BaseException) -> str:
+    words = " ".join(str(exc).split()) or type(exc).__name__
+    return words[:MAX_OUTPUT_SHOWN_CHARS]
+
+
+async def check_database(settings: Settings) -> CheckResult:
+    try:
+        await asyncio.to_thread(check_data_dir, settings.data_dir)
+        await asyncio.to_thread(check_database_file, settings.db_path)
+        db = await Database.open(settings.db_path)
+    except StartupError as exc:
+        return fail(exc.cause, exc.fix)
+    except Exception as exc:
+        return fail(*database_problem(settings.db_path, exc))
+    try:
+        version = await db.schema_version()
+    finally:
+        await db.close()
+    return CheckResult("ok", f"{settings.db_path} (schema version {version})")
+
+
+async def check_telegram(settings: Settings) -> CheckResult:
+    if settings.telegram_bot_token is None:
+        return CheckResult("skip", "TELEGRAM_BOT_TOKEN is not set; `crewbot run` uses the console channel")
+    from bot.channels.telegram import TelegramChannel
+
+    channel = TelegramChannel(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base_url)
+    url = f"{settings.telegram_api_base_url}<token>/getMe"
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            username = await channel.get_me()
+    except TimeoutError:
+        return fail(f"no answer from {url} within {CHECK_TIMEOUT_SECONDS:.0f} s", "check the network or proxy")
+    except Exception as exc:
+        problem = telegram_problem(exc, settings.telegram_api_base_url)
+        if problem is None:
+            return fail(f"getMe at {url} failed ({_reason(exc)})", "check TELEGRAM_BOT_TOKEN and TELEGRAM_API_BASE_URL")
+        return fail(*problem)
+    return CheckResult("ok", f"getMe answered: @{username}")
+
+
+def _models_request(settings: Settings) -> tuple[str, dict[str, str]]:
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else ""
+    if settings.llm_provider is LLMProvider.OPENAI:
+        base = (settings.llm_base_url or "https://api.openai.com/v1").rstrip("/")
+        return f"{base}/models", {"Authorization": f"Bearer {key}"} if key else {}
+    base = (settings.llm_base_url or "https://api.anthropic.com").rstrip("/")
+    return f"{base}/v1/models", {"x-api-key": key, "anthropic-version": "2023-06-01"}
+
+
+async def check_llm(settings: Settings) -> CheckResult:
+    if settings.llm_provider is LLMProvider.OFFLINE:
+        return CheckResult("ok", "offline demo model (no real LLM configured; LLM_PROVIDER picks one)")
+    provider = settings.llm_provider.value
+    url, headers = _models_request(settings)
+    where = "start the model server, or correct LLM_BASE_URL" if settings.llm_base_url else "check the network or proxy"
+    try:
+        async with httpx.AsyncClient(timeout=CHECK_TIMEOUT_SECONDS) as client:
+            response = await client.get(url, headers=headers)
+    except httpx.TimeoutException:
+        return fail(f"no answer from {url} within {CHECK_TIMEOUT_SECONDS:.0f} s", where)
+    except httpx.HTTPError as exc:
+        return fail(f"cannot reach {url} ({type(exc).__name__}: {_reason(exc)})", where)
+    code = response.status_code
+    if code in (HTTP_UNAUTHORIZED, HTTP_FORBIDDEN):
+        return fail(f"{url} answered HTTP {code}: the key was refused", f"set LLM_API_KEY to a valid {provider} key")
+    if code == HTTP_NOT_FOUND:
+        return fail(
+            f"{url} answered HTTP 404: no API there",
+            "LLM_BASE_URL is the API's base, e.g. http://127.0.0.1:8000/v1 for an OpenAI-compatible server",
+        )
+    if code >= HTTP_ERRORS_FROM:
+        return fail(f"{url} answered HTTP {code}", "check LLM_BASE_URL and the provider's status")
+    return CheckResult("ok", f"{provider} at {url} answered (model {settings.llm_model})")
+
+
+def _engine_reason(exc: BaseException) -> str:
+    text = str(exc)
+    for marker, reason in (
+        ("No such file or directory", "no socket there"),
+        ("Connection refused", "connection refused"),
+        ("Permission denied", "permission denied: run as root or join the docker group"),
+        ("timed out", "timed out"),
+    ):
+        if marker in text:
+            return reason
+    return _reason(exc)[:120]
+
+
+async def _container_check(settings: Settings, runtime: ContainerRuntime) -> CheckResult:
+    from runner.paths import container_user
+    from runner.runtime import ContainerSpec, ContainerStartError
+
+    spec = ContainerSpec(
+        name=f"crewbot-doctor-{secrets.token_hex(4)}",
+        image=settings.subagent_image,
+        command=["-c", "import sys; print(sys.version.split()[0])"],
+        entrypoint=["/opt/venv/bin/python"],
+        labels={"crewbot.doctor": "1"},
+        mounts=[],
+        user=container_user(),
+        network=settings.subagent_network,
+        memory=settings.subagent_memory,
+        cpus=settings.subagent_cpus,
+        pids=settings.subagent_pids,
+        workdir="/tmp",
+    )
+    rebuild = "rebuild the image: `crewbot image build --force`"
+    try:
+        container_id = await runtime.start(spec)
+    except ContainerStartError as exc:
+        return fail(
+            f"the engine refused a test container ({_reason(exc)})",
+            "check SUBAGENT_MEMORY, SUBAGENT_CPUS, SUBAGENT_PIDS and SUBAGENT_NETWORK",
+        )
+    try:
+        code = await runtime.wait(container_id, CONTAINER_CHECK_TIMEOUT_SECONDS)
+        output = (await runtime.logs(container_id)).decode(errors="replace").strip()
+    finally:
+        await runtime.kill(container_id)
+        await runtime.remove(container_id)
+    if code is None:
+        return fail(
+            f"a test container did not finish within {CONTAINER_CHECK_TIMEOUT_SECONDS:.0f} s",
+            "the engine may be overloaded: look at `docker ps`",
+        )
+    if code != 0:
+        return fail(f"a test container exited with code {code}: {output[-MAX_OUTPUT_SHOWN_CHARS:]}", rebuild)
+    return CheckResult("ok", f"started with the subagent limits (Python {output})")
+
+
+async def check_docker(settings: Settings, runtime: ContainerRuntime) -> list[tuple[str, CheckResult]]:
+    endpoint = getattr(runtime, "endpoint", "the Docker engine")
+    image = settings.subagent_image
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            await runtime.ping()
+    except Exception as exc:
+        down = fail(f"no engine answers at {endpoint} ({_engine_reason(exc)})", ENGINE_FIX)
+        skipped = CheckResult("skip", "not checked: no Docker engine")
+        return [("docker", down), ("image", skipped), ("container", skipped)]
+    results = [("docker", CheckResult("ok", f"engine answers at {endpoint}"))]
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            present = await runtime.image_exists(image)
+    except Exception as exc:
+        present = False
+        results.append(("image", fail(f"cannot ask the engine for {image} ({_reason(exc)})", ENGINE_FIX)))
+    else:
+        if present:
+            results.append(("image", CheckResult("ok", image)))
+        else:
+            results.append(
+                ("image", fail(f"{image} is not on the engine", "`crewbot image build` (about 600 MB, a few minutes)"))
+            )
+    if not present:
+        return [*results, ("container", CheckResult("skip", "not checked: no image"))]
+    try:
+        async with asyncio.timeout(CONTAINER_CHECK_TIMEOUT_SECONDS + CHECK_TIMEOUT_SECONDS):
+            results.append(("container", await _container_check(settings, runtime)))
+    except Exception as exc:
+        results.append(("container", fail(f"a test container could not be run ({_reason(exc)})", ENGINE_FIX)))
+    return results
+
+
+async def _guard(name: str, check: Callable[[], Awaitable[CheckResult]]) -> tuple[str, CheckResult]:
+    try:
+        return name, await asyncio.wait_for(check(), CHECK_TIMEOUT_SECONDS + 5)
+    except Exception as exc:  # a check's own bug must not hide the others
+        return name, fail(f"the check itself failed ({type(exc).__name__}: {_reason(exc)})", "report this as a bug")
+
+
+def report_bad_settings(lines: Sequence[str], out: Callable[[str], None] = print) -> int:
+    """Settings that do not load: one FAIL line per bad variable (the other checks need them)."""
+    for line in lines:
+        out(render("settings", fail(line.removeprefix("invalid setting "), SETTINGS_FIX)))
+    return 1
+
+
+async def run_doctor(
+    settings: Settings, out: Callable[[str], None] = print, runtime: ContainerRuntime | None = None
+) -> int:
+    results: list[tuple[str, CheckResult]] = [
+        ("settings", CheckResult("ok", f"provider {settings.llm_provider.value}, data in {settings.data_dir}"))
+    ]
+    results.append(await _guard("database", lambda: check_database(settings)))
+    results.append(await _guard("telegram", lambda: check_telegram(settings)))
+    results.append(await _guard("llm", lambda: check_llm(settings)))
+    if runtime is None:
+        from runner.docker_runtime import DockerRuntime
+
+        owned: ContainerRuntime = DockerRuntime(max_concurrency=1)
+    else:
+        owned = runtime
+    try:
+        results.extend(await check_docker(settings, owned))
+    finally:
+        if runtime is None:
+            await owned.close()
+    # Library errors quote what they were given (a rejected token, say): never print a secret.
+    redactor = SecretRedactor(secrets_of(settings))
+    for name, result in results:
+        out(redactor.scrub(render(name, result)))
+    return 1 if any(result.status == "FAIL" for _, result in results) else 0

@@ -1,0 +1,234 @@
+"""Running the bot from the CLI: wiring the subagent system in, the console session, and stopping on a signal.
+
+Part of the composition root (only `crewbot.cli` imports it), so it may build runner objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from bot.agent.main_agent import Spawner
+from bot.agent.spawn_guard import CapCheckedSpawner
+from bot.channels.base import Channel
+from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
+from bot.commands import RunControl, WorkspaceControl
+from bot.run_output import ContainerLogs, RunOutputReader, RunsView
+from core.delivery import Delivery
+from core.logging import get_logger
+from core.settings import Settings
+from core.store.db import Database
+from core.store.runs import FINAL_STATUSES, RunStore
+from core.store.stores import Stores
+from core.typing_indicator import TypingIndicator
+from crewbot.app import App, SubagentFactory
+
+if TYPE_CHECKING:
+    from runner.runtime import ContainerRuntime
+    from runner.service import SubagentService
+
+log = get_logger("crewbot")
+
+CONSOLE_SETTLE_SECONDS = 1.5  # after piped input ends, how long the chat must stay quiet before exiting
+ENGINE_PROBE_SECONDS = 3.0  # the console's "are subagents ready" line waits this long for the engine
+FORCED_EXIT_CODE = 130  # a second Ctrl-C: 128 + SIGINT
+MAX_FAREWELL_RUNS = 100
+
+
+class StartFailed(Exception):
+    """The bot did not come up; `__cause__` says why."""
+
+
+class Crashed(Exception):
+    """The bot stopped with an error after it had started; `__cause__` says why."""
+
+
+class ObservedSubagents:
+    """The subagent service as the app sees it: spawns answered early when the caps are full, and run
+    control that also shows when runs ended and what they printed."""
+
+    def __init__(self, service: SubagentService, spawner: Spawner, control: RunsView) -> None:
+        self._service = service
+        self._spawner = spawner
+        self._control = control
+
+    @property
+    def spawner(self) -> Spawner:
+        return self._spawner
+
+    @property
+    def control(self) -> RunControl:
+        return self._control
+
+    @property
+    def workspaces(self) -> WorkspaceControl:
+        return self._service.workspaces
+
+    async def start(self) -> None:
+        await self._service.start()
+
+    async def stop(self) -> None:
+        await self._service.stop()
+
+
+def docker_runtime(settings: Settings) -> ContainerRuntime:
+    from runner.docker_runtime import DockerRuntime
+
+    return DockerRuntime(max_concurrency=settings.max_concurrent_subagents)
+
+
+def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> RunOutputReader:
+    from runner.paths import DataPaths
+    from runner.run_files import LOG_FILE
+
+    paths = DataPaths(settings.data_dir)
+    return RunOutputReader(RunStore(db), runtime, lambda run_id: paths.run_dir(run_id) / LOG_FILE)
+
+
+def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRuntime) -> SubagentFactory:
+    from runner.service import SubagentService
+
+    def build(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
+        service = SubagentService(settings, stores, delivery, typing, runtime)
+        spawner = CapCheckedSpawner(
+            service.spawner,
+            service.live.count,
+            service.runs.exists,
+            max_total=settings.max_concurrent_subagents,
+            max_per_chat=settings.max_subagents_per_chat,
+        )
+        view = RunsView(service.control, service.runs, output_reader(settings, stores.db, runtime))
+        return ObservedSubagents(service, spawner, view)
+
+    return build
+
+
+async def subagents_readiness(settings: Settings, runtime: ContainerRuntime) -> str:
+    """One line for the console's intro: can subagents run here, and if not, what to do."""
+    image = settings.subagent_image
+    endpoint = getattr(runtime, "endpoint", "the Docker engine")
+    try:
+        async with asyncio.timeout(ENGINE_PROBE_SECONDS):
+            await runtime.ping()
+            if not await runtime.image_exists(image):
+                return f"Subagents: the image {image} is missing, so they fail: run `crewbot image build`."
+    except Exception as exc:
+        log.info("subagents_not_ready", error=str(exc))
+        return (
+            f"Subagents: no Docker engine answers at {endpoint}, so they fail until one does "
+            "(`make engine` starts one, as root); chatting works."
+        )
+    return f"Subagents: ready (Docker at {endpoint}, image {image})."
+
+
+def _install_signals(stop: asyncio.Event, on_second: Callable[[], None]) -> None:
+    """SIGINT/SIGTERM ask for a clean stop; a second one leaves at once (everything stored is crash-safe)."""
+    loop = asyncio.get_running_loop()
+
+    def handle() -> None:
+        if stop.is_set():
+            on_second()
+            os._exit(FORCED_EXIT_CODE)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, handle)
+
+
+async def _start(app: App, stop: asyncio.Event) -> bool:
+    """Start the app unless a stop comes first; False if it did (the start is abandoned, cleanly)."""
+    starting = asyncio.create_task(app.start(), name="app-start")
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await starting
+        return False
+    starting.result()  # raises what stopped the start
+    return True
+
+
+async def serve(
+    settings: Settings, channel: Channel, runtime: ContainerRuntime, on_started: Callable[[], None] | None = None
+) -> int:
+    """Run until a signal (or the console ends); `on_started` runs once the bot is up."""
+    stop = asyncio.Event()
+    _install_signals(stop, channel.abandon if isinstance(channel, ConsoleChannel) else lambda: None)
+    stores: Stores | None = None
+    try:
+        stores = await Stores.open(settings)
+        app = App(settings, channel, stores, subagent_factory(settings, stores, runtime))
+    except Exception as exc:
+        await runtime.close()
+        if stores is not None:
+            await stores.db.close()
+        raise StartFailed from exc
+    try:
+        started = await _start(app, stop)
+    except Exception as exc:
+        await app.stop()
+        raise StartFailed from exc
+    if started and on_started is not None:
+        on_started()
+    try:
+        if isinstance(channel, ConsoleChannel):
+            if started:
+                await _until_console_done(app, channel, stop)
+            channel.finish(await _farewell(app))
+        elif started:
+            await stop.wait()
+    except Exception as exc:
+        raise Crashed from exc
+    finally:
+        log.info("shutting_down")
+        await app.stop()
+    return 0
+
+
+async def _until_console_done(app: App, channel: ConsoleChannel, stop: asyncio.Event) -> None:
+    waiter = asyncio.create_task(stop.wait())
+    eof = asyncio.create_task(channel.eof.wait())
+    try:
+        await asyncio.wait({waiter, eof}, return_when=asyncio.FIRST_COMPLETED)
+        if channel.interactive:
+            return  # a person said /quit, Ctrl-D or Ctrl-C: leave now, running work carries on
+        # Piped input ended: let the chat's turn and subagents finish so a scripted demo shows their results.
+        while not stop.is_set():
+            done = asyncio.create_task(app.wait_quiet(CONSOLE_CHAT_ID))
+            await asyncio.wait({done, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                done.cancel()
+                break
+            await asyncio.sleep(CONSOLE_SETTLE_SECONDS)
+            if app.typing.holders(CONSOLE_CHAT_ID) == 0 and app.engine.idle(CONSOLE_CHAT_ID):
+                break
+    finally:
+        waiter.cancel()
+        eof.cancel()
+
+
+async def _farewell(app: App) -> str:
+    """What keeps running after the console ends, and where its results will show."""
+    live = 0
+    if app.subagents is not None:
+        try:
+            runs = await app.subagents.control.list_runs(CONSOLE_CHAT_ID, MAX_FAREWELL_RUNS)
+            live = sum(1 for r in runs if r.status not in FINAL_STATUSES)
+        except Exception:  # a farewell must not fail the exit
+            log.warning("farewell_runs_unknown", exc_info=True)
+    words = ["Bye."]
+    if not app.engine.idle(CONSOLE_CHAT_ID):
+        words.append("The answer in progress was stopped (send the message again for one).")
+    if live:
+        runs_text = "1 subagent run keeps" if live == 1 else f"{live} subagent runs keep"
+        words.append(f"{runs_text} running in Docker; the next `crewbot console` on this DATA_DIR shows the results.")
+    else:
+        words.append("Nothing is left running.")
+    return " ".join(words)

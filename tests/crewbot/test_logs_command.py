@@ -1,0 +1,113 @@
+"""`crewbot logs <run id>`: a run's output without `docker logs`; the real command on a real DATA_DIR."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+from core.store.chats import ChatStore
+from core.store.db import Database
+from core.store.runs import RunStatus, RunStore
+from crewbot.logs_command import show_logs
+from runner.runtime import ContainerSpec
+from tests.crewbot.cli_env import crewbot_env, run_crewbot
+from tests.fakes.memory_runtime import MemoryRuntime
+from tests.harness import make_settings
+
+CHAT = -100
+
+
+class Screen(io.StringIO):
+    """stdout for the command; `until` wakes on each write (no polling)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._written = asyncio.Event()
+
+    def write(self, text: str) -> int:
+        self._written.set()
+        return super().write(text)
+
+    async def until(self, text: str) -> None:
+        async with asyncio.timeout(5):
+            while text not in self.getvalue():
+                self._written.clear()
+                await self._written.wait()
+
+
+async def record_run(data_dir: Path, run_id: str, *, finished: bool, container_id: str | None = None) -> RunStore:
+    db = await Database.open(data_dir / "crewbot.sqlite3")
+    runs = RunStore(db)
+    await ChatStore(db).ensure(CHAT, "group", "g")
+    await runs.create(
+        run_id,
+        chat_id=CHAT,
+        turn_id=None,
+        task="$ make all",
+        label="make all",
+        include_context=False,
+        status=RunStatus.QUEUED,
+    )
+    await runs.mark_running(run_id, None)
+    if container_id is not None:
+        await runs.set_container(run_id, container_id)
+    if finished:
+        await runs.finish(run_id, RunStatus.COMPLETED, result="built")
+    await db.close()
+    return runs
+
+
+async def test_a_finished_runs_kept_log(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    await record_run(data_dir, "abc123def456", finished=True)
+    (data_dir / "runs" / "abc123def456").mkdir(parents=True)
+    (data_dir / "runs" / "abc123def456" / "container.log").write_bytes(b"compiling\n\x1b[32mok\x1b[0m\n")
+    env = crewbot_env(data_dir)
+
+    done = await asyncio.to_thread(run_crewbot, ["logs", "abc123def456"], env, tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    heading, *output = done.stdout.splitlines()
+    assert heading.startswith("== run abc123def456 (make all): completed, ") and heading.endswith("s ago ==")
+    assert output == ["compiling", "ok"]  # the colour codes a hostile task could abuse are gone
+
+
+async def test_an_unknown_run_is_one_line(tmp_path: Path) -> None:
+    await record_run(tmp_path / "data", "abc123def456", finished=True)
+
+    done = await asyncio.to_thread(run_crewbot, ["logs", "nope"], crewbot_env(tmp_path / "data"), tmp_path)
+
+    assert done.returncode != 0
+    assert done.stderr.strip() == (
+        f"crewbot: no run 'nope' in {tmp_path / 'data' / 'crewbot.sqlite3'}: the chat's /subagents lists run ids"
+    )
+
+
+async def test_follow_prints_new_output_until_the_run_ends(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+
+    async with MemoryRuntime() as runtime:  # no behaviour: the container runs until the test ends it
+        spec = ContainerSpec(name="c", image="img", command=[], labels={}, mounts=[], user="1000:1000")
+        container_id = await runtime.start(spec)
+        runtime.container(container_id).logs = b"step 1\n"
+        await record_run(data_dir, "run-f", finished=False, container_id=container_id)
+        out = Screen()
+        follow = asyncio.create_task(
+            show_logs(
+                make_settings(data_dir), "run-f", 1000, follow=True, out=out, runtime=runtime, interval_seconds=0.01
+            )
+        )
+        await out.until("step 1")
+        runtime.finish(container_id, 0, logs=b"step 2\n")
+        await out.until("step 2")
+        db = await Database.open(data_dir / "crewbot.sqlite3")
+        await RunStore(db).finish("run-f", RunStatus.COMPLETED, result="done")
+        await db.close()
+
+        assert await asyncio.wait_for(follow, 5) == 0
+
+    lines = out.getvalue().splitlines()
+    assert lines[1:3] == ["step 1", "step 2"]
+    assert lines[0].startswith("== run run-f (make all): running for ")
+    assert lines[-1].startswith("== run run-f (make all): completed")
