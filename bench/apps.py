@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from pydantic_ai.models import Model
 
-from bot.app import App, Stores
 from bot.channels.telegram import TelegramChannel
-from bot.delivery import Delivery
-from bot.settings import Settings
-from bot.store.runs import FINAL_STATUSES
-from bot.typing_indicator import TypingIndicator
+from core.delivery import Delivery
+from core.settings import Settings
+from core.store.runs import FINAL_STATUSES
+from core.store.stores import Stores
+from core.typing_indicator import TypingIndicator
+from crewbot.app import App
 from runner.docker_runtime import DockerRuntime
 from runner.live_runs import LiveRuns
 from runner.runtime import ContainerSpec

@@ -24,8 +24,8 @@ from bench.apps import BenchApp, bench_app
 from bench.common import BenchContext, bench_settings, poll_until
 from bench.engine import engine_client, running_containers_of
 from bench.report import Measure, Row
-from bot.store.runs import FINAL_STATUSES, REJECTED, RunRecord
 from container.protocol import SpawnRequest
+from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus
 from runner.ipc import ERRORS_DIR, TASKS_DIR, ensure_chat_dirs, write_spawn_request
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -154,14 +154,14 @@ async def _scenario(ctx: BenchContext, scenario: Scenario, chat_offset: int) -> 
             finally:
                 sampler.stop()
                 await sampling
-            accepted = [r for r in records if r.status != REJECTED]
+            accepted = [r for r in records if r.status != RunStatus.REJECTED]
             delivered_at = await tg.wait_until(
                 lambda: _delivered(tg, chat_ids, "[Task: burst ", len(accepted)), WAIT_SECONDS
             )
             for chat_id in chat_ids:
                 await asyncio.wait_for(bench.app.wait_quiet(chat_id), WAIT_SECONDS)
 
-    rejected = [r for r in records if r.status == REJECTED]
+    rejected = [r for r in records if r.status == RunStatus.REJECTED]
     lost = len(ids - {r.id for r in records})
     left_in_tasks = sum(len(list((ipc_root / folder / TASKS_DIR).iterdir())) for folder in folders.values())
     quarantined = len(list((ipc_root / ERRORS_DIR).iterdir())) if (ipc_root / ERRORS_DIR).is_dir() else 0

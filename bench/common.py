@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bot.settings import Settings, load_settings
+from core.settings import Settings, load_settings
 
 T = TypeVar("T")
 

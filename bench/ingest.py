@@ -21,8 +21,8 @@ from bench.apps import BenchApp, bench_app
 from bench.common import BenchContext, bench_settings, poll_until
 from bench.report import Measure, Row
 from bench.tg_process import TelegramProcess
-from bot.app import Stores
-from bot.store.messages import NewMessage
+from core.store.messages import NewMessage
+from core.store.stores import Stores
 
 NAME = "ingest"
 MESSAGES = 1_000

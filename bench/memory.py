@@ -20,7 +20,7 @@ from bench.apps import bench_app
 from bench.common import BenchContext, bench_settings, poll_until
 from bench.report import Measure, Row
 from bench.tg_process import TelegramProcess
-from bot.store.messages import NewMessage, insert_params
+from core.store.messages import NewMessage, insert_params
 
 NAME = "memory"
 HISTORY_PER_CHAT = 19  # plus the mention: 20 stored user messages per chat

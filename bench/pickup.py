@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from bench.common import BenchContext, ms, wait_event
 from bench.report import Measure, Row
-from bot.store.chats import folder_for_chat
 from container.protocol import SpawnRequest
+from core.store.chats import folder_for_chat
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 from runner.ipc_outcome import RequestOutcome
 from runner.watcher import POLL_DELAY_MS, IpcWatcher

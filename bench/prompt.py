@@ -13,8 +13,8 @@ import time
 from bench.common import BenchContext, bench_settings, ms
 from bench.report import Measure, Row
 from bot.agent.prompt import build_prompt
-from bot.app import Stores
-from bot.store.messages import NewMessage, insert_params
+from core.store.messages import NewMessage, insert_params
+from core.store.stores import Stores
 
 NAME = "prompt"
 SIZES = (100, 10_000, 100_000)
