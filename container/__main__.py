@@ -11,6 +11,8 @@ import os
 import signal
 import sys
 import threading
+import time
+from typing import Protocol
 
 from container.channel import ChannelRefused, RunChannel
 from container.paths import ContainerPaths
@@ -21,6 +23,14 @@ EXIT_COMPLETED = 0
 EXIT_FAILED = 1
 EXIT_BAD_TASK = 2
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# A finished run keeps offering its result this long while the host is away (a restart, an upgrade).
+REPORT_RETRY_SECONDS = 900.0
+REPORT_FIRST_RETRY_SECONDS = 1.0
+REPORT_MAX_RETRY_SECONDS = 30.0
+
+
+class ResultSink(Protocol):
+    async def report(self, result: RunResult) -> str: ...
 
 
 def log(line: str) -> None:
@@ -60,16 +70,34 @@ async def run_main(paths: ContainerPaths) -> int:
             return EXIT_BAD_TASK
         log(f"run {task.run_id}: starting task {task.label!r}")
         result = await _run_until_signal(task, channel, paths)
-        try:
-            await channel.report(result)
-        except Exception as exc:
-            log(f"run {task.run_id}: the result could not be reported: {describe_error(exc)}")
+        if not await report(channel, result, task.run_id):
             return EXIT_FAILED
     if result.status == "completed":
         log(f"run {task.run_id}: completed ({result.input_tokens} in / {result.output_tokens} out tokens)")
         return EXIT_COMPLETED
     log(f"run {task.run_id}: failed: {result.error}")
     return EXIT_FAILED
+
+
+async def report(channel: ResultSink, result: RunResult, run_id: str) -> bool:
+    """Hand the result over, waiting out a host that is restarting (its socket comes back): the host's
+    time limit, not this loop, decides how long a finished run may wait. A refusal is final."""
+    deadline = time.monotonic() + REPORT_RETRY_SECONDS
+    delay = REPORT_FIRST_RETRY_SECONDS
+    while True:
+        try:
+            await channel.report(result)
+            return True
+        except ConnectionError as exc:
+            if time.monotonic() + delay > deadline:
+                log(f"run {run_id}: the result could not be reported: {describe_error(exc)}")
+                return False
+            log(f"run {run_id}: the host is not answering; trying again in {delay:g} s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, REPORT_MAX_RETRY_SECONDS)
+        except Exception as exc:
+            log(f"run {run_id}: the result could not be reported: {describe_error(exc)}")
+            return False
 
 
 def main() -> int:
