@@ -30,7 +30,7 @@ from bench.common import CHATS_PER_WORKER, BenchContext
 from bench.engine import remove_containers_of_chats
 from bench.machine import machine_info
 from bench.report import Outcome, Row, markdown_table, notes_text
-from bot.logging import configure_logging
+from core.logging import configure_logging
 from tests.fakes.loopback_guard import install_loopback_guard
 
 BENCHMARKS: dict[str, str] = {
@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, str] = {
     "ingest": "bench.ingest",
     "memory": "bench.memory",
     "prompt": "bench.prompt",
+    "stall": "bench.loop_stall",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOGS_DIR = RESULTS_DIR / "logs"

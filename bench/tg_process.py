@@ -1,9 +1,10 @@
 """The fake Telegram Bot API in a process of its own, driven over loopback HTTP.
 
-For the ingest and memory benchmarks: the server's work (and its memory: it keeps every update and
+For the ingest, memory and stall benchmarks: the server's work (and its memory: it keeps every update and
 message) must not be counted as the bot's. `python -m bench.tg_process` prints `PORT <n>` and serves until
-its stdin closes; `/control/push` takes `{"messages": [{"chat_id": .., "text": ..}]}` and `/control/sent`
-answers how many messages the bot has sent.
+its stdin closes; `/control/push` takes `{"messages": [{"chat_id": .., "text": ..}]}`, `/control/chats` takes
+`{"chat_ids": [..]}` (chats the bot is in, without a message) and `/control/sent` answers how many messages
+the bot has sent.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ControlledFakeTelegram(FakeTelegram):
-    """The tests' fake, plus two control routes ahead of the Bot API ones."""
+    """The tests' fake, plus three control routes ahead of the Bot API ones."""
 
     def _build_app(self) -> web.Application:
         app = super()._build_app()
@@ -43,6 +44,11 @@ class ControlledFakeTelegram(FakeTelegram):
             for message in body["messages"]:
                 self.push_message(int(message["chat_id"]), str(message["text"]))
             return web.json_response({"pushed": len(body["messages"])})
+        if action == "chats":
+            body = await request.json()
+            for chat_id in body["chat_ids"]:
+                self.add_chat(int(chat_id), title=f"bench {chat_id}")
+            return web.json_response({"added": len(body["chat_ids"])})
         if action == "sent":
             return web.json_response({"sent": len(self.sent_messages())})
         return web.json_response({"error": f"unknown control action {action!r}"}, status=404)
@@ -105,6 +111,9 @@ class TelegramProcess:
 
     async def push(self, messages: list[tuple[int, str]]) -> None:
         await self._call("POST", "push", {"messages": [{"chat_id": c, "text": t} for c, t in messages]})
+
+    async def add_chats(self, chat_ids: list[int]) -> None:
+        await self._call("POST", "chats", {"chat_ids": chat_ids})
 
     async def sent(self) -> int:
         return int((await self._call("GET", "sent"))["sent"])
