@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 from collections.abc import Callable
@@ -175,6 +176,11 @@ async def serve(
     except Exception as exc:
         await app.stop()
         raise StartFailed from exc
+    if started:
+        # What start-up made (libraries, settings, the store) lives as long as the bot: frozen, a full
+        # garbage collection no longer walks it, which alone stalled the event loop ~200 ms (bench: stall).
+        gc.collect()
+        gc.freeze()
     if started and on_started is not None:
         on_started()
     try:
