@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
+
 from core.settings import LLMProvider
 from runner.llm_upstream import ProxyError
 
@@ -240,3 +242,16 @@ def _labels(dropped: list[str]) -> tuple[str, ...]:
     if len(dropped) > MAX_DROPPED_LABELS:
         labels.append(f"... and {len(dropped) - MAX_DROPPED_LABELS} more")
     return tuple(labels)
+
+
+def parse_body(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 the container's SDK shows."""
+    try:
+        # Not json.loads: a deeply nested body raises RecursionError there, an unhandled 500. This parser
+        # stops at depth 200, far beyond any real request, and refuses NaN, which no provider takes as JSON.
+        payload = pydantic_core.from_json(body, allow_inf_nan=False)
+    except ValueError:
+        raise ProxyError(400, "invalid_request", "request body is not JSON (or nested too deeply)") from None
+    if not isinstance(payload, dict):
+        raise ProxyError(400, "invalid_request", "request body must be a JSON object")
+    return payload

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import pydantic_core
 from aiohttp import web
 
 from container.protocol import RUN_API_PREFIX
 from core.logging import get_logger
-from runner.llm_policy import RequestPolicy, Sanitized
+from runner.capped_site import CappedUnixSite
+from runner.llm_policy import RequestPolicy, Sanitized, parse_body
 from runner.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
 from runner.llm_usage import Usage
 from runner.offline_subagent import OfflineSubagentModel
@@ -41,6 +41,8 @@ from runner.run_api import RunEndpoint, handle_run_api
 __all__ = ["LlmProxy", "RunGate", "Spent", "UpstreamConfig", "UsageSink"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# A request's input tokens, estimated from its size before it is sent (about 4 bytes of JSON a token).
+BODY_BYTES_PER_TOKEN = 4
 DEFAULT_MAX_REQUESTS_PER_RUN = 500
 GATE_POLL_SECONDS = 0.25
 # Handlers get this long to finish their answer (usually a 403) when a run's socket closes.
@@ -91,7 +93,7 @@ class _Run:
     runner: web.AppRunner | None = None
     requests: int = 0
     tokens: int = 0
-    reserved: int = 0  # output tokens the calls in flight may still spend
+    reserved: int = 0  # tokens the calls in flight may still spend: their estimated input and output cap
     budget_told: bool = False
     closed: bool = False
     calls: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -156,7 +158,7 @@ class LlmProxy:
         )
         await runner.setup()
         try:
-            await web.UnixSite(runner, str(socket_path)).start()
+            await CappedUnixSite(runner, str(socket_path)).start()
             os.chmod(socket_path, SOCKET_MODE)
         except BaseException:
             await runner.cleanup()
@@ -202,29 +204,36 @@ class LlmProxy:
         started = time.monotonic()
         if not self._live(run):
             return self._refuse(run, request, started)
+        held = 0
         try:
             target = self._upstream.target(request)
-            payload = await self._read_payload(request)
             if run.requests >= self._max_requests:
                 raise ProxyError(
                     429,
                     "run_request_limit",
                     f"run {run.run_id} reached its limit of {self._max_requests} LLM requests",
                 )
-            sanitized = self._sanitize(run, request.path, payload)
+            body = await self._read_body(request)
+            run.requests += 1  # every request read counts, refused or not: refusals cost the host work too
+            held = self._hold_input(run, len(body))
+            # Parsing and the policy's walk of up to 8 MB are CPU work: never on the event loop.
+            sanitized = await asyncio.to_thread(self._parse_and_sanitize, run, request.path, body, held)
         except ProxyError as exc:
+            run.reserved -= held
             self._log_call(run, request, exc.status, None, started, error=exc.error_type)
             return exc.response()
+        if sanitized.dropped:
+            self._log.warning("llm_request_fields_dropped", run_id=run.run_id, dropped=list(sanitized.dropped))
         if not self._live(run):
+            run.reserved -= held
             return self._refuse(run, request, started)
 
-        run.requests += 1
         run.reserved += sanitized.output_cap
         try:
             return await self._call(run, request, target, sanitized.payload, started)
         finally:
             # Released only after _call recorded the tokens: never a moment when the call counts for nothing.
-            run.reserved -= sanitized.output_cap
+            run.reserved -= held + sanitized.output_cap
 
     async def _call(
         self, run: _Run, request: web.Request, target: str, payload: dict[str, Any], started: float
@@ -247,24 +256,35 @@ class LlmProxy:
         self._log_call(run, request, response.status, call.usage, started, stream=call.stream is not None)
         return response
 
-    def _sanitize(self, run: _Run, path: str, payload: dict[str, Any]) -> Sanitized:
-        """The policy's copy of the request: pinned model, output capped by what is left of the budget
-        after the calls in flight."""
-        left = self._max_tokens - run.tokens
-        if left <= 0:
-            self._tell_budget_exhausted(run)  # and the policy refuses the call with the reason
-        elif left <= run.reserved:
-            # Not exhausted: those calls may well spend less than they may. The SDKs retry a 429.
+    def _hold_input(self, run: _Run, body_bytes: int) -> int:
+        """Hold the call's estimated input tokens against what is left of the run's budget, before it is
+        forwarded: parallel calls cannot each spend a whole remaining budget on their prompts."""
+        estimate = max(1, body_bytes // BODY_BYTES_PER_TOKEN)
+        spent_left = self._max_tokens - run.tokens
+        if spent_left <= 0 or (run.reserved == 0 and estimate >= spent_left):
+            self._tell_budget_exhausted(run)
+            raise ProxyError(
+                429,
+                "run_token_budget",
+                f"this run has used its token budget (SUBAGENT_MAX_TOKENS={self._max_tokens}), or this "
+                "request alone would go over it",
+            )
+        if estimate >= spent_left - run.reserved:
+            # Not exhausted: the calls in flight may well spend less than they may. The SDKs retry a 429.
             raise ProxyError(
                 429,
                 "run_token_budget_in_flight",
                 "the rest of this run's token budget (SUBAGENT_MAX_TOKENS) is held by its LLM calls in flight; "
                 "retry when they have finished",
             )
-        sanitized = self._policy.sanitize(path, payload, max(0, left - run.reserved))
-        if sanitized.dropped:
-            self._log.warning("llm_request_fields_dropped", run_id=run.run_id, dropped=list(sanitized.dropped))
-        return sanitized
+        run.reserved += estimate
+        return estimate
+
+    def _parse_and_sanitize(self, run: _Run, path: str, body: bytes, held: int) -> Sanitized:
+        """In a worker thread: the policy's copy of the request, its output capped by what is left of the
+        budget after the calls in flight and this call's own input."""
+        left = self._max_tokens - run.tokens - run.reserved
+        return self._policy.sanitize(path, parse_body(body), max(1, left))
 
     def _tell_budget_exhausted(self, run: _Run) -> None:
         # Once per run: the manager ends it; the 429 the policy raises tells the container why.
@@ -284,23 +304,14 @@ class LlmProxy:
             # Nobody awaits this task: without the log a run that was not stopped would go unexplained.
             self._log.exception("budget_exhausted_callback_failed", run_id=run_id)
 
-    async def _read_payload(self, request: web.Request) -> dict[str, Any]:
+    async def _read_body(self, request: web.Request) -> bytes:
         too_large = ProxyError(413, "request_too_large", f"request body is over {self._max_body_bytes} bytes")
         if request.content_length is not None and request.content_length > self._max_body_bytes:
             raise too_large
         try:
-            body = await request.read()
+            return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
-        try:
-            # Not json.loads: a deeply nested body raises RecursionError there, an unhandled 500. This parser
-            # stops at depth 200, far beyond any real request, and refuses NaN, which no provider takes as JSON.
-            payload = pydantic_core.from_json(body, allow_inf_nan=False)
-        except ValueError:
-            raise ProxyError(400, "invalid_request", "request body is not JSON (or nested too deeply)") from None
-        if not isinstance(payload, dict):
-            raise ProxyError(400, "invalid_request", "request body must be a JSON object")
-        return payload
 
     async def _guarded(self, run: _Run, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
         """Run the call as a task the run owns; cancel it as soon as the run stops being live."""

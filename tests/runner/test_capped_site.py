@@ -1,0 +1,41 @@
+"""A run's socket serves a bounded number of connections: a container cannot take the host's descriptors."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from aiohttp import web
+
+from runner.capped_site import CappedUnixSite
+
+CAP = 4
+
+
+async def test_connections_over_the_cap_are_closed_and_the_held_ones_still_served(tmp_path: Path) -> None:
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text="hi")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    socket = tmp_path / "run.sock"
+    await CappedUnixSite(runner, str(socket), max_connections=CAP).start()
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        for _ in range(CAP + 3):
+            held.append(await asyncio.open_unix_connection(str(socket)))
+        await asyncio.sleep(0.05)
+        # Over the cap: closed at once (end of stream without an answer).
+        for reader, _ in held[CAP:]:
+            assert await asyncio.wait_for(reader.read(), 1) == b""
+        # Within the cap: a half-sent request holds its slot; a whole one is answered.
+        reader, writer = held[0]
+        writer.write(b"GET / HTTP/1.1\r\nHost: run\r\nConnection: close\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 2)
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hi")
+    finally:
+        for _, writer in held:
+            writer.close()
+        await runner.cleanup()
