@@ -4,6 +4,7 @@ its channel folder (the socket, mounted read-only) and the chat's saved sessions
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,14 +13,16 @@ from container.protocol import TaskSpec, write_bytes_atomic, write_json_atomic
 from core.settings import LLMProvider, Settings
 from core.store.chats import Chat
 from runner.live_runs import LiveRun
-from runner.paths import DataPaths, hand_to_container
+from runner.paths import CONTAINER_GID, DataPaths, hand_to_container, host_is_root
 from runner.sessions import SessionFiles
 
 TASK_RECORD_FILE = "task.json"
 LOG_FILE = "container.log"
 MAX_LOG_BYTES = 1024 * 1024  # the tail of a container's output kept for post-mortems
 RUN_DIR_MODE = 0o700
-CHANNEL_DIR_MODE = 0o755  # the container's user may reach the socket, never write beside it
+# Only the container's user (by its group when the host is root) may reach the socket, and never write
+# beside it; other local users cannot reach it at all.
+CHANNEL_DIR_MODE = 0o750
 
 
 class RunFiles:
@@ -58,6 +61,8 @@ class RunFiles:
         write_json_atomic(run_dir / TASK_RECORD_FILE, spec.model_copy(update={"history": []}))
         channel = self._paths.channel_dir(run_id)
         channel.mkdir(parents=True, exist_ok=True)
+        if host_is_root():
+            os.chown(channel, 0, CONTAINER_GID, follow_symlinks=False)
         channel.chmod(CHANNEL_DIR_MODE)
         hand_to_container(self._paths.workspace(chat.folder))
 
