@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.telegram_methods import ApiError, Params, bad_request
+from tests.fakes.telegram_params import ApiError, Params, bad_request
 from tests.fakes.telegram_state import JsonDict
 
 

@@ -27,7 +27,8 @@ from tests.fakes.faults import Fault, FaultQueue
 from tests.fakes.loopback_server import LoopbackServer
 from tests.fakes.telegram_holds import Holds
 from tests.fakes.telegram_http import UploadedFile, answer, chat_param, read_params
-from tests.fakes.telegram_methods import ApiError, BotApi, Params
+from tests.fakes.telegram_methods import BotApi
+from tests.fakes.telegram_params import ApiError, Params
 from tests.fakes.telegram_state import (
     ApiCall,
     ChatAction,
@@ -67,7 +68,7 @@ class FakeTelegram(LoopbackServer):
         strict_html: bool = True,
         port: int = 0,
     ) -> None:
-        """`strict_html` also rejects a bare "&" in HTML (Telegram keeps it); see telegram_text."""
+        """`strict_html` also rejects a bare "&" in HTML (Telegram keeps it); see telegram_html."""
         super().__init__(port=port)
         bot_id, _, secret = token.partition(":")
         if not bot_id.isdigit() or not secret:

@@ -19,18 +19,18 @@ from container.protocol import MAX_RUN_BODY_BYTES
 from core.store.runs import RunStatus
 from runner.outcome import MAX_ERROR_CHARS, MAX_RESULT_CHARS
 from tests.harness import GROUP_ID
+from tests.runner.hostile_llm import RUN_WAIT_SECONDS
 from tests.runner.hostile_rig import (
     ANSWER_SECONDS,
     MAX_MESSAGES,
     MAX_TOKENS,
     POLL_SECONDS,
     QUOTA_MB,
-    RUN_WAIT_SECONDS,
     World,
-    container_python,
     hostile_world,
     new_id,
 )
+from tests.runner.hostile_scripts import container_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.asyncio(loop_scope="module")]
 

@@ -18,16 +18,9 @@ import pytest_asyncio
 
 from runner.llm_policy import CHAT_COMPLETIONS_PATH
 from tests.harness import GROUP_ID
-from tests.runner.hostile_rig import (
-    LLM_KEY,
-    MAX_TOKENS,
-    SUBAGENT_MODEL,
-    World,
-    container_python,
-    hostile_world,
-    new_id,
-    reports,
-)
+from tests.runner.hostile_host_files import LLM_KEY
+from tests.runner.hostile_rig import MAX_TOKENS, SUBAGENT_MODEL, World, hostile_world, new_id
+from tests.runner.hostile_scripts import container_python, reports
 
 pytestmark = [pytest.mark.docker, pytest.mark.asyncio(loop_scope="module")]
 

@@ -1,0 +1,44 @@
+"""Fixtures of the InboundRouter tests (test_router_*.py): `bot`, a router for the ALLOWED chat with ADMIN
+as a configured admin, over the real store and recording edges."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.commands import Commands
+from bot.engine import ChatEngine
+from bot.flood import FloodGuard
+from bot.router import InboundRouter
+from core.settings import load_settings
+from core.store import ChatStore, MessageStore
+from core.store.db import Database
+from core.typing_indicator import TypingIndicator
+from tests.bot.helpers import ControlledRunner, FakeRunControl, RecordingChannel, RecordingLifecycle, make_delivery
+from tests.bot.router_helpers import ADMIN, ALLOWED, Bot, RecordingWorkspaces
+
+
+@pytest.fixture
+async def bot(db: Database, chats: ChatStore, messages: MessageStore) -> AsyncIterator[Bot]:
+    settings = load_settings(_env_file=None, ALLOWED_CHAT_IDS=f"{ALLOWED}", ADMIN_USER_IDS=f"{ADMIN}")
+    channel = RecordingChannel(admin=False)
+    typing = TypingIndicator(channel.send_typing, interval_seconds=1.0)
+    runner = ControlledRunner()
+    engine = ChatEngine(runner, RecordingLifecycle(), typing, settings.merge_window_seconds)
+    delivery = make_delivery(db, channel, settings.assistant_name)
+    runs = FakeRunControl()
+    workspaces = RecordingWorkspaces()
+    commands = Commands(channel, delivery, engine, runs, settings.admin_user_ids, workspaces=workspaces)
+    router = InboundRouter(
+        settings,
+        chats=chats,
+        messages=messages,
+        engine=engine,
+        commands=commands,
+        delivery=delivery,
+        flood=FloodGuard(),
+    )
+    yield Bot(settings, channel, chats, messages, runner, engine, typing, runs, router, workspaces)
+    await engine.close()
+    await typing.close()

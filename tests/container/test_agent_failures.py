@@ -1,0 +1,125 @@
+"""The whole container agent on the host, against a scripted host serving its run channel on a socket: runs
+that fail (tool errors, the step limit, LLM errors, refused sessions and results) and no usable task."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from container.__main__ import EXIT_BAD_TASK, EXIT_COMPLETED, EXIT_FAILED, run_main
+from container.paths import ContainerPaths
+from container.protocol import RESULT_PATH, SESSION_PATH, TASK_PATH
+from tests.container.agent_helpers import BASH_HELLO, RUN_ID, scripted_host, tool_messages
+from tests.container.scripted_llm import Refusal, ScriptedLLM, TextReply, ToolCallReply
+
+pytestmark = pytest.mark.usefixtures("allow_requests_to_the_local_fake")
+
+
+# --- runs that fail -----------------------------------------------------------------------------
+
+
+async def test_tool_failure_goes_back_to_the_model(paths: ContainerPaths) -> None:
+    host = scripted_host(paths, [ToolCallReply("read_file", {"path": "missing.txt"}), TextReply("no such file")])
+    async with host:
+        assert await run_main(paths) == EXIT_COMPLETED
+
+    (tool_message,) = tool_messages(host.requests[1])
+    assert "missing.txt: No such file or directory" in tool_message
+
+
+async def test_step_limit_fails_the_run_and_saves_no_session(paths: ContainerPaths) -> None:
+    host = scripted_host(paths, [BASH_HELLO, TextReply("never reached")], max_steps=1)
+    async with host:
+        assert await run_main(paths) == EXIT_FAILED
+
+    (result,) = host.results
+    assert result.status == "failed"
+    assert result.error == "step limit reached: 1 model requests"
+    assert (result.input_tokens, result.output_tokens) == (11, 7)
+    assert host.sessions == []
+
+
+async def test_llm_error_fails_the_run_with_the_reason(paths: ContainerPaths) -> None:
+    host = scripted_host(paths, [])
+    async with host:
+        assert await run_main(paths) == EXIT_FAILED
+
+    (result,) = host.results
+    assert result.status == "failed"
+    assert result.error is not None and "500" in result.error and "script has only 0 replies" in result.error
+
+
+async def test_refused_session_is_logged_and_the_run_still_completes(
+    paths: ContainerPaths, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refusals = {SESSION_PATH: Refusal(400, "session not kept: too odd")}
+    host = scripted_host(paths, [TextReply("the answer")], refusals=refusals)
+
+    async with host:
+        assert await run_main(paths) == EXIT_COMPLETED
+
+    assert [(r.status, r.result) for r in host.results] == [("completed", "the answer")]
+    assert host.sessions == []
+    assert "the session was not saved" in capsys.readouterr().out
+
+
+async def test_refused_result_exits_failed(paths: ContainerPaths, capsys: pytest.CaptureFixture[str]) -> None:
+    refusals = {RESULT_PATH: Refusal(403, f"run {RUN_ID} is cancelled or finished")}
+    host = scripted_host(paths, [TextReply("too late")], refusals=refusals)
+
+    async with host:
+        assert await run_main(paths) == EXIT_FAILED
+
+    assert host.results == []
+    assert f"the result could not be reported: ChannelRefused: run {RUN_ID} is cancelled" in capsys.readouterr().out
+
+
+# --- no usable task -----------------------------------------------------------------------------
+
+
+async def test_channel_refusing_the_task_exits_bad_task(
+    paths: ContainerPaths, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refusals = {TASK_PATH: Refusal(403, f"run {RUN_ID} is cancelled or finished")}
+    host = scripted_host(paths, [TextReply("unreached")], refusals=refusals)
+
+    async with host:
+        assert await run_main(paths) == EXIT_BAD_TASK
+
+    assert (host.requests, host.results, host.sessions) == ([], [], [])
+    logs = capsys.readouterr().out
+    assert f"no usable task from the run channel: ChannelRefused: run {RUN_ID} is cancelled or finished" in logs
+
+
+async def test_channel_without_a_task_exits_bad_task(paths: ContainerPaths) -> None:
+    host = ScriptedLLM(paths.channel_socket, [TextReply("unreached")], task=None)
+
+    async with host:
+        assert await run_main(paths) == EXIT_BAD_TASK
+
+    assert (host.requests, host.results) == ([], [])
+
+
+async def test_missing_channel_exits_bad_task(
+    paths: ContainerPaths, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real channel retries connecting for about 30 s (a host restart); one attempt says the same.
+    monkeypatch.setattr("container.channel.CHANNEL_CONNECT_RETRIES", 0)
+
+    assert await run_main(paths) == EXIT_BAD_TASK
+
+    logs = capsys.readouterr().out
+    assert "no usable task from the run channel: ConnectionError: the run channel did not answer GET /run/task" in logs
+
+
+async def test_channel_that_comes_up_late_is_waited_for(paths: ContainerPaths) -> None:
+    """The socket is missing while the host restarts: the agent retries connecting, then runs."""
+    run = asyncio.create_task(run_main(paths))
+    await asyncio.sleep(0.3)
+    assert not run.done()
+
+    async with scripted_host(paths, [TextReply("late but fine")]) as host:
+        assert await asyncio.wait_for(run, timeout=30) == EXIT_COMPLETED
+
+    assert [r.result for r in host.results] == ["late but fine"]
