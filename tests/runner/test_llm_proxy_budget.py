@@ -4,6 +4,7 @@ capped by what is left (parallel calls share it), what a reattached run spent, t
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import structlog
 
 from runner.llm_policy import DEFAULT_MAX_OUTPUT_TOKENS
-from runner.llm_proxy import Spent
+from runner.llm_proxy import BODY_BYTES_PER_TOKEN, Spent
 from tests.fakes.llm_server import FakeLLM, openai_text
 from tests.runner.llm_proxy_helpers import CHAT, RUN, ProxyFactory, Sink, fake_openai, post
 
@@ -45,28 +46,43 @@ async def test_a_run_at_its_budget_gets_429_and_the_manager_is_told_once(
     assert fake_llm.requests() == [] and sink.calls == []
 
 
+def held_input(body: dict[str, Any]) -> int:
+    """The input tokens the proxy holds for a call before forwarding it: its body's size in tokens."""
+    return max(1, len(json.dumps(body).encode()) // BODY_BYTES_PER_TOKEN)
+
+
 async def test_calls_spend_the_budget_and_each_is_capped_by_what_is_left(
     fake_llm: FakeLLM, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path
 ) -> None:
     told = Told()
-    await make_proxy(fake_openai(fake_llm), max_tokens_per_run=40, on_budget_exhausted=told)
+    budget = 100
+    await make_proxy(fake_openai(fake_llm), max_tokens_per_run=budget, on_budget_exhausted=told)
     greedy = {**CHAT, "max_tokens": 10**12, "max_completion_tokens": 30}
+    held = held_input(greedy)
 
-    statuses = [(await post(tmp_path / "llm.sock", "/v1/chat/completions", greedy))[0] for _ in range(4)]
+    statuses = [(await post(tmp_path / "llm.sock", "/v1/chat/completions", greedy))[0] for _ in range(8)]
     await asyncio.sleep(0)
 
-    assert statuses == [200, 200, 200, 429]  # each call spends 10 + 5 tokens
+    # Each call spends 10 + 5 tokens; its output is capped by what is left after its own input.
+    expected_caps: list[tuple[int, int]] = []
+    left = budget
+    while left > held:
+        cap = left - held
+        expected_caps.append((cap, min(30, cap)))
+        left -= 15
+    assert statuses == [200] * len(expected_caps) + [429] * (8 - len(expected_caps))
     caps = [(seen.body["max_tokens"], seen.body["max_completion_tokens"]) for seen in fake_llm.requests()]
-    assert caps == [(40, 30), (25, 25), (10, 10)]
-    assert told.runs == [RUN] and len(sink.calls) == 3
+    assert caps == expected_caps
+    assert told.runs == [RUN] and len(sink.calls) == len(expected_caps)
 
 
-@pytest.mark.parametrize(
-    ("spent", "refusal"), [(Spent(tokens=990), "run_token_budget"), (Spent(requests=2), "run_request_limit")]
-)
+@pytest.mark.parametrize("refusal", ["run_token_budget", "run_request_limit"])
 async def test_a_reattached_run_keeps_what_it_spent(
-    fake_llm: FakeLLM, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path, spent: Spent, refusal: str
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path, refusal: str
 ) -> None:
+    held = held_input(CHAT)
+    # Token case: room for one call's input and 10 output tokens, not for a second call after it spends 15.
+    spent = Spent(tokens=1_000 - held - 10) if refusal == "run_token_budget" else Spent(requests=2)
     await make_proxy(fake_openai(fake_llm), max_tokens_per_run=1_000, max_requests_per_run=3, spent=spent)
     socket = tmp_path / "llm.sock"
 
@@ -75,7 +91,7 @@ async def test_a_reattached_run_keeps_what_it_spent(
 
     assert (first, second, body["error"]["type"]) == (200, 429, refusal)
     [seen] = fake_llm.requests()
-    assert seen.body["max_completion_tokens"] == min(1_000 - spent.tokens, DEFAULT_MAX_OUTPUT_TOKENS)
+    assert seen.body["max_completion_tokens"] == min(1_000 - spent.tokens - held, DEFAULT_MAX_OUTPUT_TOKENS)
     assert sink.calls == [(RUN, 10, 5, 1)]  # increments: what was spent before is on the record already
 
 
@@ -85,16 +101,18 @@ async def test_parallel_calls_share_what_is_left_of_the_budget(
     """Without holding back the calls in flight, each parallel call could spend all that is left."""
     release = asyncio.Event()
 
-    async def held(body: dict[str, Any]) -> dict[str, Any]:
+    async def slow(body: dict[str, Any]) -> dict[str, Any]:
         await release.wait()
         return openai_text("done", prompt_tokens=10, completion_tokens=5)
 
-    fake_llm.openai.handle_with(held)
+    fake_llm.openai.handle_with(slow)
     told = Told()
-    await make_proxy(fake_openai(fake_llm), max_tokens_per_run=100, on_budget_exhausted=told)
+    budget = 200
+    await make_proxy(fake_openai(fake_llm), max_tokens_per_run=budget, on_budget_exhausted=told)
     socket = tmp_path / "llm.sock"
+    bounded = {**CHAT, "max_completion_tokens": 60}
 
-    first = asyncio.create_task(post(socket, "/v1/chat/completions", {**CHAT, "max_completion_tokens": 60}))
+    first = asyncio.create_task(post(socket, "/v1/chat/completions", bounded))
     await fake_llm.wait_for_requests(1)
     second = asyncio.create_task(post(socket, "/v1/chat/completions", CHAT))
     await fake_llm.wait_for_requests(2)
@@ -105,8 +123,24 @@ async def test_parallel_calls_share_what_is_left_of_the_budget(
 
     assert (third, body["error"]["type"]) == (429, "run_token_budget_in_flight")
     assert [status for status, _ in answers] == [200, 200] and fourth == 200
-    assert [seen.body["max_completion_tokens"] for seen in fake_llm.requests()] == [60, 40, 70]
+    second_cap = budget - held_input(bounded) - 60 - held_input(CHAT)
+    fourth_cap = budget - 30 - held_input(CHAT)
+    assert [seen.body["max_completion_tokens"] for seen in fake_llm.requests()] == [60, second_cap, fourth_cap]
     assert told.runs == []  # held back is not spent: the run goes on
+
+
+async def test_a_request_whose_input_alone_is_over_the_budget_is_refused_and_ends_the_run(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    told = Told()
+    await make_proxy(fake_openai(fake_llm), max_tokens_per_run=1_000, on_budget_exhausted=told)
+    huge = {**CHAT, "messages": [{"role": "user", "content": "x" * 8_000}]}
+
+    status, body = await post(tmp_path / "llm.sock", "/v1/chat/completions", huge)
+    await asyncio.sleep(0)
+
+    assert (status, body["error"]["type"]) == (429, "run_token_budget")
+    assert fake_llm.requests() == [] and told.runs == [RUN]
 
 
 async def test_a_failing_budget_callback_is_logged(fake_llm: FakeLLM, make_proxy: ProxyFactory, tmp_path: Path) -> None:
