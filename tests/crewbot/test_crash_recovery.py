@@ -180,8 +180,9 @@ async def test_sigkill_while_three_subagents_run(tmp_path: Path, tg: FakeTelegra
     bot = BotProcess(bot_env(tg, data_dir, chats, subagent_image), tmp_path)
     try:
         bot.start()
+        # 20 s of work each: all three must be mid-run together even when container starts are slow.
         for n, chat_id in enumerate(chats):
-            tg.push_message(chat_id, f"@{tg.bot_username} background: $ sleep 8 && echo {token}-$((100+{n}))")
+            tg.push_message(chat_id, f"@{tg.bot_username} background: $ sleep 20 && echo {token}-$((100+{n}))")
 
         def all_mid_run() -> list[sqlite3.Row] | None:
             rows = query(db, "SELECT id, chat_id, status, llm_requests, container_id FROM subagent_runs")
@@ -278,7 +279,7 @@ async def test_sigterm_stops_cleanly_and_the_next_start_reattaches(
     bot = BotProcess(bot_env(tg, data_dir, [chat_id], subagent_image), tmp_path)
     try:
         bot.start()
-        tg.push_message(chat_id, f"@{tg.bot_username} background: $ sleep 8 && echo {output}")
+        tg.push_message(chat_id, f"@{tg.bot_username} background: $ sleep 20 && echo {output}")
         await until(
             "the run's first LLM call",
             lambda: query(db, "SELECT 1 FROM subagent_runs WHERE status = 'running' AND llm_requests >= 1"),
