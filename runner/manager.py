@@ -41,6 +41,8 @@ from runner.workspaces import Workspaces
 
 log = get_logger(__name__)
 
+CONTEXT_MESSAGES = 20  # recent chat lines handed to a subagent with include_context=True
+
 
 class RunChannels(Protocol):
     """What the manager needs of the channel server (the LLM proxy): one socket per run."""
@@ -199,7 +201,7 @@ class TaskManager:
     async def _open_channel(self, live: LiveRun, chat: Chat, include_context: bool, record: RunRecord | None) -> None:
         context: list[str] = []
         if include_context:
-            recent = await self._messages.recent(live.chat_id, 20)
+            recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
             context = [f"{m.sender_name}: {m.content}" for m in recent]
         task = record.task if record is not None else await self._task_text(live.id)
         session_in = record.session_in if record is not None and record.session_in else None
