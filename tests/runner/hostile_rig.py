@@ -44,7 +44,7 @@ from tests.runner.hostile_scripts import PROBE, container_python, reports
 
 SUBAGENT_MODEL = "pinned-subagent-model"
 MAX_MESSAGES = 3  # SUBAGENT_MAX_MESSAGES
-MAX_TOKENS = 1_000  # SUBAGENT_MAX_TOKENS, the lowest the settings allow
+MAX_TOKENS = 50_000  # SUBAGENT_MAX_TOKENS: room for a few of the agent's real calls (each holds its input first)
 QUOTA_MB = 2  # WORKSPACE_QUOTA_MB
 BYSTANDER = GROUP_ID - 900  # the chat that must keep getting answers
 ANSWER_SECONDS = 15.0  # generous on purpose: it fails only if a hostile run blocks the bot
