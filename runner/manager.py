@@ -92,6 +92,7 @@ class TaskManager:
         self._live = live
         self._rejections = RejectionNotices(self._tell_rejected)
         self._closing = False
+        self._stopping = False
 
     # --- accepting requests ---------------------------------------------------------------------
 
@@ -270,11 +271,7 @@ class TaskManager:
         if self._closing:
             return
         if live.container_id is not None:
-            try:
-                await self._files.keep_logs(live.id, await self._runtime.logs(live.container_id))
-                await self._runtime.remove(live.container_id)
-            except Exception as exc:
-                log.warning("container_cleanup_failed", run_id=live.id, error=str(exc))
+            await self._supervisor.remove(live, self._files.keep_logs, lambda: self._stopping)
         await self._files.remove_channel(live.id)
         live.stopped = True
         self._release(live)
@@ -377,6 +374,7 @@ class TaskManager:
 
     async def close(self) -> None:
         """Shutdown: leave running containers for the next start to re-attach; finish what has ended."""
+        self._stopping = True  # removals waiting for the engine give up: the next start's recovery does them
         await self._rejections.close()
         concluded = [r.task for r in self._live.all() if r.task is not None and r.released]
         running = [r.task for r in self._live.all() if r.task is not None and not r.released]

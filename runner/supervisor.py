@@ -22,6 +22,7 @@ log = get_logger(__name__)
 ENGINE_RETRY_SECONDS = 2.0  # while the engine is unreachable, how often a run asks again
 WORKSPACE_CHECK_SECONDS = 5.0  # how often a running run's workspace is measured against the quota
 RESULT_GRACE_SECONDS = 10.0  # a container that reported its result gets this long to exit by itself
+REMOVE_RETRY_SECONDS = 600.0  # a finished run's container removal waits this long for an engine that is away
 
 OverQuota = Callable[[], Awaitable[str | None]]
 
@@ -74,6 +75,27 @@ class Supervisor:
             except RuntimeUnavailable as exc:
                 log.error("container_not_killed", run_id=live.id, error=str(exc), retry_in_seconds=ENGINE_RETRY_SECONDS)
                 await asyncio.sleep(ENGINE_RETRY_SECONDS)
+
+    async def remove(
+        self, live: LiveRun, keep_logs: Callable[[str, bytes], Awaitable[None]], stopping: Callable[[], bool]
+    ) -> None:
+        """Keep its logs and remove it, asking again while the engine is away (a daemon restart), for up
+        to REMOVE_RETRY_SECONDS; what is left then, the next start's recovery removes."""
+        assert live.container_id is not None
+        deadline = time.monotonic() + REMOVE_RETRY_SECONDS
+        while True:
+            try:
+                await keep_logs(live.id, await self._runtime.logs(live.container_id))
+                await self._runtime.remove(live.container_id)
+                return
+            except RuntimeUnavailable as exc:
+                if stopping() or time.monotonic() > deadline:
+                    log.warning("container_cleanup_failed", run_id=live.id, error=str(exc))
+                    return
+                await asyncio.sleep(ENGINE_RETRY_SECONDS)
+            except Exception as exc:
+                log.warning("container_cleanup_failed", run_id=live.id, error=str(exc))
+                return
 
     async def _deadline(self, live: LiveRun) -> None:
         assert live.started_monotonic is not None
