@@ -127,7 +127,9 @@ class TaskManager:
                 return RequestOutcome.DUPLICATE
             raise
         log.info("run_queued", run_id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
-        live.task = asyncio.create_task(self._execute(live, request.include_context, None), name=f"run-{run_id}")
+        live.task = asyncio.create_task(
+            self._execute(live, request.task, request.include_context, None), name=f"run-{run_id}"
+        )
         return RequestOutcome.ACCEPTED
 
     async def _record(
@@ -157,7 +159,7 @@ class TaskManager:
 
     # --- running --------------------------------------------------------------------------------
 
-    async def _execute(self, live: LiveRun, include_context: bool, record: RunRecord | None) -> None:
+    async def _execute(self, live: LiveRun, task: str, include_context: bool, record: RunRecord | None) -> None:
         """A new (or restarted) run: check the workspace, open its channel, start its container, supervise it."""
 
         async def body(chat: Chat) -> None:
@@ -165,7 +167,7 @@ class TaskManager:
             if over is not None:
                 await self._conclude(live, RunStatus.FAILED, error=over)
                 return
-            await self._open_channel(live, chat, include_context, record)
+            await self._open_channel(live, chat, task, include_context, record)
             if not await self._runs.mark_running(live.id, live.inbox.session_in if live.inbox else None):
                 return  # cancelled while queued
             live.started_monotonic = time.monotonic()
@@ -194,17 +196,18 @@ class TaskManager:
         """A run re-attached after a restart: its container runs (or has exited) already."""
 
         async def body(chat: Chat) -> None:
-            await self._open_channel(live, chat, record.include_context, record)
+            await self._open_channel(live, chat, record.task, record.include_context, record)
             await self._supervise(live, chat)
 
         await self._guarded(live, body)
 
-    async def _open_channel(self, live: LiveRun, chat: Chat, include_context: bool, record: RunRecord | None) -> None:
+    async def _open_channel(
+        self, live: LiveRun, chat: Chat, task: str, include_context: bool, record: RunRecord | None
+    ) -> None:
         context: list[str] = []
         if include_context:
             recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
             context = [f"{m.sender_name}: {m.content}" for m in recent]
-        task = record.task if record is not None else await self._task_text(live.id)
         session_in = record.session_in if record is not None and record.session_in else None
         if record is None or record.status == RunStatus.QUEUED:
             session_in = await self._runs.current_session(live.chat_id)
@@ -222,12 +225,6 @@ class TaskManager:
         await self._channels.open_run(
             live.id, self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE, endpoint=live.inbox, spent=spent
         )
-
-    async def _task_text(self, run_id: str) -> str:
-        record = await self._runs.get(run_id)
-        if record is None:
-            raise RuntimeError(f"run {run_id} has no record")
-        return record.task
 
     async def _guarded(self, live: LiveRun, body: Callable[[Chat], Awaitable[None]]) -> None:
         try:
@@ -359,7 +356,9 @@ class TaskManager:
     def restart_queued(self, record: RunRecord) -> None:
         """A run accepted before the restart whose container never started: start it now."""
         live = self._adopt(record, None, None)
-        live.task = asyncio.create_task(self._execute(live, record.include_context, record), name=f"run-{record.id}")
+        live.task = asyncio.create_task(
+            self._execute(live, record.task, record.include_context, record), name=f"run-{record.id}"
+        )
 
     async def interrupt(self, record: RunRecord, reason: str) -> bool:
         """A run whose container is gone: recorded `interrupted` and the chat is told, once."""

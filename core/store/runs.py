@@ -239,7 +239,7 @@ class RunStore:
                 "SELECT status, messages_sent FROM subagent_runs WHERE id = ?", (run_id,)
             ) as cursor:
                 row = await cursor.fetchone()
-            if row is None or row["status"] not in (RunStatus.QUEUED, RunStatus.RUNNING):
+            if row is None or row["status"] not in LIVE_STATUSES:
                 return ProgressOutcome.NOT_LIVE
             key = f"{run_id}:{message_id}"
             async with conn.execute("SELECT 1 FROM ipc_messages WHERE id = ?", (key,)) as cursor:
