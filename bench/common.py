@@ -79,3 +79,17 @@ async def wait_event(event: asyncio.Event, timeout_seconds: float, what: str) ->
 
 def ms(seconds: float) -> float:
     return seconds * 1000.0
+
+
+CHILD_EXIT_SECONDS = 10.0
+
+
+async def stop_child(process: asyncio.subprocess.Process) -> None:
+    """End a helper process this benchmark started: close its stdin (its cue to leave), kill it if it lingers."""
+    if process.stdin is not None:
+        process.stdin.close()
+    try:
+        await asyncio.wait_for(process.wait(), CHILD_EXIT_SECONDS)
+    except TimeoutError:
+        process.kill()  # our own child
+        await process.wait()

@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Any
 
+from bench.common import stop_child
+
 WAIT_SECONDS = 180.0
 
 
@@ -38,16 +40,8 @@ class Peer:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        process = self._process
-        if process is None:
-            return
-        if process.stdin is not None:
-            process.stdin.close()
-        try:
-            await asyncio.wait_for(process.wait(), 10)
-        except TimeoutError:
-            process.kill()  # our own child
-            await process.wait()
+        if self._process is not None:
+            await stop_child(self._process)
 
     async def _read(self, timeout_seconds: float) -> dict[str, Any]:
         assert self._process is not None and self._process.stdout is not None

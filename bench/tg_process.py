@@ -18,6 +18,7 @@ from typing import Any, Self
 import aiohttp
 from aiohttp import web
 
+from bench.common import stop_child
 from tests.fakes.telegram_server import DEFAULT_BOT_USERNAME, DEFAULT_TOKEN, FakeTelegram
 
 CONTROL_PREFIX = "/control/"
@@ -91,16 +92,8 @@ class TelegramProcess:
     ) -> None:
         if self._session is not None:
             await self._session.close()
-        process = self._process
-        if process is None:
-            return
-        if process.stdin is not None:
-            process.stdin.close()
-        try:
-            await asyncio.wait_for(process.wait(), 10)
-        except TimeoutError:
-            process.kill()  # our own child
-            await process.wait()
+        if self._process is not None:
+            await stop_child(self._process)
 
     async def _call(self, method: str, path: str, payload: Any = None) -> dict[str, Any]:
         assert self._session is not None
