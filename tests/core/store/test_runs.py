@@ -21,38 +21,20 @@ async def runs(db: Database) -> RunStore:
     return RunStore(db)
 
 
-async def test_duplicate_run_id_is_refused(runs: RunStore) -> None:
+async def queued(runs: RunStore, run_id: str) -> None:
     await runs.create(
-        "run-aaaaaa",
-        chat_id=CHAT,
-        turn_id=None,
-        task="task",
-        label="label",
-        include_context=False,
-        status=RunStatus.QUEUED,
+        run_id, chat_id=CHAT, turn_id=None, task="task", label="label", include_context=False, status=RunStatus.QUEUED
     )
+
+
+async def test_duplicate_run_id_is_refused(runs: RunStore) -> None:
+    await queued(runs, "run-aaaaaa")
     with pytest.raises(DuplicateRun):
-        await runs.create(
-            "run-aaaaaa",
-            chat_id=CHAT,
-            turn_id=None,
-            task="task",
-            label="label",
-            include_context=False,
-            status=RunStatus.QUEUED,
-        )
+        await queued(runs, "run-aaaaaa")
 
 
 async def test_statuses_only_move_forward(runs: RunStore) -> None:
-    await runs.create(
-        "run-bbbbbb",
-        chat_id=CHAT,
-        turn_id=None,
-        task="task",
-        label="label",
-        include_context=False,
-        status=RunStatus.QUEUED,
-    )
+    await queued(runs, "run-bbbbbb")
     assert await runs.mark_running("run-bbbbbb", None)
     assert not await runs.mark_running("run-bbbbbb", None)  # running never goes back to running
     assert await runs.finish("run-bbbbbb", "completed", result="ok")
@@ -69,15 +51,7 @@ async def test_cancel_racing_completion_records_one_outcome_and_one_message(
 ) -> None:
     for n in range(30):
         run_id = f"race-{n:04d}"
-        await runs.create(
-            run_id,
-            chat_id=CHAT,
-            turn_id=None,
-            task="task",
-            label="label",
-            include_context=False,
-            status=RunStatus.QUEUED,
-        )
+        await queued(runs, run_id)
         await runs.mark_running(run_id, None)
         message = NewMessage(
             chat_id=CHAT, sender_name="[Subagent]", content=f"[Task: label]\n{n}", is_bot=True, kind="subagent"
@@ -98,15 +72,7 @@ async def test_cancel_racing_completion_records_one_outcome_and_one_message(
 
 
 async def test_usage_accumulates_and_sessions_are_per_chat(runs: RunStore) -> None:
-    await runs.create(
-        "run-cccccc",
-        chat_id=CHAT,
-        turn_id=None,
-        task="task",
-        label="label",
-        include_context=False,
-        status=RunStatus.QUEUED,
-    )
+    await queued(runs, "run-cccccc")
     await runs.record_usage("run-cccccc", 10, 5, 1)
     await runs.record_usage("run-cccccc", 7, 3, 1)
     record = await runs.get("run-cccccc")
