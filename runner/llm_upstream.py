@@ -32,12 +32,11 @@ DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 SSE_CONTENT_TYPE = "text/event-stream"
 
-# Container-side path -> path under the provider's base URL, per provider.
-_ROUTES: Mapping[LLMProvider, Mapping[str, str]] = {
-    # Only the endpoint the agent uses: /v1/responses would bring the provider's server-side tools.
-    LLMProvider.OPENAI: {"/v1/chat/completions": "/chat/completions"},
-    LLMProvider.ANTHROPIC: {"/v1/messages": "/v1/messages"},
-    LLMProvider.OFFLINE: {"/v1/chat/completions": ""},
+# Where the one served path (`RequestPolicy.path`) goes under each provider's base URL.
+_UPSTREAM_PATHS: Mapping[LLMProvider, str] = {
+    LLMProvider.OPENAI: "/chat/completions",
+    LLMProvider.ANTHROPIC: "/v1/messages",
+    LLMProvider.OFFLINE: "",
 }
 
 
@@ -100,7 +99,6 @@ class Upstream:
     ) -> None:
         self.config = config
         self._policy = policy
-        self._routes = _ROUTES[config.provider]
         self._offline = offline_model or OfflineSubagentModel()
         self._session: aiohttp.ClientSession | None = None
 
@@ -111,12 +109,10 @@ class Upstream:
 
     def target(self, request: web.Request) -> str:
         """The provider URL for this request; 404 for a path not served, 405 for anything but POST."""
-        if request.path not in self._routes:
-            known = ", ".join(sorted(self._routes))
-            raise ProxyError(404, "not_found", f"{request.path} is not served here ({known})")
+        self._policy.check_path(request.path)
         if request.method != "POST":
             raise ProxyError(405, "method_not_allowed", f"{request.path} takes POST")
-        return self.config.base_url + self._routes[request.path]
+        return self.config.base_url + _UPSTREAM_PATHS[self.config.provider]
 
     async def answer(
         self, request: web.Request, target: str, payload: dict[str, Any], call: Call
