@@ -98,7 +98,7 @@ def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRunti
         spawner = CapCheckedSpawner(
             service.spawner,
             service.live.count,
-            service.runs.exists,
+            service.picked_up,
             max_total=settings.max_concurrent_subagents,
             max_per_chat=settings.max_subagents_per_chat,
         )

@@ -97,6 +97,11 @@ class SubagentService:
     def control(self) -> TaskManager:
         return self.manager
 
+    async def picked_up(self, run_id: str) -> bool:
+        """Whether the manager has taken a spawn request: it holds the run's slot a moment before the run's
+        row is written, so a request in that window must not count as still waiting as well."""
+        return run_id in self.live or await self.runs.exists(run_id)
+
     async def _budget_exhausted(self, run_id: str) -> None:
         await self.manager.on_budget_exhausted(run_id)
 
