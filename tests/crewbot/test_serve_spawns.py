@@ -43,10 +43,12 @@ async def test_a_request_the_manager_took_but_not_yet_recorded_is_counted_once(
     subagents = subagent_factory(settings, stores, runtime)(make_delivery(stores.db, channel), typing)
     gate = asyncio.Event()
     recording: list[str] = []
+    taken = asyncio.Event()
     create = RunStore.create
 
     async def slow_create(self: RunStore, run_id: str, **fields: Any) -> None:
         recording.append(run_id)
+        taken.set()
         await gate.wait()
         await create(self, run_id, **fields)
 
@@ -55,13 +57,15 @@ async def test_a_request_the_manager_took_but_not_yet_recorded_is_counted_once(
     try:
         first = await subagents.spawner.spawn(CHAT_ID, "turn-1", "first", None, False)
         async with asyncio.timeout(WAIT_SECONDS):
-            while first not in recording:  # taken by the manager, its row not written yet
-                await asyncio.sleep(0.01)
+            await taken.wait()  # taken by the manager, its row not written yet
+        assert recording == [first]
         second = await subagents.spawner.spawn(CHAT_ID, "turn-2", "second", None, False)
         gate.set()
         runs = RunStore(stores.db)
         async with asyncio.timeout(WAIT_SECONDS):
-            while not (await runs.exists(first) and await runs.exists(second)):
+            while True:
+                if await runs.exists(first) and await runs.exists(second):
+                    break
                 await asyncio.sleep(0.01)
         assert first != second
     finally:
