@@ -96,6 +96,10 @@ class ChatEngine:
             self._typing.acquire(chat_id)
             state.worker = asyncio.create_task(self._work(chat_id, state), name=f"chat-{chat_id}")
 
+    def active_chats(self) -> int:
+        """How many chats have a turn running or waiting (the engine keeps no state for the others)."""
+        return len(self._chats)
+
     def idle(self, chat_id: int) -> bool:
         state = self._chats.get(chat_id)
         return state is None or state.worker is None or state.worker.done()
@@ -136,6 +140,9 @@ class ChatEngine:
                     state.turn = None
         finally:
             self._typing.release(chat_id)
+            # A chat is held in memory only while it has a turn: a bot in thousands of quiet chats stays small.
+            if self._chats.get(chat_id) is state and not state.pending:
+                del self._chats[chat_id]
 
     async def _run_one(self, turn: Turn) -> None:
         status = TurnStatus.COMPLETED

@@ -111,11 +111,27 @@ async def test_two_chats_run_concurrently(h: Harness) -> None:
 
     assert {t.chat_id for t in h.runner.started} == {CHAT, OTHER}
     assert h.runner.active == {CHAT: 1, OTHER: 1}  # both in flight at once
+    assert h.engine.active_chats() == 2
     for turn in list(h.runner.started):
         h.runner.finish(turn)
     await h.idle(CHAT)
     await h.idle(OTHER)
     assert {status for _, status in h.lifecycle.ended} == {"completed"}
+    assert h.engine.active_chats() == 0  # nothing kept for chats without a turn
+
+
+async def test_a_chat_state_dropped_after_its_turn_comes_back_on_the_next_message(h: Harness) -> None:
+    h.engine.notify(CHAT)
+    h.runner.finish(await h.runner.next_started(1))
+    await h.idle(CHAT)
+    assert h.engine.active_chats() == 0
+
+    h.engine.notify(CHAT)
+    second = await h.runner.next_started(2)
+    assert h.engine.current_turn(CHAT) is second
+    h.runner.finish(second)
+    await h.idle(CHAT)
+    assert [status for _, status in h.lifecycle.ended] == ["completed", "completed"]
 
 
 async def test_notify_inside_the_window_aborts_and_starts_a_merged_turn(h: Harness) -> None:
