@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from core.logging import get_logger
@@ -32,12 +32,25 @@ def backoff_seconds(attempts: int, retry_after_seconds: float | None) -> float:
 
 
 class DeliveryError(Exception):
-    """Sending failed. `permanent` means retrying cannot help (bot removed from chat, chat gone)."""
+    """Sending failed. `permanent` means retrying this message cannot help; `chat_unreachable` means no
+    message to the chat can arrive (the bot was removed or blocked, the chat is gone)."""
 
-    def __init__(self, message: str, *, permanent: bool, retry_after_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        permanent: bool,
+        retry_after_seconds: float | None = None,
+        chat_unreachable: bool = False,
+    ) -> None:
         super().__init__(message)
-        self.permanent = permanent
+        self.permanent = permanent or chat_unreachable
         self.retry_after_seconds = retry_after_seconds
+        self.chat_unreachable = chat_unreachable
+
+
+# Told when a chat cannot be reached (chat id, the platform's reason): the owner stops the chat's work.
+UnreachableHandler = Callable[[int, str], Awaitable[None]]
 
 
 class Sender(Protocol):
@@ -51,10 +64,18 @@ class Sender(Protocol):
 
 
 class Outbox:
-    def __init__(self, store: OutboxStore, channel: Sender, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: OutboxStore,
+        channel: Sender,
+        clock: Callable[[], float] = time.time,
+        *,
+        on_unreachable: UnreachableHandler | None = None,
+    ) -> None:
         self._store = store
         self._channel = channel
         self._clock = clock
+        self._on_unreachable = on_unreachable
         self._locks: dict[int, asyncio.Lock] = {}
         self._wake = asyncio.Event()
         self._flushes: set[asyncio.Task[bool]] = set()
@@ -84,6 +105,9 @@ class Outbox:
                 await self._channel.send_part(row.chat_id, parts[index])
                 await self._store.part_sent(row.id, index + 1, done=index + 1 == len(parts))
         except DeliveryError as exc:
+            if exc.chat_unreachable:
+                await self._unreachable(row.chat_id, str(exc))
+                return False  # every row of the chat was just given up: nothing left to send
             attempts = row.attempts + 1
             if exc.permanent or attempts >= MAX_ATTEMPTS:
                 log.error("delivery_given_up", chat_id=row.chat_id, outbox_id=row.id, error=str(exc))
@@ -94,6 +118,22 @@ class Outbox:
             await self._store.retry_later(row.id, attempts, self._clock() + delay, str(exc))
             return False
         return True
+
+    async def _unreachable(self, chat_id: int, reason: str) -> None:
+        """Nothing owed to the chat can arrive: give it all up at once (no retries), and tell the owner."""
+        given_up = await self._store.give_up_chat(chat_id, f"undeliverable: {reason}")
+        log.error("chat_unreachable", chat_id=chat_id, reason=reason, messages_given_up=given_up)
+        if self._on_unreachable is not None:
+            try:
+                await self._on_unreachable(chat_id, reason)
+            except Exception:
+                log.exception("chat_unreachable_handler_failed", chat_id=chat_id)
+
+    async def chat_unreachable(self, chat_id: int, reason: str) -> None:
+        """The platform said so before any send failed (the bot was removed from the chat)."""
+        lock = self._locks.setdefault(chat_id, asyncio.Lock())
+        async with lock:
+            await self._unreachable(chat_id, reason)
 
     def flush_soon(self, chat_id: int) -> asyncio.Task[bool] | None:
         """Flush in the background (callers that must not wait on Telegram, like the IPC watcher)."""

@@ -88,7 +88,7 @@ class App:
         self.channel = channel
         self.stores = stores
         self.typing = TypingIndicator(channel.send_typing, settings.typing_interval_seconds)
-        self.outbox = Outbox(stores.outbox, channel)
+        self.outbox = Outbox(stores.outbox, channel, on_unreachable=self._chat_unreachable)
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
@@ -133,11 +133,26 @@ class App:
             log.info("turns_interrupted_by_restart", count=interrupted)
         # The channel first: re-attached runs show typing at once. Spawn requests that new turns write
         # meanwhile wait in their folders until recovery is done and the watcher starts.
-        await self.channel.start(self.router.handle)
+        await self.channel.start(self.router.handle, on_membership=self._membership_changed)
         if self.subagents is not None:
             await self.subagents.start()
         self.outbox.start()  # also sends whatever a crash left owed
         log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
+
+    async def _chat_unreachable(self, chat_id: int, reason: str) -> None:
+        """Removed or blocked: the chat's runs stop (their results could not arrive) and its owed messages
+        were given up by the outbox. Coming back needs nothing: the next message is answered as usual."""
+        control = self.subagents.control if self.subagents is not None else None
+        cancelled = (
+            await control.cancel_chat(chat_id, f"the bot can no longer reach the chat ({reason})") if control else 0
+        )
+        log.warning("chat_work_stopped", chat_id=chat_id, reason=reason, runs_cancelled=cancelled)
+
+    async def _membership_changed(self, chat_id: int, present: bool, reason: str) -> None:
+        if present:
+            log.info("chat_rejoined", chat_id=chat_id)
+            return
+        await self.outbox.chat_unreachable(chat_id, reason)
 
     async def wait_quiet(self, chat_id: int) -> None:
         """Until the chat has no turn and no subagent: both hold its typing indicator while they run."""

@@ -8,16 +8,19 @@ from typing import Protocol
 from bot.inbound import InboundMessage
 from core.outbox import DeliveryError
 
-__all__ = ["Channel", "DeliveryError", "InboundHandler"]
+__all__ = ["Channel", "DeliveryError", "InboundHandler", "MembershipHandler"]
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]
+# The bot was removed from a chat (False) or is in it again (True): chat id, present, the platform's words.
+MembershipHandler = Callable[[int, bool, str], Awaitable[None]]
 
 
 class Channel(Protocol):
     name: str
 
-    async def start(self, handler: InboundHandler) -> None:
-        """Begin receiving; each message is passed to `handler`, in order within a chat."""
+    async def start(self, handler: InboundHandler, on_membership: MembershipHandler | None = None) -> None:
+        """Begin receiving; each message is passed to `handler`, in order within a chat; changes of the
+        bot's own membership in a chat (removed, added back) to `on_membership`."""
 
     async def stop_receiving(self) -> None:
         """Take no more inbound messages; sending still works (shutdown finishes its deliveries)."""

@@ -9,13 +9,13 @@ import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from telegram import Message, MessageEntity, Update
+from telegram import ChatMemberUpdated, Message, MessageEntity, Update
 from telegram._utils.types import JSONDict
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
-from bot.channels.base import DeliveryError, InboundHandler
+from bot.channels.base import DeliveryError, InboundHandler, MembershipHandler
 from bot.channels.formatting import (
     TELEGRAM_MESSAGE_LIMIT_UNITS,
     markdown_to_telegram_html,
@@ -33,7 +33,7 @@ POLL_TIMEOUT_SECONDS = 10  # long-poll hold time; Telegram answers at once when 
 # retries would sleep with every other request of the bot (all chats' sends, admin checks) held back.
 RATE_LIMIT_MAX_RETRIES = 0
 SPLIT_MARGIN_UNITS = 300  # HTML tags and escapes lengthen a chunk; leave room so it still fits
-ALLOWED_UPDATES = [Update.MESSAGE, Update.EDITED_MESSAGE]
+ALLOWED_UPDATES = [Update.MESSAGE, Update.EDITED_MESSAGE, Update.MY_CHAT_MEMBER]
 _MEDIA_KINDS = (
     "photo",
     "video",
@@ -52,7 +52,9 @@ _MEDIA_KINDS = (
 )
 _MESSAGE_ENDPOINT_PREFIXES = ("send", "copy", "forward")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_PERMANENT_MARKERS = ("chat not found", "bot was kicked", "bot was blocked", "not a member", "user is deactivated")
+# A 400 with one of these means no message can reach the chat, as a 403 does.
+_UNREACHABLE_MARKERS = ("chat not found", "bot was kicked", "bot was blocked", "not a member", "user is deactivated")
+_PRESENT_STATUSES = (ChatMemberStatus.MEMBER, ChatMemberStatus.ADMINISTRATOR, ChatMemberStatus.OWNER)
 
 
 class MessageRateLimiter(AIORateLimiter):
@@ -123,6 +125,7 @@ class TelegramChannel:
         self._poll_timeout_seconds = poll_timeout_seconds
         self._app: Application | None = None  # type: ignore[type-arg]
         self._handler: InboundHandler | None = None
+        self._on_membership: MembershipHandler | None = None
         self._bot_id: int | None = None
         self._bot_username: str | None = None
         self._polling: asyncio.Task[None] | None = None
@@ -140,8 +143,9 @@ class TelegramChannel:
             .build()
         )
 
-    async def start(self, handler: InboundHandler) -> None:
+    async def start(self, handler: InboundHandler, on_membership: MembershipHandler | None = None) -> None:
         self._handler = handler
+        self._on_membership = on_membership
         app = self._build()
         await app.initialize()  # getMe: fails here, clearly, on a bad token or an unreachable API
         self._app = app
@@ -168,10 +172,23 @@ class TelegramChannel:
             await app.shutdown()
 
     async def _on_update(self, update: Update) -> None:
+        if update.my_chat_member is not None:
+            await self._membership_changed(update.my_chat_member)
+            return
         inbound = self.to_inbound(update)
         if inbound is None or self._handler is None:
             return
         await self._handler(inbound)
+
+    async def _membership_changed(self, change: ChatMemberUpdated) -> None:
+        member = change.new_chat_member
+        # A restricted member is still in the chat when Telegram says so; left and kicked are not.
+        present = member.status in _PRESENT_STATUSES or (
+            member.status == ChatMemberStatus.RESTRICTED and bool(getattr(member, "is_member", False))
+        )
+        log.info("bot_membership_changed", chat_id=change.chat.id, status=str(member.status), present=present)
+        if self._on_membership is not None:
+            await self._on_membership(change.chat.id, present, f"the bot's status in the chat is now {member.status}")
 
     # --- classification -------------------------------------------------------------------------
 
@@ -281,10 +298,10 @@ class TelegramChannel:
             seconds = retry.total_seconds() if isinstance(retry, dtm.timedelta) else float(retry)
             raise DeliveryError(str(exc), permanent=False, retry_after_seconds=seconds) from exc
         except Forbidden as exc:
-            raise DeliveryError(str(exc), permanent=True) from exc
+            raise DeliveryError(str(exc), permanent=True, chat_unreachable=True) from exc
         except BadRequest as exc:
-            permanent = any(marker in str(exc).lower() for marker in _PERMANENT_MARKERS)
-            raise DeliveryError(str(exc), permanent=permanent) from exc
+            unreachable = any(marker in str(exc).lower() for marker in _UNREACHABLE_MARKERS)
+            raise DeliveryError(str(exc), permanent=unreachable, chat_unreachable=unreachable) from exc
         except (NetworkError, TelegramError) as exc:
             raise DeliveryError(str(exc), permanent=False) from exc
 

@@ -97,6 +97,15 @@ class OutboxStore:
                 "UPDATE outbox SET status = 'failed', last_error = ? WHERE id = ?", (error[:500], row_id)
             )
 
+    async def give_up_chat(self, chat_id: int, error: str) -> int:
+        """Every pending row of the chat, marked failed with the reason; how many there were."""
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "UPDATE outbox SET status = 'failed', last_error = ? WHERE chat_id = ? AND status = 'pending'",
+                (error[:500], chat_id),
+            )
+        return cursor.rowcount
+
     async def drop_for_run(self, run_id: str, reason: str) -> int:
         """A cancelled run's progress messages not yet sent are not sent: marked failed with the reason."""
         async with self._db.write() as conn:
@@ -106,6 +115,13 @@ class OutboxStore:
                 (reason[:500], run_id),
             )
         return cursor.rowcount
+
+    async def errors(self) -> list[str]:
+        """The distinct reasons recorded on rows that were given up or wait for a retry."""
+        async with self._db.conn.execute(
+            "SELECT DISTINCT last_error FROM outbox WHERE last_error IS NOT NULL ORDER BY last_error"
+        ) as cursor:
+            return [str(row[0]) for row in await cursor.fetchall()]
 
     async def counts(self) -> dict[str, int]:
         async with self._db.conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status") as cursor:

@@ -100,6 +100,44 @@ async def test_permanent_failure_is_recorded_and_later_messages_still_go(store: 
     assert channel.sent == [(CHAT, "Crew: next")]
 
 
+async def test_an_unreachable_chat_gives_up_every_row_at_once_and_tells_the_owner(store: OutboxStore) -> None:
+    channel = FlakyChannel({1: DeliveryError("Forbidden: bot was kicked", permanent=True, chat_unreachable=True)})
+    told: list[tuple[int, str]] = []
+
+    async def on_unreachable(chat_id: int, reason: str) -> None:
+        told.append((chat_id, reason))
+
+    outbox = Outbox(store, channel, on_unreachable=on_unreachable)
+    for text in ("lost", "also lost", "and this"):
+        await store.add(outgoing(text))
+    assert not await outbox.flush(CHAT)
+    assert channel.sent == []  # one attempt, no send of the later rows and no retries
+    assert channel.calls == 1
+    assert await store.counts() == {"failed": 3}
+    assert told == [(CHAT, "Forbidden: bot was kicked")]
+    assert await store.pending(CHAT) == []
+    assert await store.errors() == ["undeliverable: Forbidden: bot was kicked"]
+
+    await store.add(outgoing("after coming back"))  # the chat is not written off: the next message is tried
+    assert await outbox.flush(CHAT)
+    assert channel.sent == [(CHAT, "Crew: after coming back")]
+
+
+async def test_removal_reported_by_the_platform_gives_up_what_is_owed(store: OutboxStore) -> None:
+    channel = FlakyChannel({})
+    told: list[int] = []
+
+    async def on_unreachable(chat_id: int, reason: str) -> None:
+        told.append(chat_id)
+
+    outbox = Outbox(store, channel, on_unreachable=on_unreachable)
+    await store.add(outgoing("never sent"))
+    await outbox.chat_unreachable(CHAT, "the bot was removed from the chat")
+    assert await outbox.flush(CHAT)
+    assert channel.sent == [] and told == [CHAT]
+    assert await store.counts() == {"failed": 1}
+
+
 async def test_gives_up_after_max_attempts(store: OutboxStore) -> None:
     clock = Clock()
     failures = {n: DeliveryError("network down", permanent=False) for n in range(1, MAX_ATTEMPTS + 1)}
