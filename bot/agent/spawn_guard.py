@@ -8,6 +8,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from bot.agent.main_agent import Spawner
+from core.logging import get_logger
+
+log = get_logger(__name__)
 
 # A request the manager has not picked up after this long is no longer counted here (it picks one up in
 # milliseconds; its rescan runs every few seconds).
@@ -66,6 +69,8 @@ class CapCheckedSpawner:
             waiting = await self._not_picked_up()
             total = self._running(None) + len(waiting)
             in_chat = self._running(chat_id) + waiting.count(chat_id)
+            if total >= self._max_total or in_chat >= self._max_per_chat:
+                log.info("spawn_refused", chat_id=chat_id, running=self._running(None), not_picked_up=len(waiting))
             if total >= self._max_total:
                 raise SpawnRefused(f"the limit of {_runs(self._max_total)} at once (all chats) is reached. {RETRY}")
             if in_chat >= self._max_per_chat:

@@ -135,8 +135,12 @@ async def until(what: str, check: Callable[[], Any], bot: BotProcess, timeout_se
             return result
         if not bot.alive() or time.monotonic() > deadline:
             state = "exited" if not bot.alive() else "still running"
-            tail = bot.log_path.read_text(errors="replace")[-4000:]
-            raise AssertionError(f"timed out waiting for {what} (bot {state}); log tail:\n{tail}")
+            log_text = bot.log_path.read_text(errors="replace")
+            # The spawn decisions first (they explain a run that never came), then the log's end.
+            spawns = "\n".join(line for line in log_text.splitlines() if '"spawn_' in line)
+            raise AssertionError(
+                f"timed out waiting for {what} (bot {state}); spawn events:\n{spawns}\nlog tail:\n{log_text[-4000:]}"
+            )
         await asyncio.sleep(0.1)
 
 
