@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
-    chat_id: int
+    chat_id: int  # the conversation: a whole chat, or one forum topic (see core.store.chats)
     chat_kind: str  # private, group, supergroup, channel, console
     chat_title: str | None
     sender_id: int | None
@@ -24,3 +24,9 @@ class InboundMessage:
     command: str | None = None  # "stop" for "/stop@crew_bot now"; only set for commands meant for us
     command_args: tuple[str, ...] = ()
     timestamp: float = field(default_factory=time.time)
+    platform_chat_id: int | None = None  # the platform's chat id when it is not `chat_id` (topics, upgrades)
+    thread_id: int | None = None  # the forum topic it was written in
+
+    @property
+    def platform_id(self) -> int:
+        return self.chat_id if self.platform_chat_id is None else self.platform_chat_id

@@ -38,16 +38,18 @@ class InboundRouter:
         self._flood = flood
 
     def _allowed(self, message: InboundMessage) -> bool:
-        return message.chat_kind == "console" or self._settings.chat_allowed(message.chat_id)
+        # Either id counts: a topic is allowed by its chat, an upgraded group by its old or its new id.
+        allowed = self._settings.chat_allowed
+        return message.chat_kind == "console" or allowed(message.chat_id) or allowed(message.platform_id)
 
     async def handle(self, message: InboundMessage) -> None:
         if not self._allowed(message):
-            log.info("chat_not_allowed", chat_id=message.chat_id, chat_kind=message.chat_kind)
+            log.info("chat_not_allowed", chat_id=message.platform_id, chat_kind=message.chat_kind)
             if message.command == "start":
                 self._delivery.reply_unstored(
                     message.chat_id,
                     f"This chat is not enabled for {self._settings.assistant_name}. "
-                    f"Its chat id is {message.chat_id}: an operator can add it to ALLOWED_CHAT_IDS.",
+                    f"Its chat id is {message.platform_id}: an operator can add it to ALLOWED_CHAT_IDS.",
                 )
             return
         await self._chats.ensure(message.chat_id, message.chat_kind, message.chat_title)

@@ -131,9 +131,15 @@ class Outbox:
 
     async def chat_unreachable(self, chat_id: int, reason: str) -> None:
         """The platform said so before any send failed (the bot was removed from the chat)."""
-        lock = self._locks.setdefault(chat_id, asyncio.Lock())
-        async with lock:
+        async with self._locks.setdefault(chat_id, asyncio.Lock()):
             await self._unreachable(chat_id, reason)
+
+    async def give_up_chat(self, chat_id: int, reason: str) -> None:
+        """What is owed to a chat cannot arrive (another topic of its chat found out): give it up. Not under
+        the chat's lock: two topics finding out at once would each wait for the other's."""
+        given_up = await self._store.give_up_chat(chat_id, f"undeliverable: {reason}")
+        if given_up:
+            log.error("chat_unreachable", chat_id=chat_id, reason=reason, messages_given_up=given_up)
 
     def flush_soon(self, chat_id: int) -> asyncio.Task[bool] | None:
         """Flush in the background (callers that must not wait on Telegram, like the IPC watcher)."""

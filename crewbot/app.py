@@ -133,20 +133,29 @@ class App:
             log.info("turns_interrupted_by_restart", count=interrupted)
         # The channel first: re-attached runs show typing at once. Spawn requests that new turns write
         # meanwhile wait in their folders until recovery is done and the watcher starts.
-        await self.channel.start(self.router.handle, on_membership=self._membership_changed)
+        await self.channel.start(
+            self.router.handle, on_membership=self._membership_changed, directory=self.stores.chats
+        )
         if self.subagents is not None:
             await self.subagents.start()
         self.outbox.start()  # also sends whatever a crash left owed
         log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
 
     async def _chat_unreachable(self, chat_id: int, reason: str) -> None:
-        """Removed or blocked: the chat's runs stop (their results could not arrive) and its owed messages
-        were given up by the outbox. Coming back needs nothing: the next message is answered as usual."""
+        """Removed or blocked: the runs of the chat and of its other topics stop (their results could not
+        arrive) and what they are owed is given up. Coming back needs nothing: the next message is
+        answered as usual."""
+        address = await self.stores.chats.address(chat_id)
+        conversations = await self.stores.chats.conversations_of(address.platform_chat_id) or [chat_id]
         control = self.subagents.control if self.subagents is not None else None
-        cancelled = (
-            await control.cancel_chat(chat_id, f"the bot can no longer reach the chat ({reason})") if control else 0
-        )
-        log.warning("chat_work_stopped", chat_id=chat_id, reason=reason, runs_cancelled=cancelled)
+        why = f"the bot can no longer reach the chat ({reason})"
+        cancelled = 0
+        for conversation in conversations:
+            if conversation != chat_id:
+                await self.outbox.give_up_chat(conversation, reason)
+            if control is not None:
+                cancelled += await control.cancel_chat(conversation, why)
+        log.warning("chat_work_stopped", chat_id=address.platform_chat_id, reason=reason, runs_cancelled=cancelled)
 
     async def _membership_changed(self, chat_id: int, present: bool, reason: str) -> None:
         if present:

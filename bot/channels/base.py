@@ -7,20 +7,39 @@ from typing import Protocol
 
 from bot.inbound import InboundMessage
 from core.outbox import DeliveryError
+from core.store.chats import ChatAddress
 
-__all__ = ["Channel", "DeliveryError", "InboundHandler", "MembershipHandler"]
+__all__ = ["Channel", "ChatAddress", "ChatDirectory", "DeliveryError", "InboundHandler", "MembershipHandler"]
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]
 # The bot was removed from a chat (False) or is in it again (True): chat id, present, the platform's words.
 MembershipHandler = Callable[[int, bool, str], Awaitable[None]]
 
 
+class ChatDirectory(Protocol):
+    """Conversations (chats and forum topics) by platform address, and back: core's ChatStore."""
+
+    async def resolve(self, platform_chat_id: int, thread_id: int | None, kind: str, title: str | None) -> int: ...
+
+    async def address(self, chat_id: int) -> ChatAddress: ...
+
+    async def conversations_of(self, platform_chat_id: int) -> list[int]: ...
+
+    async def migrate(self, old_platform_id: int, new_platform_id: int) -> list[int]: ...
+
+
 class Channel(Protocol):
     name: str
 
-    async def start(self, handler: InboundHandler, on_membership: MembershipHandler | None = None) -> None:
+    async def start(
+        self,
+        handler: InboundHandler,
+        on_membership: MembershipHandler | None = None,
+        directory: ChatDirectory | None = None,
+    ) -> None:
         """Begin receiving; each message is passed to `handler`, in order within a chat; changes of the
-        bot's own membership in a chat (removed, added back) to `on_membership`."""
+        bot's own membership in a chat (removed, added back) to `on_membership`. With a `directory`, chat
+        ids inside are conversations (a forum topic is one of its own), mapped to platform addresses."""
 
     async def stop_receiving(self) -> None:
         """Take no more inbound messages; sending still works (shutdown finishes its deliveries)."""

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from bot.channels.base import InboundHandler, MembershipHandler
+from bot.channels.base import ChatDirectory, InboundHandler, MembershipHandler
 from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain
 from bot.inbound import InboundMessage
 from core.logging import get_logger
@@ -55,7 +55,12 @@ class ConsoleChannel:
         """A person at a terminal (prompt, line editing), rather than piped input."""
         return self._lines.interactive
 
-    async def start(self, handler: InboundHandler, on_membership: MembershipHandler | None = None) -> None:
+    async def start(
+        self,
+        handler: InboundHandler,
+        on_membership: MembershipHandler | None = None,
+        directory: ChatDirectory | None = None,
+    ) -> None:
         self.say(
             f"crewbot console: you are {self._user_name} in a local group chat with {self._assistant_name}; "
             "every line you type is for it. /help lists commands; /quit or Ctrl-D leaves."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dtm
 import re
 from collections.abc import Callable, Coroutine
@@ -12,10 +13,10 @@ from typing import Any
 from telegram import ChatMemberUpdated, Message, MessageEntity, Update
 from telegram._utils.types import JSONDict
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
-from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.error import BadRequest, ChatMigrated, Forbidden, NetworkError, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
-from bot.channels.base import DeliveryError, InboundHandler, MembershipHandler
+from bot.channels.base import ChatAddress, ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
 from bot.channels.formatting import (
     TELEGRAM_MESSAGE_LIMIT_UNITS,
     markdown_to_telegram_html,
@@ -23,6 +24,7 @@ from bot.channels.formatting import (
     utf16_len,
 )
 from bot.channels.polling import Poller
+from bot.channels.telegram_routing import SameIds, migration_of, thread_of
 from bot.inbound import InboundMessage
 from core.logging import get_logger
 
@@ -126,6 +128,7 @@ class TelegramChannel:
         self._app: Application | None = None  # type: ignore[type-arg]
         self._handler: InboundHandler | None = None
         self._on_membership: MembershipHandler | None = None
+        self._directory: ChatDirectory = SameIds()
         self._bot_id: int | None = None
         self._bot_username: str | None = None
         self._polling: asyncio.Task[None] | None = None
@@ -143,9 +146,15 @@ class TelegramChannel:
             .build()
         )
 
-    async def start(self, handler: InboundHandler, on_membership: MembershipHandler | None = None) -> None:
+    async def start(
+        self,
+        handler: InboundHandler,
+        on_membership: MembershipHandler | None = None,
+        directory: ChatDirectory | None = None,
+    ) -> None:
         self._handler = handler
         self._on_membership = on_membership
+        self._directory = directory or SameIds()
         app = self._build()
         await app.initialize()  # getMe: fails here, clearly, on a bad token or an unreachable API
         self._app = app
@@ -175,10 +184,27 @@ class TelegramChannel:
         if update.my_chat_member is not None:
             await self._membership_changed(update.my_chat_member)
             return
+        message = update.message or update.edited_message
+        moved = migration_of(message) if message is not None else None
+        if moved is not None:
+            await self._migrated(*moved)
+            return
         inbound = self.to_inbound(update)
         if inbound is None or self._handler is None:
             return
+        conversation = await self._directory.resolve(
+            inbound.chat_id, inbound.thread_id, inbound.chat_kind, inbound.chat_title
+        )
+        if conversation != inbound.chat_id:
+            inbound = dataclasses.replace(inbound, chat_id=conversation, platform_chat_id=inbound.chat_id)
         await self._handler(inbound)
+
+    async def _migrated(self, old_chat_id: int, new_chat_id: int) -> None:
+        """The group became a supergroup: its conversations (history, runs, sessions, workspace, what is
+        owed to it) stay as they are and are reached at the new id from now on."""
+        moved = await self._directory.migrate(old_chat_id, new_chat_id)
+        if moved:
+            log.info("chat_migrated", old_chat_id=old_chat_id, new_chat_id=new_chat_id, conversations=moved)
 
     async def _membership_changed(self, change: ChatMemberUpdated) -> None:
         member = change.new_chat_member
@@ -186,9 +212,11 @@ class TelegramChannel:
         present = member.status in _PRESENT_STATUSES or (
             member.status == ChatMemberStatus.RESTRICTED and bool(getattr(member, "is_member", False))
         )
-        log.info("bot_membership_changed", chat_id=change.chat.id, status=str(member.status), present=present)
+        chat = change.chat
+        log.info("bot_membership_changed", chat_id=chat.id, status=str(member.status), present=present)
         if self._on_membership is not None:
-            await self._on_membership(change.chat.id, present, f"the bot's status in the chat is now {member.status}")
+            conversation = await self._directory.resolve(chat.id, None, str(chat.type), chat.title)
+            await self._on_membership(conversation, present, f"the bot's status in the chat is now {member.status}")
 
     # --- classification -------------------------------------------------------------------------
 
@@ -226,6 +254,7 @@ class TelegramChannel:
             # (edit_of, edited_at) makes a redelivered edit a duplicate.
             platform_message_id=None if edited else message.message_id,
             edit_of=message.message_id if edited else None,
+            thread_id=thread_of(message),
             edited_at=_edit_time(message) if edited else None,
             reply_to=reply.message_id if reply else None,
             triggers=triggers,
@@ -280,19 +309,13 @@ class TelegramChannel:
         return [await self.send_part(chat_id, part) for part in self.split(text)]
 
     async def send_part(self, chat_id: int, chunk: str) -> int:
-        bot = self._bot().bot
-        html_text = markdown_to_telegram_html(chunk)
+        address = await self._directory.address(chat_id)
         try:
-            if utf16_len(html_text) <= TELEGRAM_MESSAGE_LIMIT_UNITS:
-                try:
-                    sent = await bot.send_message(chat_id, html_text, parse_mode=ParseMode.HTML)
-                    return int(sent.message_id)
-                except BadRequest as exc:
-                    if "parse" not in str(exc).lower() and "entit" not in str(exc).lower():
-                        raise
-                    log.warning("html_rejected_sending_plain", chat_id=chat_id, error=str(exc))
-            sent = await bot.send_message(chat_id, chunk)
-            return int(sent.message_id)
+            try:
+                return await self._send_to(address, chunk)
+            except ChatMigrated as exc:  # the group was upgraded and we had not seen the service message
+                await self._migrated(address.platform_chat_id, int(exc.new_chat_id))
+                return await self._send_to(ChatAddress(int(exc.new_chat_id), address.thread_id), chunk)
         except RetryAfter as exc:
             retry = exc.retry_after
             seconds = retry.total_seconds() if isinstance(retry, dtm.timedelta) else float(retry)
@@ -305,11 +328,30 @@ class TelegramChannel:
         except (NetworkError, TelegramError) as exc:
             raise DeliveryError(str(exc), permanent=False) from exc
 
+    async def _send_to(self, address: ChatAddress, chunk: str) -> int:
+        bot = self._bot().bot
+        target, thread = address.platform_chat_id, address.thread_id
+        html_text = markdown_to_telegram_html(chunk)
+        if utf16_len(html_text) <= TELEGRAM_MESSAGE_LIMIT_UNITS:
+            try:
+                sent = await bot.send_message(target, html_text, parse_mode=ParseMode.HTML, message_thread_id=thread)
+                return int(sent.message_id)
+            except BadRequest as exc:
+                if "parse" not in str(exc).lower() and "entit" not in str(exc).lower():
+                    raise
+                log.warning("html_rejected_sending_plain", chat_id=target, error=str(exc))
+        sent = await bot.send_message(target, chunk, message_thread_id=thread)
+        return int(sent.message_id)
+
     async def send_typing(self, chat_id: int) -> None:
-        await self._bot().bot.send_chat_action(chat_id, ChatAction.TYPING)
+        address = await self._directory.address(chat_id)
+        await self._bot().bot.send_chat_action(
+            address.platform_chat_id, ChatAction.TYPING, message_thread_id=address.thread_id
+        )
 
     async def is_chat_admin(self, chat_id: int, user_id: int) -> bool:
-        member = await self._bot().bot.get_chat_member(chat_id, user_id)
+        address = await self._directory.address(chat_id)
+        member = await self._bot().bot.get_chat_member(address.platform_chat_id, user_id)
         return member.status in (ChatMemberStatus.OWNER, ChatMemberStatus.ADMINISTRATOR)
 
     async def get_me(self) -> str:

@@ -15,6 +15,21 @@ def folder_for_chat(chat_id: int) -> str:
     return f"chat_{'m' if chat_id < 0 else ''}{abs(chat_id)}"
 
 
+# Topics get ids beyond every Telegram id (those have at most 52 significant bits), counting down.
+TOPIC_ID_CEILING = -(2**53)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatAddress:
+    """Where the platform reaches a conversation: the chat, and the forum topic within it if any."""
+
+    platform_chat_id: int
+    thread_id: int | None = None
+
+
+_ADDRESS = "COALESCE(platform_chat_id, id) = ? AND COALESCE(thread_id, 0) = ?"
+
+
 @dataclass(frozen=True, slots=True)
 class Chat:
     id: int
@@ -57,3 +72,75 @@ class ChatStore:
         async with self._db.conn.execute("SELECT * FROM chats WHERE folder = ?", (folder,)) as cursor:
             row = await cursor.fetchone()
         return _chat(row) if row else None
+
+    # --- addresses: conversations as the platform sees them ------------------------------------
+
+    async def resolve(self, platform_chat_id: int, thread_id: int | None, kind: str, title: str | None) -> int:
+        """The conversation id for a chat (and topic): the chat's own id the first time it is seen, a
+        new topic id below TOPIC_ID_CEILING for a topic, or what an upgrade left (the old group's id)."""
+        found = await self._by_address(platform_chat_id, thread_id)
+        if found is not None:
+            return found
+        if thread_id is None:
+            return platform_chat_id  # `ensure` records it with the first message
+        async with self._db.write() as conn:
+            async with conn.execute("SELECT MIN(id) FROM chats WHERE id <= ?", (TOPIC_ID_CEILING,)) as cursor:
+                row = await cursor.fetchone()
+            lowest = row[0] if row and row[0] is not None else TOPIC_ID_CEILING
+            topic_id = int(lowest) - 1
+            await conn.execute(
+                "INSERT INTO chats (id, kind, title, folder, created_at, platform_chat_id, thread_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (topic_id, kind, title, folder_for_chat(topic_id), time.time(), platform_chat_id, thread_id),
+            )
+        return topic_id
+
+    async def _by_address(self, platform_chat_id: int, thread_id: int | None) -> int | None:
+        async with self._db.conn.execute(
+            f"SELECT id FROM chats WHERE {_ADDRESS}", (platform_chat_id, thread_id or 0)
+        ) as cursor:
+            row = await cursor.fetchone()
+        return int(row[0]) if row else None
+
+    async def address(self, chat_id: int) -> ChatAddress:
+        """Where to send to the conversation; a chat never recorded is its own address."""
+        async with self._db.conn.execute(
+            "SELECT COALESCE(platform_chat_id, id), thread_id FROM chats WHERE id = ?", (chat_id,)
+        ) as cursor:
+            row = await cursor.fetchone()
+        if row is None:
+            return ChatAddress(chat_id)
+        return ChatAddress(int(row[0]), None if row[1] is None else int(row[1]))
+
+    async def conversations_of(self, platform_chat_id: int) -> list[int]:
+        """Every conversation in a platform chat: the chat itself and each of its topics."""
+        async with self._db.conn.execute(
+            "SELECT id FROM chats WHERE COALESCE(platform_chat_id, id) = ? ORDER BY id DESC", (platform_chat_id,)
+        ) as cursor:
+            return [int(row[0]) for row in await cursor.fetchall()]
+
+    async def migrate(self, old_platform_id: int, new_platform_id: int) -> list[int]:
+        """A group became a supergroup: its conversations are reached at the new id from now on, in one
+        write. Returns them (none when already done, or when the new id has a conversation of its own)."""
+        async with self._db.write() as conn:
+            async with conn.execute(
+                "SELECT COUNT(*) FROM chats WHERE COALESCE(platform_chat_id, id) = ?", (new_platform_id,)
+            ) as cursor:
+                taken = (await cursor.fetchone() or (0,))[0]
+            if taken:
+                return []
+            async with conn.execute(
+                "SELECT id FROM chats WHERE COALESCE(platform_chat_id, id) = ?", (old_platform_id,)
+            ) as cursor:
+                moved = [int(row[0]) for row in await cursor.fetchall()]
+            await conn.execute(
+                "UPDATE chats SET platform_chat_id = ? WHERE COALESCE(platform_chat_id, id) = ?",
+                (new_platform_id, old_platform_id),
+            )
+            # The supergroup numbers its messages afresh: the old group's ids name nothing there any more,
+            # and kept they would make its new messages look like redeliveries of old ones.
+            await conn.executemany(
+                "UPDATE messages SET platform_message_id = NULL WHERE chat_id = ? AND platform_message_id IS NOT NULL",
+                [(chat_id,) for chat_id in moved],
+            )
+        return moved

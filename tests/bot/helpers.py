@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from bot.channels.base import Channel, InboundHandler, MembershipHandler
+from bot.channels.base import Channel, ChatDirectory, InboundHandler, MembershipHandler
 from bot.commands import RunSummary
 from bot.engine import Turn
 from bot.inbound import InboundMessage
@@ -50,7 +50,12 @@ class RecordingChannel(Recorder):
         self.handler: InboundHandler | None = None
         self._next_id = 1000
 
-    async def start(self, handler: InboundHandler, on_membership: MembershipHandler | None = None) -> None:
+    async def start(
+        self,
+        handler: InboundHandler,
+        on_membership: MembershipHandler | None = None,
+        directory: ChatDirectory | None = None,
+    ) -> None:
         self.handler = handler
 
     async def stop_receiving(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from core.store.runs import RunRecord, RunStatus, RunStore
 from crewbot.app import App
-from tests.fakes.telegram_membership import set_bot_membership
+from tests.fakes.telegram_group_events import set_bot_membership
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 from tests.runner.test_subagents_e2e import until_no_containers

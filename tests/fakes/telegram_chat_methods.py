@@ -23,6 +23,9 @@ def find_chat(data: TelegramData, params: Params) -> JsonDict:
         chat = data.chats.get(chat_id) if chat_id is not None else None
     if chat is None:
         raise bad_request("chat not found")
+    if chat["id"] in data.migrated:
+        upgraded = {"migrate_to_chat_id": data.migrated[chat["id"]]}
+        raise ApiError(400, "Bad Request: group chat was upgraded to a supergroup chat", upgraded)
     if chat["id"] in data.blocked:
         raise ApiError(403, data.blocked[chat["id"]])
     return chat

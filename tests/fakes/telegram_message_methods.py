@@ -87,11 +87,18 @@ class MessageMethods:
             raise bad_request("message to be replied not found")
         return target
 
+    @staticmethod
+    def _thread(chat: JsonDict, params: Params) -> int | None:
+        """A forum topic's id as sent; elsewhere Telegram ignores it (it names reply threads there)."""
+        thread = params.integer("message_thread_id")
+        return thread if chat.get("is_forum") else None
+
     async def send_message(self, params: Params) -> Any:
         with self._lock:
             chat = find_chat(self._data, params)
             parsed = self._parse(params)
             reply_to = self._reply_target(chat["id"], params)
+            thread = self._thread(chat, params)
             message: JsonDict = {
                 "message_id": self._data.next_message_id(chat["id"]),
                 "from": self._data.user(self._data.bot_id),
@@ -103,6 +110,8 @@ class MessageMethods:
                 message["entities"] = parsed.entities
             if reply_to is not None:
                 message["reply_to_message"] = reply_to
+            if thread is not None:
+                message.update(message_thread_id=thread, is_topic_message=True)
             markup = params.json("reply_markup")
             if isinstance(markup, dict) and "inline_keyboard" in markup:
                 message["reply_markup"] = markup  # Telegram echoes inline keyboards only
@@ -119,6 +128,7 @@ class MessageMethods:
                     reply_markup=markup,
                     message=copy.deepcopy(message),
                     at=time.monotonic(),
+                    thread_id=thread,
                 )
             )
             self._watch.notify()
@@ -130,7 +140,8 @@ class MessageMethods:
             action = params.string("action")
             if action not in CHAT_ACTIONS:
                 raise bad_request("wrong parameter action in request")
-            self._data.actions.append(ChatAction(chat["id"], action, time.monotonic()))
+            thread = self._thread(chat, params)
+            self._data.actions.append(ChatAction(chat["id"], action, time.monotonic(), thread))
             self._watch.notify()
         return True
 

@@ -19,7 +19,7 @@ import copy
 import re
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -179,8 +179,9 @@ class FakeTelegram(LoopbackServer):
         reply_to_message_id: int | None = None,
         entities: list[JsonDict] | None = None,
         chat_title: str | None = None,
+        thread_id: int | None = None,
     ) -> JsonDict:
-        """A user's text message as an update; returns the update.
+        """A user's text message as an update (in forum topic `thread_id`); returns the update.
 
         chat_type defaults to what the id implies (>0 private, -100… supergroup, else group); the user
         defaults to the private chat's user or Alice (1001). entities=None adds the `bot_command` and
@@ -210,10 +211,22 @@ class FakeTelegram(LoopbackServer):
                 if target is None:
                     raise ValueError(f"no message {reply_to_message_id} in chat {chat_id} to reply to")
                 message["reply_to_message"] = target
+            if thread_id is not None:
+                message.update(message_thread_id=thread_id, is_topic_message=True)
             self._data.store(message)
             update = self._data.enqueue_update({"message": message})
             self._watch.notify()
             return update
+
+    def update_chat(self, chat_id: int, **fields: Any) -> None:
+        """Change a known chat as Telegram would show it (e.g. is_forum=True for a forum)."""
+        with self._lock:
+            self._data.chats[chat_id].update(fields)
+
+    def redirect_upgraded(self, old_id: int, new_id: int) -> None:
+        """Calls on the old group answer 400 with migrate_to_chat_id, as after a supergroup upgrade."""
+        with self._lock:
+            self._data.migrated[old_id] = new_id
 
     def push_edited_message(
         self, chat_id: int, message_id: int, text: str, *, entities: list[JsonDict] | None = None

@@ -39,6 +39,7 @@ class SentMessage:
     reply_markup: Any
     message: JsonDict  # the Message object returned to the bot
     at: float  # time.monotonic()
+    thread_id: int | None = None  # the forum topic it went to
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class ChatAction:
     chat_id: int
     action: str
     at: float  # time.monotonic()
+    thread_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class TelegramData:
     admins: dict[int, list[int]] = field(default_factory=dict)
     owners: dict[int, int] = field(default_factory=dict)
     blocked: dict[int, str] = field(default_factory=dict)  # chat id -> 403 description
+    migrated: dict[int, int] = field(default_factory=dict)  # a group upgraded: old id -> supergroup id
     commands: dict[tuple[str, str], list[JsonDict]] = field(default_factory=dict)  # (scope, lang)
     sent: list[SentMessage] = field(default_factory=list)
     actions: list[ChatAction] = field(default_factory=list)
