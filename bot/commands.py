@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -103,7 +103,8 @@ def _when(run: RunInfo, now: float) -> str:
 HELP_TEXT = (
     "Mention me or reply to me to talk. For long or code-running work I start subagents.\n"
     "/subagents – this chat's subagent runs; /subagents <run id> – what one has printed so far\n"
-    "/cancel <run id> or /cancel all – cancel runs (admins)\n"
+    "/cancel <run id> or /cancel all – cancel runs (admins; in a forum topic, that topic's; "
+    "/cancel all chat – every topic's)\n"
     "/stop – abort my current answer and stop all of this chat's subagents (admins)\n"
     "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)"
 )
@@ -127,8 +128,10 @@ class Commands:
         admin_user_ids: list[int],
         *,
         workspaces: WorkspaceControl | None = None,
+        conversations: Callable[[int], Awaitable[list[int]]] | None = None,
     ) -> None:
         self._channel = channel
+        self._conversations = conversations  # a platform chat's conversations: itself and its forum topics
         self._delivery = delivery
         self._engine = engine
         self._runs = runs
@@ -151,80 +154,90 @@ class Commands:
             log.warning("admin_check_failed", chat_id=message.chat_id, error=str(exc))
             return False
 
-    async def _reply(self, chat_id: int, text: str) -> None:
+    async def _reply(self, message: InboundMessage, text: str) -> None:
         # Stored now, sent in the background: the update path never waits behind the chat's backlog.
-        await self._delivery.notice(chat_id, text, wait=False)
+        await self._delivery.notice(message.chat_id, text, wait=False, reply_to=message.platform_message_id)
 
     async def handle(self, message: InboundMessage) -> None:
         command = message.command or ""
-        chat_id = message.chat_id
         clearing = command == "workspace" and [a.lower() for a in message.command_args] == ["clear"]
         if (command in ADMIN_COMMANDS or clearing) and not await self._is_admin(message):
             log.info("command_refused", command=command, user_id=message.sender_id)
-            await self._reply(chat_id, f"Only chat admins can use /{command}.")
+            await self._reply(message, f"Only chat admins can use /{command}.")
             return
         if command in ("start", "help"):
-            await self._reply(chat_id, CONSOLE_HELP_TEXT if message.chat_kind == "console" else HELP_TEXT)
+            await self._reply(message, CONSOLE_HELP_TEXT if message.chat_kind == "console" else HELP_TEXT)
         elif command == "stop":
-            await self._stop(chat_id)
+            await self._stop(message)
         elif command == "subagents" and message.command_args:
-            await self._show(chat_id, message.command_args[0].strip()[:64])
+            await self._show(message, message.command_args[0].strip()[:64])
         elif command == "subagents":
-            await self._list(chat_id)
+            await self._list(message)
         elif command == "cancel":
-            await self._cancel(chat_id, message.command_args)
+            await self._cancel(message)
         elif command == "workspace":
-            await self._workspace(chat_id, clearing)
+            await self._workspace(message, clearing)
 
-    async def _stop(self, chat_id: int) -> None:
+    async def _stop(self, message: InboundMessage) -> None:
+        chat_id = message.chat_id
         turn = self._engine.stop_turn(chat_id)
         if turn is None:
             cancelled = await self._runs.cancel_chat(chat_id, "stop") if self._runs else 0
             text = f"Stopped {cancelled} subagent run(s)." if cancelled else "Nothing to stop."
         else:
             text = "Stopped my current answer and this chat's subagents."
-        await self._reply(chat_id, text)
+        await self._reply(message, text)
 
-    async def _list(self, chat_id: int) -> None:
+    async def _list(self, message: InboundMessage) -> None:
+        chat_id = message.chat_id
         if self._runs is None:
-            await self._reply(chat_id, "Subagents are not enabled.")
+            await self._reply(message, "Subagents are not enabled.")
             return
         runs = await self._runs.list_runs(chat_id, MAX_LISTED_RUNS)
         if not runs:
-            await self._reply(chat_id, "No subagent runs in this chat yet.")
+            await self._reply(message, "No subagent runs in this chat yet.")
             return
         now = time.time()
         lines = [f"`{r.id}` {r.status:<11} {_when(r, now):>9}  {r.label}" for r in runs]
         footer = "\n/subagents <run id> shows what a run has printed so far."
-        await self._reply(chat_id, "Subagent runs (newest first):\n" + "\n".join(lines) + footer)
+        await self._reply(message, "Subagent runs (newest first):\n" + "\n".join(lines) + footer)
 
-    async def _show(self, chat_id: int, run_id: str) -> None:
+    async def _show(self, message: InboundMessage, run_id: str) -> None:
+        chat_id = message.chat_id
         if not isinstance(self._runs, RunOutputSource):
-            await self._reply(chat_id, "Subagent output is not available here.")
+            await self._reply(message, "Subagent output is not available here.")
             return
         text = await self._runs.run_output(chat_id, run_id)
         if text is None:
             text = f"No run {run_id} in this chat. /subagents lists them."
-        await self._reply(chat_id, text)
+        await self._reply(message, text)
 
-    async def _workspace(self, chat_id: int, clearing: bool) -> None:
+    async def _workspace(self, message: InboundMessage, clearing: bool) -> None:
+        chat_id = message.chat_id
         if self._workspaces is None:
-            await self._reply(chat_id, "Subagents are not enabled.")
+            await self._reply(message, "Subagents are not enabled.")
             return
         text = await (self._workspaces.clear(chat_id) if clearing else self._workspaces.describe(chat_id))
-        await self._reply(chat_id, text)
+        await self._reply(message, text)
 
-    async def _cancel(self, chat_id: int, args: tuple[str, ...]) -> None:
+    async def _cancel(self, message: InboundMessage) -> None:
+        chat_id, args = message.chat_id, message.command_args
         if self._runs is None:
-            await self._reply(chat_id, "Subagents are not enabled.")
+            await self._reply(message, "Subagents are not enabled.")
+            return
+        lowered = [a.strip().lower() for a in args]
+        if lowered == ["all", "chat"]:  # explicit: every topic of a forum, not only the one it is sent in
+            targets = await self._conversations(message.platform_id) if self._conversations else [chat_id]
+            count = sum([await self._runs.cancel_chat(target, "cancel all chat") for target in targets or [chat_id]])
+            await self._reply(message, f"Cancelled {count} subagent run(s) in the whole chat.")
             return
         if len(args) != 1:
-            await self._reply(chat_id, "Usage: /cancel <run id> or /cancel all")
+            await self._reply(message, "Usage: /cancel <run id>, /cancel all, or /cancel all chat")
             return
         target = args[0].strip()
         if target.lower() == "all":
             count = await self._runs.cancel_chat(chat_id, "cancel all")
-            await self._reply(chat_id, f"Cancelled {count} subagent run(s).")
+            await self._reply(message, f"Cancelled {count} subagent run(s).")
             return
         outcome = await self._runs.cancel_run(chat_id, target[:64])
         if outcome is None:
@@ -233,4 +246,4 @@ class Commands:
             text = f"Cancelled run {target}."
         else:
             text = f"Run {target} had already ended ({outcome})."
-        await self._reply(chat_id, text)
+        await self._reply(message, text)

@@ -33,6 +33,10 @@ class Turn:
     started_at: float  # monotonic seconds
     delivering: bool = False
     aborted: bool = False
+    # The newest triggering message (store row id) it answers: its prompt ends there, so a trigger that
+    # arrives while it runs gets a turn of its own and is never answered twice. None: the chat's latest.
+    trigger_id: int | None = None
+    reply_to: int | None = None  # that message's platform id (set when the turn starts)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def begin_delivery(self) -> None:
@@ -57,6 +61,7 @@ class TurnLifecycle(Protocol):
 @dataclass(slots=True)
 class _ChatState:
     pending: bool = False
+    trigger_id: int | None = None  # the newest trigger notified
     worker: asyncio.Task[None] | None = None
     turn: Turn | None = None
 
@@ -79,12 +84,14 @@ class ChatEngine:
         self._closing = False
         self._background: set[asyncio.Task[None]] = set()
 
-    def notify(self, chat_id: int) -> None:
-        """A triggering message for `chat_id` is in the store."""
+    def notify(self, chat_id: int, trigger_id: int | None = None) -> None:
+        """A triggering message for `chat_id` is in the store (row `trigger_id`)."""
         if self._closing:
             return
         state = self._chats.setdefault(chat_id, _ChatState())
         state.pending = True
+        if trigger_id is not None:
+            state.trigger_id = max(trigger_id, state.trigger_id or trigger_id)
         turn = state.turn
         if turn is not None and not turn.delivering and not turn.aborted:
             age = self._clock() - turn.started_at
@@ -131,7 +138,9 @@ class ChatEngine:
         try:
             while state.pending and not self._closing:
                 state.pending = False
-                turn = Turn(id=secrets.token_hex(6), chat_id=chat_id, started_at=self._clock())
+                turn = Turn(
+                    id=secrets.token_hex(6), chat_id=chat_id, started_at=self._clock(), trigger_id=state.trigger_id
+                )
                 state.turn = turn
                 try:
                     with structlog.contextvars.bound_contextvars(chat_id=chat_id, turn_id=turn.id):

@@ -77,7 +77,9 @@ class InboundRouter:
         if self._commands.handles(message.command):
             await self._commands.handle(message)
         elif message.triggers:
-            self._engine.notify(message.chat_id)
+            self._engine.notify(message.chat_id, row_id)
             if self._flood.should_notice(message.chat_id):
                 log.info("chat_flooding", chat_id=message.chat_id)
-                await self._delivery.notice(message.chat_id, FLOOD_NOTICE, wait=False)
+                await self._delivery.notice(
+                    message.chat_id, FLOOD_NOTICE, wait=False, reply_to=message.platform_message_id
+                )

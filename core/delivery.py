@@ -13,28 +13,38 @@ class Delivery:
         self._outbox = outbox
         self._assistant_name = assistant_name
 
-    def outgoing(self, chat_id: int, content: str, *, kind: str, sender_name: str | None = None) -> Outgoing:
-        """The stored copy (what prompts see) and what the chat is sent: prefixed with the assistant's name."""
+    def outgoing(
+        self, chat_id: int, content: str, *, kind: str, sender_name: str | None = None, reply_to: int | None = None
+    ) -> Outgoing:
+        """The stored copy (what prompts see) and what the chat is sent: prefixed with the assistant's name,
+        as a reply to platform message `reply_to` when given."""
         message = NewMessage(
             chat_id=chat_id, sender_name=sender_name or self._assistant_name, content=content, is_bot=True, kind=kind
         )
-        return Outgoing(message=message, text=f"{self._assistant_name}: {content}")
+        return Outgoing(message=message, text=f"{self._assistant_name}: {content}", reply_to=reply_to)
 
     async def post(
-        self, chat_id: int, content: str, *, kind: str = "reply", sender_name: str | None = None, wait: bool = True
+        self,
+        chat_id: int,
+        content: str,
+        *,
+        kind: str = "reply",
+        sender_name: str | None = None,
+        wait: bool = True,
+        reply_to: int | None = None,
     ) -> bool:
         """Store and send. With `wait` the first attempt happens now and True means the chat has it;
         either way a failed send is retried by the outbox, also after a restart."""
-        await self._store.add(self.outgoing(chat_id, content, kind=kind, sender_name=sender_name))
+        await self._store.add(self.outgoing(chat_id, content, kind=kind, sender_name=sender_name, reply_to=reply_to))
         if wait:
             return await self._outbox.flush(chat_id)
         self._outbox.flush_soon(chat_id)
         return False
 
-    async def notice(self, chat_id: int, content: str, *, wait: bool = False) -> bool:
+    async def notice(self, chat_id: int, content: str, *, wait: bool = False, reply_to: int | None = None) -> bool:
         """A short operational notice (rejections, refusals, errors); stored so the agent sees it too.
         Sent in the background by default: notices answer updates, which must not wait on the chat."""
-        return await self.post(chat_id, content, kind="notice", wait=wait)
+        return await self.post(chat_id, content, kind="notice", wait=wait, reply_to=reply_to)
 
     def reply_unstored(self, chat_id: int, text: str) -> None:
         """Answer a chat the bot does not work in (nothing stored, no retry), in the background."""

@@ -58,7 +58,8 @@ class Sender(Protocol):
 
     def split(self, text: str) -> list[str]: ...
 
-    async def send_part(self, chat_id: int, part: str) -> int | None: ...
+    async def send_part(self, chat_id: int, part: str, reply_to: int | None = None) -> int | None:
+        """One part; `reply_to` names a platform message it answers (sent plainly if that one is gone)."""
 
     async def send_text(self, chat_id: int, text: str) -> list[int]: ...
 
@@ -102,7 +103,7 @@ class Outbox:
         parts = self._channel.split(row.text)
         try:
             for index in range(row.parts_sent, len(parts)):
-                await self._channel.send_part(row.chat_id, parts[index])
+                await self._channel.send_part(row.chat_id, parts[index], row.reply_to if index == 0 else None)
                 await self._store.part_sent(row.id, index + 1, done=index + 1 == len(parts))
         except DeliveryError as exc:
             if exc.chat_unreachable:

@@ -18,6 +18,7 @@ from core.delivery import Delivery
 from core.logging import get_logger
 from core.outbox import Outbox
 from core.settings import CancelScope, LLMProvider, Settings
+from core.store.messages import MessageStore
 from core.store.stores import Stores
 from core.store.turns import TurnStatus, TurnStore
 from core.typing_indicator import TypingIndicator
@@ -48,13 +49,16 @@ class SubagentSystem(Protocol):
 class TurnRecorder:
     """The engine's TurnLifecycle: turns in the store, and the cascading cancel of an aborted turn."""
 
-    def __init__(self, turns: TurnStore, scope: CancelScope, runs: RunControl | None) -> None:
+    def __init__(self, turns: TurnStore, messages: MessageStore, scope: CancelScope, runs: RunControl | None) -> None:
         self._turns = turns
+        self._messages = messages
         self._scope = scope
         self.runs = runs
 
     async def turn_started(self, turn: Turn) -> None:
-        await self._turns.start(turn.id, turn.chat_id)
+        # The answer and the results of the turn's subagents reply to the message that asked.
+        turn.reply_to = await self._messages.platform_id_of(turn.trigger_id, turn.chat_id)
+        await self._turns.start(turn.id, turn.chat_id, reply_to=turn.reply_to)
 
     async def turn_ended(self, turn: Turn, status: TurnStatus) -> None:
         await self._turns.end(turn.id, status)
@@ -102,7 +106,7 @@ class App:
             timeout_seconds=settings.llm_timeout_seconds,
         )
         control = subagents.control if subagents else None
-        self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
+        self.recorder = TurnRecorder(stores.turns, stores.messages, settings.merge_cancel_scope, control)
         self.engine = ChatEngine(self.agent, self.recorder, self.typing, settings.merge_window_seconds)
         self.commands = Commands(
             channel,
@@ -111,6 +115,7 @@ class App:
             control,
             settings.admin_user_ids,
             workspaces=subagents.workspaces if subagents else None,
+            conversations=stores.chats.conversations_of,
         )
         self.router = InboundRouter(
             settings,

@@ -86,7 +86,11 @@ class Conclusion:
         """Record the run's one outcome with its [Subagent] message, then send that message."""
         body = outcome_body(status, result=result, error=error)
         outgoing = self._delivery.outgoing(
-            live.chat_id, subagent_content(live.label, body), kind="subagent", sender_name=SUBAGENT_SENDER
+            live.chat_id,
+            subagent_content(live.label, body),
+            kind="subagent",
+            sender_name=SUBAGENT_SENDER,
+            reply_to=await self._runs.asked_by(live.id),
         )
         recorded = await self._runs.finish(
             live.id, status, result=result, error=error, session_out=session_out, outgoing=outgoing

@@ -110,7 +110,9 @@ class SubagentService:
         chat = await self._stores.chats.by_folder(folder)
         if chat is None:
             return None
-        if chat.kind != "console" and not self._settings.chat_allowed(chat.id):
+        # A topic or an upgraded group is allowed by its platform chat, as the router allows its messages.
+        allowed = self._settings.chat_allowed
+        if chat.kind != "console" and not (allowed(chat.id) or allowed(chat.platform_id)):
             return None
         return chat.id
 

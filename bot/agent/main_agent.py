@@ -91,7 +91,9 @@ class MainAgent:
         return self._agent
 
     async def __call__(self, turn: Turn) -> None:
-        prompt = await build_prompt(self._messages, turn.chat_id, self._history_window, self._assistant_name)
+        prompt = await build_prompt(
+            self._messages, turn.chat_id, self._history_window, self._assistant_name, up_to_id=turn.trigger_id
+        )
         deps = TurnDeps(chat_id=turn.chat_id, turn=turn, spawner=self._spawner or _NoSpawner())
         try:
             async with asyncio.timeout(self._timeout_seconds):
@@ -110,7 +112,7 @@ class MainAgent:
             reply, kind = APOLOGY, "notice"
         turn.begin_delivery()
         # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
-        await asyncio.shield(self._delivery.post(turn.chat_id, reply, kind=kind))
+        await asyncio.shield(self._delivery.post(turn.chat_id, reply, kind=kind, reply_to=turn.reply_to))
 
 
 class _NoSpawner:

@@ -46,9 +46,12 @@ def _line(message: StoredMessage, assistant_name: str) -> str:
     return f"[{when}] {who}: {content}"
 
 
-async def build_prompt(messages: MessageStore, chat_id: int, window_size: int, assistant_name: str) -> Prompt:
-    """The recent window (an index walk: cost does not grow with the chat's history) as a transcript."""
-    window = await messages.recent(chat_id, window_size)
+async def build_prompt(
+    messages: MessageStore, chat_id: int, window_size: int, assistant_name: str, up_to_id: int | None = None
+) -> Prompt:
+    """The recent window (an index walk: cost does not grow with the chat's history) as a transcript,
+    ending at message row `up_to_id` when given."""
+    window = await messages.recent(chat_id, window_size, up_to_id)
     transcript = "\n".join(_line(m, assistant_name) for m in window)
     latest = next((m for m in reversed(window) if m.is_trigger and not m.is_bot), None)
     parts = ["Chat transcript (oldest first):", transcript or "(no messages)"]

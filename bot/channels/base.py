@@ -49,8 +49,9 @@ class Channel(Protocol):
     def split(self, text: str) -> list[str]:
         """The parts `text` is sent as (Telegram: at most 4,096 characters each, code blocks intact)."""
 
-    async def send_part(self, chat_id: int, part: str) -> int | None:
-        """Send one part, formatted as the channel needs; its platform message id if it has one."""
+    async def send_part(self, chat_id: int, part: str, reply_to: int | None = None) -> int | None:
+        """Send one part, formatted as the channel needs (a reply to platform message `reply_to`, or plain
+        when that message is gone); its platform message id if it has one."""
 
     async def send_text(self, chat_id: int, text: str) -> list[int]:
         """Send every part of `text` now (for replies outside the outbox, e.g. to a chat not allowed)."""

@@ -140,7 +140,7 @@ class ConsoleChannel:
     def split(self, text: str) -> list[str]:
         return [text]  # a terminal has no message size limit
 
-    async def send_part(self, chat_id: int, part: str) -> int | None:
+    async def send_part(self, chat_id: int, part: str, reply_to: int | None = None) -> int | None:
         self._last_typing = 0.0
         self.say(plain(part))
         return None

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from telegram import ChatMemberUpdated, Message, MessageEntity, Update
+from telegram import ChatMemberUpdated, Message, MessageEntity, ReplyParameters, Update
 from telegram._utils.types import JSONDict
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, NetworkError, RetryAfter, TelegramError
@@ -308,14 +308,16 @@ class TelegramChannel:
     async def send_text(self, chat_id: int, text: str) -> list[int]:
         return [await self.send_part(chat_id, part) for part in self.split(text)]
 
-    async def send_part(self, chat_id: int, chunk: str) -> int:
+    async def send_part(self, chat_id: int, chunk: str, reply_to: int | None = None) -> int:
         address = await self._directory.address(chat_id)
+        # Sent without the reply when the message was deleted meanwhile: the answer matters more.
+        reply = None if reply_to is None else ReplyParameters(reply_to, allow_sending_without_reply=True)
         try:
             try:
-                return await self._send_to(address, chunk)
+                return await self._send_to(address, chunk, reply)
             except ChatMigrated as exc:  # the group was upgraded and we had not seen the service message
                 await self._migrated(address.platform_chat_id, int(exc.new_chat_id))
-                return await self._send_to(ChatAddress(int(exc.new_chat_id), address.thread_id), chunk)
+                return await self._send_to(ChatAddress(int(exc.new_chat_id), address.thread_id), chunk, reply)
         except RetryAfter as exc:
             retry = exc.retry_after
             seconds = retry.total_seconds() if isinstance(retry, dtm.timedelta) else float(retry)
@@ -328,19 +330,21 @@ class TelegramChannel:
         except (NetworkError, TelegramError) as exc:
             raise DeliveryError(str(exc), permanent=False) from exc
 
-    async def _send_to(self, address: ChatAddress, chunk: str) -> int:
+    async def _send_to(self, address: ChatAddress, chunk: str, reply: ReplyParameters | None) -> int:
         bot = self._bot().bot
         target, thread = address.platform_chat_id, address.thread_id
         html_text = markdown_to_telegram_html(chunk)
         if utf16_len(html_text) <= TELEGRAM_MESSAGE_LIMIT_UNITS:
             try:
-                sent = await bot.send_message(target, html_text, parse_mode=ParseMode.HTML, message_thread_id=thread)
+                sent = await bot.send_message(
+                    target, html_text, parse_mode=ParseMode.HTML, message_thread_id=thread, reply_parameters=reply
+                )
                 return int(sent.message_id)
             except BadRequest as exc:
                 if "parse" not in str(exc).lower() and "entit" not in str(exc).lower():
                     raise
                 log.warning("html_rejected_sending_plain", chat_id=target, error=str(exc))
-        sent = await bot.send_message(target, chunk, message_thread_id=thread)
+        sent = await bot.send_message(target, chunk, message_thread_id=thread, reply_parameters=reply)
         return int(sent.message_id)
 
     async def send_typing(self, chat_id: int) -> None:

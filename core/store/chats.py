@@ -36,10 +36,21 @@ class Chat:
     kind: str
     title: str | None
     folder: str
+    platform_chat_id: int | None = None  # the platform's chat when it is not `id` (a topic, an upgrade)
+
+    @property
+    def platform_id(self) -> int:
+        return self.id if self.platform_chat_id is None else self.platform_chat_id
 
 
 def _chat(row: aiosqlite.Row) -> Chat:
-    return Chat(id=row["id"], kind=row["kind"], title=row["title"], folder=row["folder"])
+    return Chat(
+        id=row["id"],
+        kind=row["kind"],
+        title=row["title"],
+        folder=row["folder"],
+        platform_chat_id=row["platform_chat_id"],
+    )
 
 
 class ChatStore:

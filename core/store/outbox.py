@@ -18,6 +18,7 @@ class Outgoing:
     message: NewMessage
     text: str
     run_id: str | None = None  # a subagent's progress message: dropped if its run is cancelled first
+    reply_to: int | None = None  # the platform message its first part replies to
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class OutboxRow:
     parts_sent: int
     attempts: int
     next_attempt_at: float
+    reply_to: int | None = None
 
 
 async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
@@ -35,8 +37,9 @@ async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
     message_id = await insert_message(conn, outgoing.message)
     now = time.time()
     cursor = await conn.execute(
-        "INSERT INTO outbox (chat_id, message_id, text, next_attempt_at, created_at, run_id) VALUES (?, ?, ?, ?, ?, ?)",
-        (outgoing.message.chat_id, message_id, outgoing.text, now, now, outgoing.run_id),
+        "INSERT INTO outbox (chat_id, message_id, text, next_attempt_at, created_at, run_id, reply_to) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (outgoing.message.chat_id, message_id, outgoing.text, now, now, outgoing.run_id, outgoing.reply_to),
     )
     assert cursor.lastrowid is not None
     return cursor.lastrowid
@@ -50,6 +53,7 @@ def _row(row: aiosqlite.Row) -> OutboxRow:
         parts_sent=row["parts_sent"],
         attempts=row["attempts"],
         next_attempt_at=row["next_attempt_at"],
+        reply_to=row["reply_to"],
     )
 
 

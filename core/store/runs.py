@@ -137,6 +137,14 @@ class RunStore:
         async with self._db.conn.execute("SELECT 1 FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
             return await cursor.fetchone() is not None
 
+    async def asked_by(self, run_id: str) -> int | None:
+        """The platform message the run's turn answered: the run's result replies to it."""
+        async with self._db.conn.execute(
+            "SELECT t.reply_to FROM subagent_runs AS r JOIN turns AS t ON t.id = r.turn_id WHERE r.id = ?", (run_id,)
+        ) as cursor:
+            row = await cursor.fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     async def get(self, run_id: str) -> RunRecord | None:
         async with self._db.conn.execute("SELECT * FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
             row = await cursor.fetchone()

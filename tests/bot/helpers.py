@@ -67,7 +67,7 @@ class RecordingChannel(Recorder):
     def split(self, text: str) -> list[str]:
         return [text]
 
-    async def send_part(self, chat_id: int, part: str) -> int | None:
+    async def send_part(self, chat_id: int, part: str, reply_to: int | None = None) -> int | None:
         self.sent.append((chat_id, part))
         self._next_id += 1
         self.changed()

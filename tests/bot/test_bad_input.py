@@ -135,8 +135,8 @@ async def test_commands_with_odd_arguments_are_answered_or_ignored(env: tuple[Fa
     tg, app, chats = env
     huge = "Z" * 5000
     commands: list[tuple[str, str | None]] = [
-        ("/cancel", "Crew: Usage: /cancel <run id> or /cancel all"),
-        ("/cancel a b c", "Crew: Usage: /cancel <run id> or /cancel all"),
+        ("/cancel", "Crew: Usage: /cancel <run id>, /cancel all, or /cancel all chat"),
+        ("/cancel a b c", "Crew: Usage: /cancel <run id>, /cancel all, or /cancel all chat"),
         (f"/cancel {huge}", f"Crew: No run {'Z' * 64} in this chat. /subagents lists them."),
         ("/cancel ../../etc/passwd", "Crew: No run ../../etc/passwd in this chat. /subagents lists them."),
         ("/cancel <b>x</b>&amp;", "Crew: No run <b>x</b>&amp; in this chat. /subagents lists them."),

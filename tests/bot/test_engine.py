@@ -120,6 +120,21 @@ async def test_two_chats_run_concurrently(h: Harness) -> None:
     assert h.engine.active_chats() == 0  # nothing kept for chats without a turn
 
 
+async def test_a_trigger_arriving_during_a_turn_gets_its_own_turn_and_the_first_never_sees_it(h: Harness) -> None:
+    # The first turn's prompt ends at the trigger it was started for: the later trigger is answered by
+    # the next turn alone (it used to be answered twice when it landed in the store mid-turn).
+    h.engine.notify(CHAT, 5)
+    first = await h.runner.next_started(1)
+    h.clock.now += MERGE_WINDOW + 1
+    h.engine.notify(CHAT, 9)
+    h.engine.notify(CHAT, 7)  # a slower update of an older message never moves the bound back
+    h.runner.finish(first)
+    second = await h.runner.next_started(2)
+    h.runner.finish(second)
+    await h.idle(CHAT)
+    assert (first.trigger_id, second.trigger_id) == (5, 9)
+
+
 async def test_a_chat_state_dropped_after_its_turn_comes_back_on_the_next_message(h: Harness) -> None:
     h.engine.notify(CHAT)
     h.runner.finish(await h.runner.next_started(1))

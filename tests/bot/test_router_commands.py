@@ -79,7 +79,7 @@ async def test_cancel_outcomes_are_explained(bot: Bot, outcome: RunStatus | None
 async def test_cancel_with_wrong_arguments_gives_usage(bot: Bot, text: str) -> None:
     reply = await handle_command(bot, text, sender_id=ADMIN)
 
-    assert reply == "Crew: Usage: /cancel <run id> or /cancel all"
+    assert reply == "Crew: Usage: /cancel <run id>, /cancel all, or /cancel all chat"
     assert bot.runs.calls == []
 
 

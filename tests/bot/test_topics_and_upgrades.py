@@ -49,10 +49,10 @@ async def test_two_topics_are_two_conversations_each_answered_in_its_topic(tmp_p
         tg.update_chat(FORUM_ID, is_forum=True)
         settings = make_settings(tmp_path / "data", tg, ALLOWED_CHAT_IDS=str(FORUM_ID), MERGE_WINDOW_SECONDS=60)
         async with telegram_app(settings, model=FunctionModel(model)) as app:
-            tg.push_message(FORUM_ID, f"@{tg.bot_username} q-slow from A", thread_id=TOPIC_A)
+            asked_in_a = tg.push_message(FORUM_ID, f"@{tg.bot_username} q-slow from A", thread_id=TOPIC_A)
             await tg.wait_until(lambda: model.prompts or None, WAIT_SECONDS)
             # B's turn starts and ends while A's is in flight inside its merge window: A's is not aborted.
-            tg.push_message(FORUM_ID, f"@{tg.bot_username} q-fast from B", thread_id=TOPIC_B)
+            asked_in_b = tg.push_message(FORUM_ID, f"@{tg.bot_username} q-fast from B", thread_id=TOPIC_B)
             await tg.wait_until(lambda: answers(tg, FORUM_ID, TOPIC_B) or None, WAIT_SECONDS)
             assert answers(tg, FORUM_ID, TOPIC_B) == ["Crew: seen q-fast"]
             assert answers(tg, FORUM_ID, TOPIC_A) == []
@@ -62,6 +62,12 @@ async def test_two_topics_are_two_conversations_each_answered_in_its_topic(tmp_p
             assert answers(tg, FORUM_ID, TOPIC_A) == ["Crew: seen q-slow"]  # B's words never in A's prompt
             assert len(model.prompts) == 2  # one turn each: nothing was aborted and re-run
             assert answers(tg, FORUM_ID, None) == []  # nothing went to the General topic
+            # Each answer is a reply to the message that asked for it.
+            replied = {m.thread_id: m.reply_to_message_id for m in tg.sent_messages(FORUM_ID)}
+            assert replied == {
+                TOPIC_A: asked_in_a["message"]["message_id"],
+                TOPIC_B: asked_in_b["message"]["message_id"],
+            }
             assert {a.thread_id for a in tg.chat_actions(FORUM_ID)} <= {TOPIC_A, TOPIC_B}
 
             # A follow-up in A sees A's history only.

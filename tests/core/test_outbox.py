@@ -32,7 +32,7 @@ class FlakyChannel(RecordingChannel):
     def split(self, text: str) -> list[str]:
         return text.split("|")
 
-    async def send_part(self, chat_id: int, part: str) -> int | None:
+    async def send_part(self, chat_id: int, part: str, reply_to: int | None = None) -> int | None:
         self.calls += 1
         if self.calls in self.failures:
             self.changed()
@@ -180,7 +180,7 @@ class GatedChannel(RecordingChannel):
         self.gate = asyncio.Event()
         self.in_flight = 0
 
-    async def send_part(self, chat_id: int, part: str) -> int | None:
+    async def send_part(self, chat_id: int, part: str, reply_to: int | None = None) -> int | None:
         self.in_flight += 1
         self.changed()
         await self.gate.wait()

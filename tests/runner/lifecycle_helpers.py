@@ -46,7 +46,7 @@ class FlakyChannel(RecordingChannel):
         super().__init__()
         self.fail_sends = False
 
-    async def send_part(self, chat_id: int, part: str) -> int | None:
+    async def send_part(self, chat_id: int, part: str, reply_to: int | None = None) -> int | None:
         if self.fail_sends:
             raise DeliveryError("Telegram is slow today", permanent=False, retry_after_seconds=0.01)
         return await super().send_part(chat_id, part)

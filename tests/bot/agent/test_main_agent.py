@@ -320,3 +320,16 @@ async def test_cancelled_turn_sends_nothing(env: Env) -> None:
         await task
     assert env.channel.sent == []
     assert all(not m.is_bot for m in await env.stored())
+
+
+async def test_a_turn_answers_its_own_trigger_and_never_sees_a_later_one(env: Env) -> None:
+    await env.say("@crew first question", trigger=True)
+    (first,) = [m for m in await env.stored() if m.is_trigger]
+    await env.say("@crew a later question", trigger=True)  # stored while the turn was starting
+    model = ScriptedModel()
+    turn = Turn(id="turn-1", chat_id=CHAT, started_at=0.0, trigger_id=first.id, reply_to=first.platform_message_id)
+
+    await env.agent(model)(turn)
+
+    assert "first question" in model.prompt.partition(LATEST_MARKER)[2]
+    assert "later question" not in model.prompt
