@@ -12,7 +12,7 @@ from bot.schedules.book import TaskAction, TaskRequestError
 from core.store.chats import ChatStore
 from core.store.runs import RunStatus, RunStore
 from core.store.schedules import FireStatus, TaskMode, TaskStatus
-from tests.bot.schedules.rig import CHAT, CREATOR, Rig, RecordingSpawner, open_rig
+from tests.bot.schedules.rig import CHAT, CREATOR, RecordingSpawner, Rig, open_rig
 
 OTHER_USER = 99
 
