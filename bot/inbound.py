@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+LEFT_KIND = "left"  # not a message: the bot was removed from the chat
+
 
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
@@ -20,7 +22,7 @@ class InboundMessage:
     reply_to: int | None = None
     triggers: bool = False  # asks the bot for a turn (mention, reply to the bot, private chat)
     sent_as_chat: bool = False  # posted on behalf of the chat itself: only its admins can (anonymous admin)
-    kind: str = "text"  # text, placeholder (media, service), edit
+    kind: str = "text"  # text, placeholder (media, service), edit, left (the bot was removed)
     command: str | None = None  # "stop" for "/stop@crew_bot now"; only set for commands meant for us
     command_args: tuple[str, ...] = ()
     timestamp: float = field(default_factory=time.time)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from bot.commands import Commands
 from bot.engine import ChatEngine
 from bot.flood import FLOOD_NOTICE, FloodGuard
-from bot.inbound import InboundMessage
+from bot.inbound import LEFT_KIND, InboundMessage
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import Settings
@@ -28,6 +30,7 @@ class InboundRouter:
         commands: Commands,
         delivery: Delivery,
         flood: FloodGuard,
+        on_left: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self._settings = settings
         self._chats = chats
@@ -36,11 +39,17 @@ class InboundRouter:
         self._commands = commands
         self._delivery = delivery
         self._flood = flood
+        self._on_left = on_left
 
     def _allowed(self, message: InboundMessage) -> bool:
         return message.chat_kind == "console" or self._settings.chat_allowed(message.chat_id)
 
     async def handle(self, message: InboundMessage) -> None:
+        if message.kind == LEFT_KIND:
+            # Not a message of the chat: the bot was removed from it, so its scheduled tasks end.
+            if self._on_left is not None:
+                await self._on_left(message.chat_id)
+            return
         if not self._allowed(message):
             log.info("chat_not_allowed", chat_id=message.chat_id, chat_kind=message.chat_kind)
             if message.command == "start":

@@ -14,6 +14,7 @@ from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.engine import ChatEngine, Turn
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
+from bot.schedules.service import ChatPoster, Schedules
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.outbox import Outbox
@@ -92,6 +93,15 @@ class App:
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
+        # A scheduled subagent goes through the same spawner as the main agent's: caps, budgets, typing apply.
+        self.schedules = Schedules(
+            settings,
+            stores.db,
+            spawner=subagents.spawner if subagents else None,
+            poster=ChatPoster(stores.messages, lambda chat_id: self.engine.notify(chat_id)),
+            notifier=self.delivery,
+            is_admin=self._is_admin,
+        )
         self.agent = MainAgent(
             model or build_main_model(settings),
             stores.messages,
@@ -100,6 +110,7 @@ class App:
             assistant_name=settings.assistant_name,
             history_window=settings.history_window_messages,
             timeout_seconds=settings.llm_timeout_seconds,
+            tasks=self.schedules.book,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
@@ -111,6 +122,7 @@ class App:
             control,
             settings.admin_user_ids,
             workspaces=subagents.workspaces if subagents else None,
+            tasks=self.schedules.book,
         )
         self.router = InboundRouter(
             settings,
@@ -120,7 +132,23 @@ class App:
             commands=self.commands,
             delivery=self.delivery,
             flood=FloodGuard(),
+            on_left=self._left,
         )
+
+    async def _is_admin(self, chat_id: int, user_id: int) -> bool:
+        """May manage every scheduled task of the chat: ADMIN_USER_IDS, or the chat's own admins."""
+        if user_id in self.settings.admin_user_ids:
+            return True
+        try:
+            return await self.channel.is_chat_admin(chat_id, user_id)
+        except Exception as exc:
+            log.warning("admin_check_failed", chat_id=chat_id, error=str(exc))
+            return False
+
+    async def _left(self, chat_id: int) -> None:
+        """The bot was removed from the chat: nothing is scheduled for it any more."""
+        cancelled = await self.schedules.book.cancel_chat(chat_id, "the bot left the chat")
+        log.info("left_chat", chat_id=chat_id, tasks_cancelled=cancelled)
 
     async def start(self) -> None:
         if self.settings.llm_provider is LLMProvider.OFFLINE:
@@ -136,6 +164,7 @@ class App:
         await self.channel.start(self.router.handle)
         if self.subagents is not None:
             await self.subagents.start()
+        await self.schedules.start()  # after the subagents: a due time missed while down may start one now
         self.outbox.start()  # also sends whatever a crash left owed
         log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
 
@@ -146,6 +175,7 @@ class App:
     async def stop(self) -> None:
         """Stop taking work, finish writing, leave containers running for the next start to re-attach."""
         await self.channel.stop_receiving()
+        await self.schedules.stop()
         await self.engine.close()
         if self.subagents is not None:
             await self.subagents.stop()

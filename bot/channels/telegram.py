@@ -23,7 +23,7 @@ from bot.channels.formatting import (
     utf16_len,
 )
 from bot.channels.polling import Poller
-from bot.inbound import InboundMessage
+from bot.inbound import LEFT_KIND, InboundMessage
 from core.logging import get_logger
 
 log = get_logger(__name__)
@@ -183,6 +183,9 @@ class TelegramChannel:
             log.info("update_skipped", update_id=update.update_id, reason="not a message")
             return None
         chat = message.chat
+        left = message.left_chat_member
+        if left is not None and self._bot_id is not None and left.id == self._bot_id:
+            return InboundMessage(chat.id, str(chat.type), chat.title, None, "", "", kind=LEFT_KIND)
         sender_id, sender_name = _sender_name(message)
         text = _valid_unicode(message.text or message.caption)
         kind = "text"

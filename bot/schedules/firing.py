@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from bot.agent.main_agent import Spawner
+from bot.agent.deps import Spawner
 from bot.agent.spawn_guard import SpawnRefused
 from core.logging import get_logger
 from core.store.schedules import PENDING_FIRES, Fire, FireStatus, ScheduleStore, TaskMode, TaskRecord, TaskStatus
