@@ -19,6 +19,7 @@ from core.store.schedules import ScheduleStore
 
 CHAT = -900
 CREATOR = 11
+CRON_WAIT_SECONDS = 90.0  # the next minute boundary is up to 60 s away
 WAIT_SECONDS = 30.0  # a bound on waits for things that happen in about a second; never a timing claim
 
 
@@ -50,8 +51,8 @@ class RecordingSpawner:
             self.changed.notify_all()
         return f"run{len(self.spawned)}"
 
-    async def wait_for(self, count: int) -> list[Spawned]:
-        async with asyncio.timeout(WAIT_SECONDS), self.changed:
+    async def wait_for(self, count: int, timeout_seconds: float = WAIT_SECONDS) -> list[Spawned]:
+        async with asyncio.timeout(timeout_seconds), self.changed:
             await self.changed.wait_for(lambda: len(self.spawned) >= count)
         return self.spawned
 

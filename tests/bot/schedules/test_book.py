@@ -117,7 +117,7 @@ async def test_repeated_failures_back_off_then_pause_the_task_and_tell_the_chat(
     finally:
         await rig.stop()
     assert backoffs[:2] == [now[0] + 60, now[0] + 120]  # doubling after each failure in a row
-    assert current.status is TaskStatus.PAUSED
+    assert current is not None and current.status is TaskStatus.PAUSED
     assert [f.status for f in history] == [FireStatus.FAILED] * 3
     assert rig.chat.notices == [
         f"Scheduled task {task.id} (clock) is paused after 3 failures in a row (last: could not start: engine down)."

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.store.schedules import FireStatus, NewTask, TaskMode, TaskStatus
-from tests.bot.schedules.rig import CHAT, CREATOR, WAIT_SECONDS, Rig, open_rig
+from tests.bot.schedules.rig import CHAT, CREATOR, CRON_WAIT_SECONDS, WAIT_SECONDS, Rig, open_rig
 
 HOUR_SECONDS = 3600.0
 
@@ -84,7 +84,7 @@ async def test_a_cron_task_is_planned_at_its_cron_time_and_fires_there(tmp_path:
         # Every minute (the finest cron has): the next minute boundary is within 60 s.
         minutely = await rig.book.schedule(CHAT, CREATOR, "$ date", "* * * * *")
         due = rig.scheduler.planned(minutely.id)
-        spawned = await rig.spawner.wait_for(1)
+        spawned = await rig.spawner.wait_for(1, CRON_WAIT_SECONDS)
     finally:
         await rig.stop()
     assert due is not None and due.second == 0 and spawned[0].at >= due.timestamp()
