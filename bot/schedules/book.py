@@ -19,6 +19,9 @@ from core.store.schedules import NewTask, ScheduleStore, TaskLimitReached, TaskM
 MAX_PROMPT_CHARS = 8_000
 MAX_LABEL_CHARS = 60
 MAX_OUTCOME_CHARS = 80
+# The console is the operator alone, not a group to protect from itself: its floor is lower, so the
+# offline demo's `schedule: every 2m $ date` works there with the default SCHEDULE_MIN_INTERVAL_SECONDS.
+CONSOLE_MIN_INTERVAL_SECONDS = 60
 
 
 class TaskAction(StrEnum):
@@ -90,13 +93,11 @@ class TaskBook:
             raise TaskRequestError("mode must be subagent or message") from None
         zone = await self.zone(chat_id)
         now = self._clock()
+        minimum = self._limits.min_interval_seconds
+        if await self._store.chat_kind(chat_id) == "console":
+            minimum = min(minimum, CONSOLE_MIN_INTERVAL_SECONDS)
         try:
-            parsed = parse_schedule(
-                schedule,
-                zone,
-                now=datetime.fromtimestamp(now, UTC),
-                min_interval_seconds=self._limits.min_interval_seconds,
-            )
+            parsed = parse_schedule(schedule, zone, now=datetime.fromtimestamp(now, UTC), min_interval_seconds=minimum)
         except ScheduleError as exc:
             raise TaskRequestError(str(exc)) from None
         first = parsed.next_due(None, datetime.fromtimestamp(now, UTC))

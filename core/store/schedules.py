@@ -317,6 +317,11 @@ class ScheduleStore:
         async with self._db.write() as conn:
             await conn.execute("UPDATE scheduled_tasks SET backoff_until = ? WHERE id = ?", (until, task_id))
 
+    async def chat_kind(self, chat_id: int) -> str | None:
+        async with self._db.conn.execute("SELECT kind FROM chats WHERE id = ?", (chat_id,)) as cursor:
+            row = await cursor.fetchone()
+        return row[0] if row else None
+
     async def chat_timezone(self, chat_id: int) -> str | None:
         async with self._db.conn.execute("SELECT timezone FROM chats WHERE id = ?", (chat_id,)) as cursor:
             row = await cursor.fetchone()

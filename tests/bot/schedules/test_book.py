@@ -155,3 +155,16 @@ async def test_a_message_task_puts_its_prompt_to_the_main_agent(rig: Rig) -> Non
     assert rig.chat.posted == [(f"[Scheduled task {task.id}]", "remind us to stand up")]
     assert rig.spawner.spawned == []
     assert [f.status for f in await rig.store.history(task.id)] == [FireStatus.DONE]
+
+
+async def test_the_console_may_try_a_two_minute_task_a_group_may_not(rig: Rig) -> None:
+    console = 1
+    await ChatStore(rig.db).ensure(console, "console", "console")
+
+    task = await rig.book.schedule(console, CREATOR, "$ date", "every 2m")
+
+    assert rig.book.words(task) == "every 2 minutes"
+    with pytest.raises(TaskRequestError, match="minimum interval of 300 seconds"):
+        await rig.book.schedule(CHAT, CREATOR, "$ date", "every 2m")
+    with pytest.raises(TaskRequestError, match="minimum interval of 60 seconds"):
+        await rig.book.schedule(console, CREATOR, "$ date", "every 30s")
