@@ -31,6 +31,7 @@ def instructions_for(assistant_name: str, can_spawn: bool, can_schedule: bool = 
             "five-field cron expression in the chat's time zone (0 9 * * mon), `every <N><s|m|h|d>`, or an ISO",
             "date-time for once; mode subagent runs the prompt in a sandbox, mode message has you answer it.",
             "list_tasks, pause_task, resume_task and cancel_task manage them. Tell the chat the id and next due time.",
+            "A message from [Scheduled task <id>] is such a task's prompt, due now: do what it asks.",
         ]
     return "\n".join(lines)
 

@@ -78,6 +78,9 @@ class TaskScheduler:
         scheduler.add_listener(self._on_missed, EVENT_JOB_MISSED)
         scheduler.start()
         self._scheduler = scheduler
+        pruned = await self._store.prune_fires()
+        if pruned:
+            log.info("task_history_pruned", fires=pruned)
         for task in await self._store.active():
             self.plan(task)
         await self._handler.resume()

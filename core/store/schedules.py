@@ -13,6 +13,7 @@ import aiosqlite
 from core.store.db import Database
 
 TASK_ID_BYTES = 4  # 8 hex characters: short enough to type in /tasks cancel <id>
+FIRES_KEPT_PER_TASK = 100  # a task's history keeps its latest ended due times; older ones are pruned
 
 
 class TaskStatus(StrEnum):
@@ -284,6 +285,17 @@ class ScheduleStore:
             f"SELECT * FROM task_fires WHERE status IN ({marks}) ORDER BY due_at, id", statuses
         ) as cursor:
             return [_fire(row) for row in await cursor.fetchall()]
+
+    async def prune_fires(self, keep_per_task: int = FIRES_KEPT_PER_TASK) -> int:
+        """Drop ended fires beyond each task's latest `keep_per_task` (a 5-minute task makes 100k a year)."""
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "DELETE FROM task_fires WHERE status IN ('done', 'failed', 'skipped', 'interrupted') AND id IN "
+                "(SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY task_id ORDER BY due_at DESC) AS n "
+                "FROM task_fires) WHERE n > ?)",
+                (keep_per_task,),
+            )
+            return cursor.rowcount
 
     async def history(self, task_id: str, limit: int = 20) -> list[Fire]:
         async with self._db.conn.execute(

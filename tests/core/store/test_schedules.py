@@ -104,3 +104,15 @@ async def test_cancelling_a_chat_ends_its_open_tasks(store: ScheduleStore, db: D
     ended, kept = await store.get(mine.id), await store.get(other.id)
     assert ended is not None and ended.status is TaskStatus.CANCELLED and ended.status_reason == "the bot left the chat"
     assert kept is not None and kept.status is TaskStatus.ACTIVE
+
+
+async def test_a_tasks_history_keeps_its_latest_ended_fires(store: ScheduleStore) -> None:
+    task = await store.create(new_task(), max_open=5)
+    for n in range(5):
+        fire = await store.claim(task.id, 2_000.0 + n, 3_000.0 + n, skip=None if n == 0 else "missed")
+        assert fire is not None
+
+    assert await store.prune_fires(keep_per_task=2) == 2  # the oldest is still pending: it is kept
+
+    kept = await store.history(task.id)
+    assert [f.due_at for f in kept] == [2_004.0, 2_003.0, 2_000.0]
