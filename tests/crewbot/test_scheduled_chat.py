@@ -5,9 +5,10 @@ the main agent; leaving the chat ends its tasks."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from core.store.schedules import ScheduleStore, TaskStatus
+from core.store.schedules import FireStatus, ScheduleStore, TaskMode, TaskStatus
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
@@ -94,3 +95,19 @@ async def test_removing_the_bot_from_the_chat_cancels_its_tasks(tmp_path: Path) 
             current = await store.get(task.id)
     assert current is not None and current.status is TaskStatus.CANCELLED
     assert current.status_reason == "the bot left the chat"
+
+
+async def test_a_message_task_has_the_main_agent_answer_it_in_the_chat_when_due(tmp_path: Path) -> None:
+    async with FakeTelegram() as tg:
+        settings = make_settings(tmp_path, tg)
+        async with telegram_app(settings) as app:
+            tg.add_chat(GROUP_ID, title="group")
+            await app.stores.chats.ensure(GROUP_ID, "group", "group")
+            due = datetime.now(UTC) + timedelta(seconds=1)
+            task = await app.schedules.book.schedule(
+                GROUP_ID, ALICE, "time to stand up", due.isoformat(), mode=TaskMode.MESSAGE
+            )
+            said = (await tg.wait_for_messages(GROUP_ID, 1))[-1].plain_text
+            [fire] = await app.schedules.store.history(task.id)
+    assert f"[Scheduled task {task.id}] wrote: “time to stand up”" in said
+    assert fire.status is FireStatus.DONE
