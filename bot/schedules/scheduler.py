@@ -28,6 +28,10 @@ from core.store.schedules import Fire, ScheduleStore, TaskRecord, TaskStatus
 
 log = get_logger(__name__)
 
+# A task's job re-plans itself from inside its own run; APScheduler's one-instance guard would then drop a
+# next due time that is already due. Overlap is harmless: each instance claims its own due time.
+MAX_JOB_INSTANCES = 16
+
 
 class FireHandler(Protocol):
     """What a claimed due time does (bot/schedules/firing.py)."""
@@ -73,7 +77,11 @@ class TaskScheduler:
     async def start(self) -> None:
         scheduler = AsyncIOScheduler(
             timezone=UTC,
-            job_defaults={"coalesce": True, "misfire_grace_time": self._grace_seconds, "max_instances": 1},
+            job_defaults={
+                "coalesce": True,
+                "misfire_grace_time": self._grace_seconds,
+                "max_instances": MAX_JOB_INSTANCES,
+            },
         )
         scheduler.add_listener(self._on_missed, EVENT_JOB_MISSED)
         scheduler.start()
@@ -135,13 +143,14 @@ class TaskScheduler:
         task.add_done_callback(self._running.discard)
 
     async def _missed(self, task_id: str, due_at: float) -> None:
-        """A due time more than the grace late (the bot was down): skipped, and the task moves on from now."""
+        """A due time more than the grace late (the bot was down) is skipped. The task moves on to its first
+        due time inside the grace, which then runs at once, or else to its next one from now."""
         task = await self._store.get(task_id)
         if task is None or task.status is not TaskStatus.ACTIVE:
             return
         late = int(self._clock() - due_at)
         reason = f"missed: due {shown_time(due_at, ZoneInfo(task.timezone))}, {late}s late (the bot was not running)"
-        await self._advance(task, due_at, from_now=True, skip=reason)
+        await self._advance(task, due_at, after=_at(self._clock() - self._grace_seconds), skip=reason)
 
     async def _due(self, task_id: str, due_at: float) -> None:
         task = await self._store.get(task_id)
@@ -150,14 +159,16 @@ class TaskScheduler:
         skip = None
         if task.backoff_until is not None and due_at < task.backoff_until:
             skip = f"backing off after {task.failures} failure(s) in a row"
-        fire, task = await self._advance(task, due_at, from_now=False, skip=skip)
+        fire, task = await self._advance(task, due_at, after=None, skip=skip)
         if fire is not None and skip is None:
-            await self._handler.run(fire, task)
+            # In a task of its own: a subagent waiting for a free slot must not hold the job.
+            self._spawn(self._handler.run(fire, task), f"fire-{fire.id}")
 
     async def _advance(
-        self, task: TaskRecord, due_at: float, *, from_now: bool, skip: str | None
+        self, task: TaskRecord, due_at: float, *, after: datetime | None, skip: str | None
     ) -> tuple[Fire | None, TaskRecord]:
-        """Claim `due_at` and move the task to its following due time, then plan that."""
+        """Claim `due_at` and move the task to its due time following it (or the first from `after`), then
+        plan that."""
         now = _at(self._clock())
         try:
             schedule = task_schedule(task, now)
@@ -167,7 +178,9 @@ class TaskScheduler:
             return None, task
         following: float | None = None
         if schedule.kind is not ScheduleKind.ONCE:
-            nxt = schedule.next_due(None if from_now else _at(due_at), now)
+            nxt = schedule.next_due(_at(due_at), now) if after is None else schedule.next_due(None, after)
+            if after is None and nxt is not None and nxt <= now:
+                nxt = schedule.next_due(None, now)  # coalesce: due times that passed while this one ran are one
             following = None if nxt is None else nxt.timestamp()
         fire = await self._store.claim(task.id, due_at, following, skip=skip)
         if fire is None:
