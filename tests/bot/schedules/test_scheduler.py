@@ -202,3 +202,20 @@ async def test_a_due_time_inside_the_back_off_is_skipped(tmp_path: Path) -> None
         await rig.stop()
     assert rig.spawner.spawned == []
     assert [(f.status, f.detail) for f in history] == [(FireStatus.SKIPPED, "backing off after 1 failure(s) in a row")]
+
+
+async def test_a_due_time_waiting_for_a_slot_does_not_hold_up_the_next(tmp_path: Path) -> None:
+    rig = await open_rig(tmp_path / "db.sqlite3")
+    rig.spawner.refuse = 1_000_000  # the caps stay full
+    try:
+        task = await rig.book.schedule(CHAT, CREATOR, "$ date", "every 1s")
+        async with asyncio.timeout(WAIT_SECONDS):
+            while True:
+                history = await rig.store.history(task.id)
+                if len(history) >= 3:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        await rig.stop()
+    assert {f.status for f in history} <= {FireStatus.WAITING, FireStatus.CLAIMED, FireStatus.STARTING}
+    assert rig.spawner.spawned == []
