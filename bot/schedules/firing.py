@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from bot.agent.deps import Spawner
 from bot.agent.spawn_guard import SpawnRefused
@@ -68,9 +68,8 @@ class TaskFiring:
         self._tasks: set[asyncio.Task[None]] = set()
         self.planner: Unplanner | None = None  # set by the scheduler's owner: a paused task loses its job
 
-    def _background(self, coro: object, name: str) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
-        task.set_name(name)
+    def _background(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

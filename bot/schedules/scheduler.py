@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from apscheduler.events import EVENT_JOB_MISSED, JobEvent
@@ -136,9 +136,8 @@ class TaskScheduler:
         due: datetime = event.scheduled_run_time
         self._spawn(self._missed(event.job_id, due.timestamp()), f"missed-{event.job_id}")
 
-    def _spawn(self, coro: object, name: str) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
-        task.set_name(name)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
