@@ -107,7 +107,7 @@ HELP_TEXT = (
     "/cancel <run id> or /cancel all – cancel runs (admins)\n"
     "/stop – abort my current answer and stop all of this chat's subagents (admins)\n"
     "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)\n"
-    "/tasks – this chat's scheduled tasks; /tasks pause|resume|cancel <id> (its creator or admins)\n"
+    "/tasks – this chat's scheduled tasks; /tasks <id> – one's history; /tasks pause|resume|cancel <id>\n"
     "/timezone – the zone schedules are read in; /timezone Europe/Berlin sets it (admins)"
 )
 CONSOLE_HELP_TEXT = (
@@ -197,8 +197,10 @@ class Commands:
                 return await self._tasks.set_timezone(chat_id, args[0])
             if not args:
                 return await self._tasks.list_text(chat_id)
+            if len(args) == 1 and args[0].lower() not in set(TaskAction):
+                return await self._tasks.history_text(chat_id, args[0])
             if len(args) != 2 or args[0].lower() not in set(TaskAction):
-                return "Usage: /tasks, or /tasks pause|resume|cancel <id>"
+                return "Usage: /tasks, /tasks <id>, or /tasks pause|resume|cancel <id>"
             # Anonymous admins and private chats need no lookup; the book asks the chat about anyone else.
             trusted = message.sent_as_chat or message.chat_kind in ("private", "console")
             return await self._tasks.change(chat_id, message.sender_id, args[1], TaskAction(args[0].lower()), trusted)

@@ -19,6 +19,7 @@ from core.store.schedules import NewTask, ScheduleStore, TaskLimitReached, TaskM
 MAX_PROMPT_CHARS = 8_000
 MAX_LABEL_CHARS = 60
 MAX_OUTCOME_CHARS = 80
+HISTORY_LINES = 10  # due times `/tasks <id>` shows
 # The console is the operator alone, not a group to protect from itself: its floor is lower, so the
 # offline demo's `schedule: every 2m $ date` works there with the default SCHEDULE_MIN_INTERVAL_SECONDS.
 CONSOLE_MIN_INTERVAL_SECONDS = 60
@@ -150,7 +151,24 @@ class TaskBook:
                 f"`{task.id}` {task.label} · {self.words(task)} · next {shown_time(task.next_due_at, zone)}"
                 f" · last: {outcome} · {task.mode}{paused}"
             )
-        lines.append("/tasks pause|resume|cancel <id> changes one (its creator or an admin).")
+        lines.append("/tasks <id> shows one's history; /tasks pause|resume|cancel <id> changes it (creator or admin).")
+        return "\n".join(lines)
+
+    async def history_text(self, chat_id: int, task_id: str) -> str:
+        """One task of this chat and its latest due times, newest first, with what became of each."""
+        task = await self._store.get(task_id.strip()[:32])
+        if task is None or task.chat_id != chat_id:
+            raise TaskRequestError(f"no scheduled task {task_id[:32]} in this chat (/tasks lists them)")
+        zone = ZoneInfo(task.timezone)
+        lines = [
+            f"`{task.id}` {task.label} · {self.words(task)} · {task.status} · next {shown_time(task.next_due_at, zone)}"
+        ]
+        for fire in await self._store.history(task.id, HISTORY_LINES):
+            detail = f": {fire.detail}" if fire.detail else ""
+            run = f" (run {fire.run_id})" if fire.run_id else ""
+            lines.append(f"{shown_time(fire.due_at, zone)} {fire.status}{run}{detail}"[:200])
+        if len(lines) == 1:
+            lines.append("Not due yet.")
         return "\n".join(lines)
 
     async def change(self, chat_id: int, user_id: int | None, task_id: str, action: TaskAction, admin: bool) -> str:

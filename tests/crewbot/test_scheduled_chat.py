@@ -46,6 +46,10 @@ async def test_ask_list_pause_and_cancel_a_task_in_the_chat(tmp_path: Path) -> N
             assert f"Cancelled scheduled task {task_id}" in (await tg.wait_for_messages(GROUP_ID, 6))[-1].plain_text
             tg.push_message(GROUP_ID, "/tasks")
             assert "No scheduled tasks in this chat" in (await tg.wait_for_messages(GROUP_ID, 7))[-1].plain_text
+            tg.push_message(GROUP_ID, f"/tasks {task_id}")
+            shown = (await tg.wait_for_messages(GROUP_ID, 8))[-1].plain_text
+            assert f"{task_id} echo monday report · cron 0 9 * * 1 (09:00 on mon) · cancelled · next " in shown
+            assert shown.endswith("Not due yet.")
 
 
 async def test_a_bad_schedule_is_refused_with_its_reason(tmp_path: Path) -> None:

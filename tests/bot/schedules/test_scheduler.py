@@ -129,12 +129,14 @@ async def test_a_due_time_missed_beyond_the_grace_is_skipped_and_recorded(tmp_pa
         await wait_until_planned_ahead(rig, task_id=task_id)
         history = await rig.store.history(task_id)
         listed = await rig.book.list_text(CHAT)
+        shown = await rig.book.history_text(CHAT, task_id)
     finally:
         await rig.stop()
     assert rig.spawner.spawned == []
     assert [f.status for f in history] == [FireStatus.SKIPPED]
     assert history[0].detail is not None and "missed" in history[0].detail and "1000s late" in history[0].detail
     assert "last: skipped: missed" in listed
+    assert "UTC skipped: missed: due " in shown.splitlines()[1]
 
 
 async def test_after_a_long_downtime_the_last_due_time_inside_the_grace_runs_once(tmp_path: Path) -> None:
