@@ -15,7 +15,7 @@ from bot.schedules.firing import TaskFiring
 from bot.schedules.scheduler import TaskScheduler
 from core.store.chats import ChatStore
 from core.store.db import Database
-from core.store.schedules import ScheduleStore
+from core.store.schedules import Fire, FireStatus, ScheduleStore
 
 CHAT = -900
 CREATOR = 11
@@ -81,6 +81,15 @@ class Rig:
     book: TaskBook
     spawner: RecordingSpawner
     chat: RecordingChat
+
+    async def settled_history(self, task_id: str) -> list[Fire]:
+        """The task's fires once none is between being taken and noting its run (a moment's DB write)."""
+        async with asyncio.timeout(WAIT_SECONDS):
+            while True:
+                history = await self.store.history(task_id)
+                if not any(f.status in (FireStatus.CLAIMED, FireStatus.STARTING) for f in history):
+                    return history
+                await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
         await self.scheduler.stop()

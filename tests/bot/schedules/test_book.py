@@ -3,6 +3,7 @@ admins only; failures back off and pause the task with a word to the chat; finis
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from bot.schedules.book import TaskAction, TaskRequestError
 from core.store.chats import ChatStore
 from core.store.runs import RunStatus, RunStore
 from core.store.schedules import FireStatus, TaskMode, TaskStatus
-from tests.bot.schedules.rig import CHAT, CREATOR, RecordingSpawner, Rig, open_rig
+from tests.bot.schedules.rig import CHAT, CREATOR, WAIT_SECONDS, RecordingSpawner, Rig, open_rig
 
 OTHER_USER = 99
 
@@ -168,3 +169,28 @@ async def test_the_console_may_try_a_two_minute_task_a_group_may_not(rig: Rig) -
         await rig.book.schedule(CHAT, CREATOR, "$ date", "every 2m")
     with pytest.raises(TaskRequestError, match="minimum interval of 60 seconds"):
         await rig.book.schedule(console, CREATOR, "$ date", "every 30s")
+
+
+async def test_a_run_the_manager_rejected_for_full_caps_waits_and_starts_again(rig: Rig) -> None:
+    runs = RunStore(rig.db)
+    task = await rig.book.schedule(CHAT, CREATOR, "$ date", "every 1h")
+    fire = await rig.store.claim(task.id, 80_000.0, 83_600.0)
+    assert fire is not None
+    await rig.firing.run(fire, task)
+    await runs.create(
+        "run1", chat_id=CHAT, turn_id=None, task="t", label="l", include_context=False, status=RunStatus.QUEUED
+    )
+    await runs.finish("run1", RunStatus.REJECTED, error="2 of 2 running")
+
+    await rig.firing.settle()  # not an outcome: the due time waits for a slot instead, then starts again
+    await rig.spawner.wait_for(2)
+    async with asyncio.timeout(WAIT_SECONDS):
+        while True:  # the spawn is recorded a moment before the fire notes its run
+            history = await rig.store.history(task.id)
+            if history[0].run_id == "run2":
+                break
+            await asyncio.sleep(0.02)
+
+    current = await rig.store.get(task.id)
+    assert current is not None and current.failures == 0
+    assert [(f.status, f.run_id) for f in history] == [(FireStatus.RUNNING, "run2")]

@@ -106,6 +106,7 @@ async def test_a_due_time_missed_while_down_runs_once_inside_the_grace(tmp_path:
     try:
         await rig.spawner.wait_for(1)
         await wait_until_planned_ahead(rig, task_id=task_id)
+        await rig.settled_history(task_id)
     finally:
         await rig.stop()
     again = await open_rig(path)  # and another restart: nothing of it runs again
@@ -150,7 +151,7 @@ async def test_after_a_long_downtime_the_last_due_time_inside_the_grace_runs_onc
     try:
         [spawned] = await rig.spawner.wait_for(1)
         await wait_until_planned_ahead(rig, task_id=task_id)
-        history = sorted(await rig.store.history(task_id), key=lambda f: f.due_at)
+        history = sorted(await rig.settled_history(task_id), key=lambda f: f.due_at)
     finally:
         await rig.stop()
     assert [f.status for f in history] == [FireStatus.SKIPPED, FireStatus.RUNNING]
@@ -168,7 +169,7 @@ async def test_two_start_ups_racing_on_one_database_run_a_due_time_once(tmp_path
     try:
         await asyncio.gather(first.scheduler.start(), second.scheduler.start())
         await wait_until_planned_ahead(first, second, task_id=task_id)
-        history = await first.store.history(task_id)
+        history = await first.settled_history(task_id)
     finally:
         await first.stop()
         await second.stop()
@@ -183,7 +184,7 @@ async def test_a_task_over_the_cap_waits_its_turn(tmp_path: Path) -> None:
     await rig.scheduler.start()
     try:
         spawned = await rig.spawner.wait_for(1)
-        history = await rig.store.history(task_id)
+        history = await rig.settled_history(task_id)
     finally:
         await rig.stop()
     assert len(spawned) == 1 and rig.spawner.refuse == 0
