@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 from bot.channels.base import Channel
 from bot.engine import ChatEngine
 from bot.inbound import InboundMessage
+from bot.schedules.book import TaskAction, TaskBook, TaskRequestError
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.runs import FINAL_STATUSES, RunStatus
@@ -17,7 +18,7 @@ from core.store.runs import FINAL_STATUSES, RunStatus
 log = get_logger(__name__)
 
 ADMIN_COMMANDS = frozenset({"stop", "cancel"})
-KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents", "workspace"})
+KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone"})
 MAX_LISTED_RUNS = 15
 
 
@@ -106,7 +107,9 @@ HELP_TEXT = (
     "/cancel <run id> or /cancel all – cancel runs (admins; in a forum topic, that topic's; "
     "/cancel all chat – every topic's)\n"
     "/stop – abort my current answer and stop all of this chat's subagents (admins)\n"
-    "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)"
+    "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)\n"
+    "/tasks – this chat's scheduled tasks; /tasks <id> – one's history; /tasks pause|resume|cancel <id>\n"
+    "/timezone – the zone schedules are read in; /timezone Europe/Berlin sets it (admins)"
 )
 CONSOLE_HELP_TEXT = (
     "Every line you type is for me. For long or code-running work I start subagents.\n"
@@ -114,6 +117,7 @@ CONSOLE_HELP_TEXT = (
     "/cancel <run id> or /cancel all – cancel runs\n"
     "/stop – abort my current answer and stop all subagents\n"
     "/workspace – the files subagents keep; /workspace clear – empty it\n"
+    "/tasks – scheduled tasks; /tasks pause|resume|cancel <id>; /timezone [IANA name]\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
 
@@ -128,6 +132,7 @@ class Commands:
         admin_user_ids: list[int],
         *,
         workspaces: WorkspaceControl | None = None,
+        tasks: TaskBook | None = None,
         conversations: Callable[[int], Awaitable[list[int]]] | None = None,
     ) -> None:
         self._channel = channel
@@ -137,6 +142,7 @@ class Commands:
         self._runs = runs
         self._admin_user_ids = set(admin_user_ids)
         self._workspaces = workspaces
+        self._tasks = tasks
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -161,7 +167,8 @@ class Commands:
     async def handle(self, message: InboundMessage) -> None:
         command = message.command or ""
         clearing = command == "workspace" and [a.lower() for a in message.command_args] == ["clear"]
-        if (command in ADMIN_COMMANDS or clearing) and not await self._is_admin(message):
+        setting_zone = command == "timezone" and bool(message.command_args)
+        if (command in ADMIN_COMMANDS or clearing or setting_zone) and not await self._is_admin(message):
             log.info("command_refused", command=command, user_id=message.sender_id)
             await self._reply(message, f"Only chat admins can use /{command}.")
             return
@@ -177,6 +184,30 @@ class Commands:
             await self._cancel(message)
         elif command == "workspace":
             await self._workspace(message, clearing)
+        elif command in ("tasks", "timezone"):
+            await self._reply(message, await self._scheduled(message))
+
+    async def _scheduled(self, message: InboundMessage) -> str:
+        """/tasks [pause|resume|cancel <id>] and /timezone [zone]: the answer to send."""
+        if self._tasks is None:
+            return "Scheduled tasks are not enabled."
+        chat_id, args = message.chat_id, message.command_args
+        try:
+            if message.command == "timezone":
+                if not args:
+                    return f"This chat's schedules are read in {(await self._tasks.zone(chat_id)).key}."
+                return await self._tasks.set_timezone(chat_id, args[0])
+            if not args:
+                return await self._tasks.list_text(chat_id)
+            if len(args) == 1 and args[0].lower() not in set(TaskAction):
+                return await self._tasks.history_text(chat_id, args[0])
+            if len(args) != 2 or args[0].lower() not in set(TaskAction):
+                return "Usage: /tasks, /tasks <id>, or /tasks pause|resume|cancel <id>"
+            # Anonymous admins and private chats need no lookup; the book asks the chat about anyone else.
+            trusted = message.sent_as_chat or message.chat_kind in ("private", "console")
+            return await self._tasks.change(chat_id, message.sender_id, args[1], TaskAction(args[0].lower()), trusted)
+        except TaskRequestError as exc:
+            return f"{str(exc)[:1].upper()}{str(exc)[1:]}."
 
     async def _stop(self, message: InboundMessage) -> None:
         chat_id = message.chat_id

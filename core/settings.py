@@ -7,6 +7,7 @@ import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -68,6 +69,15 @@ def _split_ids(value: object) -> object:
     return ids
 
 
+def check_timezone(name: str) -> str:
+    """An IANA time zone name the system knows (e.g. Europe/Berlin); ValueError naming the problem."""
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name[:60]!r}: use an IANA name such as UTC or Europe/Berlin") from None
+    return name
+
+
 def memory_limit_bytes(value: str) -> int:
     """Bytes of a Docker memory limit such as `512m`; ValueError when Docker would not accept it."""
     match = MEMORY_LIMIT.match(value.strip())
@@ -125,6 +135,13 @@ class Settings(BaseSettings):
     ipc_rescan_seconds: float = Field(default=5.0, gt=0, alias="IPC_RESCAN_SECONDS")
     ipc_max_file_bytes: int = Field(default=256 * 1024, ge=1024, alias="IPC_MAX_FILE_BYTES")
 
+    # Scheduled tasks (README "Scheduled tasks").
+    timezone: str = Field(default="UTC", alias="TIMEZONE")
+    schedule_min_interval_seconds: int = Field(default=300, ge=1, alias="SCHEDULE_MIN_INTERVAL_SECONDS")
+    schedule_misfire_grace_seconds: int = Field(default=300, ge=1, alias="SCHEDULE_MISFIRE_GRACE_SECONDS")
+    schedule_max_failures: int = Field(default=5, ge=1, le=100, alias="SCHEDULE_MAX_FAILURES")
+    max_tasks_per_chat: int = Field(default=20, ge=1, le=1000, alias="MAX_TASKS_PER_CHAT")
+
     data_dir: Path = Field(default=Path("./data"), alias="DATA_DIR")
     log_format: LogFormat = Field(default=LogFormat.CONSOLE, alias="LOG_FORMAT")
     log_level: str = Field(default="INFO", alias="LOG_LEVEL")
@@ -155,6 +172,11 @@ class Settings(BaseSettings):
                 "does not look like a bot token (digits, a colon, then letters and digits), as @BotFather gives it"
             )
         return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _check_timezone(cls, value: str) -> str:
+        return check_timezone(value.strip())
 
     @field_validator("log_level")
     @classmethod

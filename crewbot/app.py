@@ -14,6 +14,7 @@ from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.engine import ChatEngine, Turn
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
+from bot.schedules.service import ChatPoster, Schedules
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.outbox import Outbox
@@ -96,6 +97,15 @@ class App:
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
+        # A scheduled subagent goes through the same spawner as the main agent's: caps, budgets, typing apply.
+        self.schedules = Schedules(
+            settings,
+            stores.db,
+            spawner=subagents.spawner if subagents else None,
+            poster=ChatPoster(stores.messages, lambda chat_id: self.engine.notify(chat_id)),
+            notifier=self.delivery,
+            is_admin=self._is_admin,
+        )
         self.agent = MainAgent(
             model or build_main_model(settings),
             stores.messages,
@@ -104,6 +114,7 @@ class App:
             assistant_name=settings.assistant_name,
             history_window=settings.history_window_messages,
             timeout_seconds=settings.llm_timeout_seconds,
+            tasks=self.schedules.book,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, stores.messages, settings.merge_cancel_scope, control)
@@ -115,6 +126,7 @@ class App:
             control,
             settings.admin_user_ids,
             workspaces=subagents.workspaces if subagents else None,
+            tasks=self.schedules.book,
             conversations=stores.chats.conversations_of,
         )
         self.router = InboundRouter(
@@ -126,6 +138,16 @@ class App:
             delivery=self.delivery,
             flood=FloodGuard(),
         )
+
+    async def _is_admin(self, chat_id: int, user_id: int) -> bool:
+        """May manage every scheduled task of the chat: ADMIN_USER_IDS, or the chat's own admins."""
+        if user_id in self.settings.admin_user_ids:
+            return True
+        try:
+            return await self.channel.is_chat_admin(chat_id, user_id)
+        except Exception as exc:
+            log.warning("admin_check_failed", chat_id=chat_id, error=str(exc))
+            return False
 
     async def start(self) -> None:
         if self.settings.llm_provider is LLMProvider.OFFLINE:
@@ -143,24 +165,32 @@ class App:
         )
         if self.subagents is not None:
             await self.subagents.start()
+        await self.schedules.start()  # after the subagents: a due time missed while down may start one now
         self.outbox.start()  # also sends whatever a crash left owed
         log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
 
     async def _chat_unreachable(self, chat_id: int, reason: str) -> None:
         """Removed or blocked: the runs of the chat and of its other topics stop (their results could not
-        arrive) and what they are owed is given up. Coming back needs nothing: the next message is
-        answered as usual."""
+        arrive), what they are owed is given up and their scheduled tasks end. Coming back needs nothing:
+        the next message is answered as usual."""
         address = await self.stores.chats.address(chat_id)
         conversations = await self.stores.chats.conversations_of(address.platform_chat_id) or [chat_id]
         control = self.subagents.control if self.subagents is not None else None
         why = f"the bot can no longer reach the chat ({reason})"
-        cancelled = 0
+        cancelled = tasks_cancelled = 0
         for conversation in conversations:
             if conversation != chat_id:
                 await self.outbox.give_up_chat(conversation, reason)
             if control is not None:
                 cancelled += await control.cancel_chat(conversation, why)
-        log.warning("chat_work_stopped", chat_id=address.platform_chat_id, reason=reason, runs_cancelled=cancelled)
+            tasks_cancelled += await self.schedules.book.cancel_chat(conversation, why)
+        log.warning(
+            "chat_work_stopped",
+            chat_id=address.platform_chat_id,
+            reason=reason,
+            runs_cancelled=cancelled,
+            tasks_cancelled=tasks_cancelled,
+        )
 
     async def _membership_changed(self, chat_id: int, present: bool, reason: str) -> None:
         if present:
@@ -175,6 +205,7 @@ class App:
     async def stop(self) -> None:
         """Stop taking work, finish writing, leave containers running for the next start to re-attach."""
         await self.channel.stop_receiving()
+        await self.schedules.stop()
         await self.engine.close()
         if self.subagents is not None:
             await self.subagents.stop()

@@ -3,35 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Protocol
 
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
+from bot.agent.deps import Spawner, TurnDeps
 from bot.agent.prompt import build_prompt, instructions_for
+from bot.agent.task_tools import TASK_TOOLS
 from bot.engine import Turn
+from bot.schedules.book import TaskBook
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.messages import MessageStore
 
 log = get_logger(__name__)
 
+__all__ = ["APOLOGY", "MainAgent", "Spawner", "TurnDeps", "spawn_subagent"]
+
 MAX_MODEL_REQUESTS_PER_TURN = 8
 APOLOGY = "Sorry, I could not answer just now (the language model did not respond). Please try again."
-
-
-class Spawner(Protocol):
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
-        """Write a spawn request; return its run id at once (never wait for the container)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TurnDeps:
-    chat_id: int
-    turn: Turn
-    spawner: Spawner
 
 
 async def spawn_subagent(
@@ -72,6 +63,7 @@ class MainAgent:
         assistant_name: str,
         history_window: int,
         timeout_seconds: float,
+        tasks: TaskBook | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -79,11 +71,17 @@ class MainAgent:
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
+        self._tasks = tasks
+        tools: list[Tool[TurnDeps]] = [Tool(spawn_subagent)] if spawner is not None else []
+        if tasks is not None:
+            tools += [Tool(tool) for tool in TASK_TOOLS]
         self._agent: Agent[TurnDeps, str] = Agent(
             model,
             deps_type=TurnDeps,
-            instructions=instructions_for(assistant_name, can_spawn=spawner is not None),
-            tools=[spawn_subagent] if spawner is not None else [],
+            instructions=instructions_for(
+                assistant_name, can_spawn=spawner is not None, can_schedule=tasks is not None
+            ),
+            tools=tools,
         )
 
     @property
@@ -94,7 +92,14 @@ class MainAgent:
         prompt = await build_prompt(
             self._messages, turn.chat_id, self._history_window, self._assistant_name, up_to_id=turn.trigger_id
         )
-        deps = TurnDeps(chat_id=turn.chat_id, turn=turn, spawner=self._spawner or _NoSpawner())
+        asker = next((m for m in reversed(prompt.window) if m.is_trigger and not m.is_bot), None)
+        deps = TurnDeps(
+            chat_id=turn.chat_id,
+            turn=turn,
+            spawner=self._spawner or _NoSpawner(),
+            tasks=self._tasks,
+            requester_id=asker.sender_id if asker else None,
+        )
         try:
             async with asyncio.timeout(self._timeout_seconds):
                 result = await self._agent.run(

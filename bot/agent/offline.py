@@ -5,6 +5,9 @@ contains `background:` it calls spawn_subagent with the text after it as the tas
 model then runs each line of that task that starts with `$ ` as a shell command, e.g.
 
     @crew background: $ echo hello from a container
+
+`schedule:` asks for a scheduled task the same way: the schedule, then the task from its `$ ` on, e.g.
+`schedule: every 2m $ date` or `schedule: 2026-12-01T09:00 $ echo hi`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from bot.agent.prompt import LATEST_MARKER
 
 BACKGROUND_PHRASE = "background:"
 SPAWN_TOOL = "spawn_subagent"
+SCHEDULE_PHRASE = "schedule:"
+SCHEDULE_TOOL = "schedule_task"
+ANSWERED_TOOLS = frozenset({SPAWN_TOOL, SCHEDULE_TOOL})
 MAX_QUOTE_CHARS = 200
 TRANSCRIPT_HEADING = "Chat transcript (oldest first):\n"
 # A transcript line as bot.agent.prompt writes it: "[2026-01-31 12:00] Alice: text" (text may go on below).
@@ -99,6 +105,20 @@ def _background_tasks(texts: list[str]) -> list[str]:
     return tasks
 
 
+def _scheduled(texts: list[str]) -> list[tuple[str, str]]:
+    """(schedule, task) of each message that asks for a scheduled task, oldest first."""
+    found = []
+    for text in texts:
+        lowered = text.lower()
+        if SCHEDULE_PHRASE not in lowered:
+            continue
+        rest = text[lowered.index(SCHEDULE_PHRASE) + len(SCHEDULE_PHRASE) :]
+        when, dollar, task = rest.partition("$ ")
+        if dollar and when.strip() and task.strip():
+            found.append((when.strip(), f"$ {task.strip()}"))
+    return found
+
+
 def _merged_note(count: int) -> str:
     return f"(Your {count} messages since my last answer are answered together here.)" if count > 1 else ""
 
@@ -125,10 +145,23 @@ def offline_main_model(assistant_name: str) -> FunctionModel:
         note = _merged_note(len(pending))
         last = messages[-1]
         if isinstance(last, ModelRequest):
-            returns = [p for p in last.parts if isinstance(p, ToolReturnPart) and p.tool_name == SPAWN_TOOL]
+            returns = [p for p in last.parts if isinstance(p, ToolReturnPart) and p.tool_name in ANSWERED_TOOLS]
             if returns:
                 return ModelResponse(parts=[TextPart(" ".join([*(f"{p.content}" for p in returns), note]).strip())])
         can_spawn = any(tool.name == SPAWN_TOOL for tool in info.function_tools)
+        can_schedule = any(tool.name == SCHEDULE_TOOL for tool in info.function_tools)
+        schedules = _scheduled(pending) if can_schedule else []
+        if schedules:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart(
+                        SCHEDULE_TOOL,
+                        {"prompt": task, "schedule": when, "label": _label_for(task)},
+                        tool_call_id=f"offline-schedule-{n}",
+                    )
+                    for n, (when, task) in enumerate(schedules)
+                ]
+            )
         tasks = _background_tasks(pending) if can_spawn else []
         if tasks:
             calls = [
@@ -152,6 +185,8 @@ def offline_main_model(assistant_name: str) -> FunctionModel:
             reply.append(f"Latest subagent result: {_quote(results[-1].split('] [Subagent]: ', 1)[1])}")
         if can_spawn:
             reply.append(f"To try a subagent, write: {BACKGROUND_PHRASE} $ echo hello")
+        if can_schedule:
+            reply.append(f"To schedule one, write: {SCHEDULE_PHRASE} every 2m $ date")
         return ModelResponse(parts=[TextPart(" ".join(reply))])
 
     return FunctionModel(respond, model_name="crewbot-offline")

@@ -11,7 +11,7 @@ LATEST_MARKER = "Latest message, from "
 MAX_MESSAGE_CHARS_IN_PROMPT = 4000  # one huge message must not crowd out the rest of the window
 
 
-def instructions_for(assistant_name: str, can_spawn: bool) -> str:
+def instructions_for(assistant_name: str, can_spawn: bool, can_schedule: bool = False) -> str:
     lines = [
         f"You are {assistant_name}, an assistant taking part in a Telegram group chat.",
         "You see the chat's recent messages with sender names and UTC times. Answer the latest messages",
@@ -24,6 +24,14 @@ def instructions_for(assistant_name: str, can_spawn: bool) -> str:
             "For long work or anything that needs running code, call spawn_subagent(task, label,",
             "include_context): it starts a sandboxed subagent in the background and returns at once;",
             "its result is posted to the chat later. Tell the chat briefly what you started.",
+        ]
+    if can_schedule:
+        lines += [
+            "For recurring or later work, call schedule_task(prompt, schedule, label, mode): schedule is a",
+            "five-field cron expression in the chat's time zone (0 9 * * mon), `every <N><s|m|h|d>`, or an ISO",
+            "date-time for once; mode subagent runs the prompt in a sandbox, mode message has you answer it.",
+            "list_tasks, pause_task, resume_task and cancel_task manage them. Tell the chat the id and next due time.",
+            "A message from [Scheduled task <id>] is such a task's prompt, due now: do what it asks.",
         ]
     return "\n".join(lines)
 

@@ -267,3 +267,17 @@ def test_a_pasted_token_loses_surrounding_spaces(monkeypatch: pytest.MonkeyPatch
 
     token = load_settings().telegram_bot_token
     assert token is not None and token.get_secret_value() == "123456:abc_DEF-42"
+
+
+def test_schedule_settings_default_and_an_unknown_time_zone_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+    assert settings.timezone == "UTC"
+    assert settings.schedule_min_interval_seconds == 300
+    assert settings.max_tasks_per_chat == 20
+    assert settings.schedule_max_failures == 5
+    monkeypatch.setenv("TIMEZONE", "Mars/Olympus")
+
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+
+    assert str(raised.value).startswith("invalid setting TIMEZONE: unknown time zone 'Mars/Olympus'")
