@@ -53,10 +53,8 @@ class RunInfo(Protocol):
     def finished_at(self) -> float | None: ...
 
 
-class RunControl(Protocol):
+class RunCancels(Protocol):
     """Owned by the chat side, implemented by the subagent side's task manager."""
-
-    async def list_runs(self, chat_id: int, limit: int) -> Sequence[RunInfo]: ...
 
     async def cancel_run(self, chat_id: int, run_id: str) -> RunStatus | None:
         """`cancelled`, or the final status the run had already reached; None: the chat has no such run."""
@@ -65,6 +63,12 @@ class RunControl(Protocol):
         """Cancel every live run of the chat (and its pending requests); the number cancelled."""
 
     async def cancel_turn(self, turn_id: str, reason: str) -> int: ...
+
+
+class RunControl(RunCancels, Protocol):
+    """The cancels, and the one listing of a chat's runs (from the store: bot/run_output.py's RunsView)."""
+
+    async def list_runs(self, chat_id: int, limit: int) -> Sequence[RunInfo]: ...
 
 
 class WorkspaceControl(Protocol):

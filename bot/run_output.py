@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bot.commands import RunControl, RunSummary, age_text
+from bot.commands import RunCancels, RunSummary, age_text
 from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus, RunStore
 
 CHAT_OUTPUT_TAIL_CHARS = 3_000  # fits one Telegram message (4,096) with the heading
@@ -104,9 +104,10 @@ def describe(output: RunOutput, now: float | None = None) -> str:
 
 
 class RunsView:
-    """The chat commands' RunControl, plus what the store knows beyond it: end times and output so far."""
+    """The chat commands' RunControl: the manager's cancels, and the one listing of a chat's runs, from the store
+    (with end times and output so far)."""
 
-    def __init__(self, control: RunControl, runs: RunStore, output: RunOutputReader) -> None:
+    def __init__(self, control: RunCancels, runs: RunStore, output: RunOutputReader) -> None:
         self._control = control
         self._runs = runs
         self._output = output

@@ -90,6 +90,12 @@ def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> R
     return RunOutputReader(RunStore(db), runtime, lambda run_id: paths.run_dir(run_id) / LOG_FILE)
 
 
+def unguarded(settings: Settings, stores: Stores, service: SubagentService) -> ObservedSubagents:
+    """The service with the chat side's view of its runs, spawning without the early cap check (benchmarks)."""
+    view = RunsView(service.control, service.runs, output_reader(settings, stores.db, service.runtime))
+    return ObservedSubagents(service, service.spawner, view)
+
+
 def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRuntime) -> SubagentFactory:
     from runner.service import SubagentService
 
@@ -101,6 +107,8 @@ def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRunti
             service.picked_up,
             max_total=settings.max_concurrent_subagents,
             max_per_chat=settings.max_subagents_per_chat,
+            queued=service.queued_count,
+            queue_limit=settings.subagent_queue_limit,
         )
         view = RunsView(service.control, service.runs, output_reader(settings, stores.db, runtime))
         return ObservedSubagents(service, spawner, view)

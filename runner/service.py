@@ -90,6 +90,10 @@ class SubagentService:
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
+    def runtime(self) -> ContainerRuntime:
+        return self._runtime
+
+    @property
     def spawner(self) -> IpcSpawner:
         return self._spawner
 
@@ -101,6 +105,10 @@ class SubagentService:
         """Whether the manager has taken a spawn request: it holds the run's slot a moment before the run's
         row is written, so a request in that window must not count as still waiting as well."""
         return run_id in self.live or await self.runs.exists(run_id)
+
+    def queued_count(self) -> int:
+        """Spawn requests waiting in the queue for a slot (the spawn guard counts them)."""
+        return len(self.manager.waiting)
 
     async def _budget_exhausted(self, run_id: str) -> None:
         await self.manager.on_budget_exhausted(run_id)
@@ -119,8 +127,11 @@ class SubagentService:
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
         # Runs an earlier process left live count against the caps (and can be cancelled) even while
         # the engine is down and recovery has to wait for it.
-        for record in await self.runs.with_status(RunStatus.QUEUED, RunStatus.RUNNING):
+        for record in await self.runs.with_status(RunStatus.RUNNING):
             self.live.hold(record.id, record.chat_id, record.turn_id, record.label)
+        # Queued runs (waiting for a slot, or about to start) never had a container: they wait in the
+        # queue again, in their order, and start as slots free once recovery has run.
+        self.manager.waiting.restore(await self.runs.with_status(RunStatus.QUEUED))
         await self.manager.tell_unnotified_rejections()
         if not await self._recover():
             # The engine is down: keep answering chats, and reconcile as soon as it is back.

@@ -48,10 +48,11 @@ async def telegram_app(
     )
     factory = None
     if with_subagents:
+        from crewbot.serve import unguarded
         from runner.service import build_subagent_system
 
         def factory_fn(delivery: Any, typing: Any) -> Any:
-            return build_subagent_system(settings, stores, delivery, typing)
+            return unguarded(settings, stores, build_subagent_system(settings, stores, delivery, typing))
 
         factory = factory_fn
     app = App(settings, channel, stores, factory, model=model)

@@ -39,7 +39,8 @@ async def spawn_subagent(
 ) -> str:
     """Start a subagent in a sandboxed container for long work or anything that needs running code.
 
-    Returns at once with the run id; the result is posted to the chat when the subagent finishes.
+    Returns at once with the run id; the result is posted to the chat when the subagent finishes. When
+    all slots are busy it waits in a queue and starts as soon as one frees (the chat is told its place).
 
     Args:
         task: Complete instructions for the subagent; it cannot ask questions back.

@@ -153,7 +153,7 @@ class RunStore:
     async def with_status(self, *statuses: str) -> list[RunRecord]:
         marks = ", ".join("?" for _ in statuses)
         async with self._db.conn.execute(
-            f"SELECT * FROM subagent_runs WHERE status IN ({marks}) ORDER BY created_at", statuses
+            f"SELECT * FROM subagent_runs WHERE status IN ({marks}) ORDER BY created_at, rowid", statuses
         ) as cursor:
             rows = await cursor.fetchall()
         return [_run(row) for row in rows]
