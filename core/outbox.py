@@ -62,6 +62,7 @@ class Outbox:
         self._dispatched: dict[int, asyncio.Task[bool]] = {}  # flushes the dispatcher started, by chat
         self._runner: asyncio.Task[None] | None = None
         self._closing = False
+        self._tracked: dict[int, int | None] = {}  # outbox row id -> its first part's platform id once sent
 
     async def flush(self, chat_id: int) -> bool:
         """Send the chat's due rows in order; True when nothing is left pending for it."""
@@ -81,7 +82,9 @@ class Outbox:
         parts = self._channel.split(row.text)
         try:
             for index in range(row.parts_sent, len(parts)):
-                await self._channel.send_part(row.chat_id, parts[index])
+                platform_id = await self._channel.send_part(row.chat_id, parts[index])
+                if index == 0 and row.id in self._tracked:
+                    self._tracked[row.id] = platform_id
                 await self._store.part_sent(row.id, index + 1, done=index + 1 == len(parts))
         except DeliveryError as exc:
             attempts = row.attempts + 1
@@ -94,6 +97,13 @@ class Outbox:
             await self._store.retry_later(row.id, attempts, self._clock() + delay, str(exc))
             return False
         return True
+
+    def track(self, row_id: int) -> None:
+        """Remember the platform id of this row's first part when it is sent (a status card replies to it)."""
+        self._tracked[row_id] = None
+
+    def take_platform_id(self, row_id: int) -> int | None:
+        return self._tracked.pop(row_id, None)
 
     def flush_soon(self, chat_id: int) -> asyncio.Task[bool] | None:
         """Flush in the background (callers that must not wait on Telegram, like the IPC watcher)."""

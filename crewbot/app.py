@@ -9,15 +9,17 @@ from pydantic_ai.models import Model
 
 from bot.agent.llm import build_main_model
 from bot.agent.main_agent import MainAgent, Spawner
-from bot.channels.base import Channel
+from bot.channels.base import CardChannel, Channel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.engine import ChatEngine, Turn
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
+from bot.status_card import StatusCards
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.outbox import Outbox
 from core.settings import CancelScope, LLMProvider, Settings
+from core.store.runs import RunStore
 from core.store.stores import Stores
 from core.store.turns import TurnStatus, TurnStore
 from core.typing_indicator import TypingIndicator
@@ -39,6 +41,9 @@ class SubagentSystem(Protocol):
 
     @property
     def workspaces(self) -> WorkspaceControl: ...
+
+    def watch_runs(self, on_change: Callable[[str], None]) -> None:
+        """Call `on_change(run_id)` whenever a run's state changes (the status card)."""
 
     async def start(self) -> None: ...
 
@@ -92,6 +97,10 @@ class App:
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
+        self.cards: StatusCards | None = None
+        if subagents is not None and settings.status_card and isinstance(channel, CardChannel):
+            self.cards = StatusCards(channel, RunStore(stores.db))
+            subagents.watch_runs(self.cards.run_changed)
         self.agent = MainAgent(
             model or build_main_model(settings),
             stores.messages,
@@ -100,6 +109,7 @@ class App:
             assistant_name=settings.assistant_name,
             history_window=settings.history_window_messages,
             timeout_seconds=settings.llm_timeout_seconds,
+            on_answered=self.cards.answered if self.cards else None,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
@@ -149,6 +159,8 @@ class App:
         await self.engine.close()
         if self.subagents is not None:
             await self.subagents.stop()
+        if self.cards is not None:
+            await self.cards.close()
         await self.typing.close()
         await self.outbox.close()
         await self.channel.stop()

@@ -69,6 +69,9 @@ class ObservedSubagents:
     def workspaces(self) -> WorkspaceControl:
         return self._service.workspaces
 
+    def watch_runs(self, on_change: Callable[[str], None]) -> None:
+        self._service.watch_runs(on_change)
+
     async def start(self) -> None:
         await self._service.start()
 

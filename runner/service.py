@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from core.delivery import Delivery
 from core.logging import get_logger
@@ -105,6 +106,9 @@ class SubagentService:
         """Whether the manager has taken a spawn request: it holds the run's slot a moment before the run's
         row is written, so a request in that window must not count as still waiting as well."""
         return run_id in self.live or await self.runs.exists(run_id)
+
+    def watch_runs(self, on_change: Callable[[str], None]) -> None:
+        self.runs.watch(on_change)
 
     def queued_count(self) -> int:
         """Spawn requests waiting in the queue for a slot (the spawn guard counts them)."""

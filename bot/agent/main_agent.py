@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,6 +74,7 @@ class MainAgent:
         assistant_name: str,
         history_window: int,
         timeout_seconds: float,
+        on_answered: Callable[[str, int | None], None] | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -80,6 +82,7 @@ class MainAgent:
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
+        self._on_answered = on_answered  # the status card replies to the answer (turn id, platform id)
         self._agent: Agent[TurnDeps, str] = Agent(
             model,
             deps_type=TurnDeps,
@@ -111,7 +114,9 @@ class MainAgent:
             reply, kind = APOLOGY, "notice"
         turn.begin_delivery()
         # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
-        await asyncio.shield(self._delivery.post(turn.chat_id, reply, kind=kind))
+        message_id = await asyncio.shield(self._delivery.post_answer(turn.chat_id, reply, kind=kind))
+        if self._on_answered is not None:
+            self._on_answered(turn.id, message_id)
 
 
 class _NoSpawner:

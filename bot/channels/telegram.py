@@ -15,7 +15,7 @@ from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
-from bot.channels.base import DeliveryError, InboundHandler
+from bot.channels.base import CardGone, DeliveryError, InboundHandler
 from bot.channels.formatting import (
     TELEGRAM_MESSAGE_LIMIT_UNITS,
     markdown_to_telegram_html,
@@ -288,6 +288,28 @@ class TelegramChannel:
         except (NetworkError, TelegramError) as exc:
             raise DeliveryError(str(exc), permanent=False) from exc
 
+    async def post_card(self, chat_id: int, text: str, reply_to: int | None) -> int:
+        try:
+            sent = await self._bot().bot.send_message(
+                chat_id, text, reply_to_message_id=reply_to, allow_sending_without_reply=True
+            )
+        except TelegramError as exc:
+            raise _delivery_error(exc) from exc
+        return int(sent.message_id)
+
+    async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
+        try:
+            await self._bot().bot.edit_message_text(text, chat_id=chat_id, message_id=message_id)
+        except BadRequest as exc:
+            reason = str(exc).lower()
+            if "not modified" in reason:
+                return  # it already shows this text
+            if "not found" in reason:
+                raise CardGone(str(exc)) from exc
+            raise _delivery_error(exc) from exc
+        except TelegramError as exc:
+            raise _delivery_error(exc) from exc
+
     async def send_typing(self, chat_id: int) -> None:
         await self._bot().bot.send_chat_action(chat_id, ChatAction.TYPING)
 
@@ -300,3 +322,13 @@ class TelegramChannel:
         app = self._build()
         async with app:
             return str(app.bot.username)
+
+
+def _delivery_error(exc: TelegramError) -> DeliveryError:
+    """Telegram's error as the senders know it: a 429 carries its wait, a kick or a ban is permanent."""
+    if isinstance(exc, RetryAfter):
+        retry = exc.retry_after
+        seconds = retry.total_seconds() if isinstance(retry, dtm.timedelta) else float(retry)
+        return DeliveryError(str(exc), permanent=False, retry_after_seconds=seconds)
+    permanent = isinstance(exc, Forbidden) or any(m in str(exc).lower() for m in _PERMANENT_MARKERS)
+    return DeliveryError(str(exc), permanent=permanent)

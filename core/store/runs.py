@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -93,6 +94,15 @@ class DuplicateRun(Exception):
 class RunStore:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._watchers: list[Callable[[str], None]] = []
+
+    def watch(self, on_change: Callable[[str], None]) -> None:
+        """Call `on_change(run_id)` after a run's state changed (created, started, ended): the status card."""
+        self._watchers.append(on_change)
+
+    def _changed(self, run_id: str) -> None:
+        for watcher in self._watchers:
+            watcher(run_id)
 
     async def create(
         self,
@@ -132,6 +142,7 @@ class RunStore:
             if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
                 raise DuplicateRun(run_id) from exc
             raise
+        self._changed(run_id)
 
     async def exists(self, run_id: str) -> bool:
         async with self._db.conn.execute("SELECT 1 FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
@@ -146,6 +157,13 @@ class RunStore:
         async with self._db.conn.execute(
             "SELECT * FROM subagent_runs WHERE chat_id = ? ORDER BY created_at DESC, rowid DESC LIMIT ?",
             (chat_id, limit),
+        ) as cursor:
+            rows = await cursor.fetchall()
+        return [_run(row) for row in rows]
+
+    async def for_turn(self, turn_id: str) -> list[RunRecord]:
+        async with self._db.conn.execute(
+            "SELECT * FROM subagent_runs WHERE turn_id = ? ORDER BY created_at, rowid", (turn_id,)
         ) as cursor:
             rows = await cursor.fetchall()
         return [_run(row) for row in rows]
@@ -165,6 +183,8 @@ class RunStore:
                 "WHERE id = ? AND status = 'queued'",
                 (time.time(), session_in, run_id),
             )
+        if cursor.rowcount == 1:
+            self._changed(run_id)
         return cursor.rowcount == 1
 
     async def set_container(self, run_id: str, container_id: str) -> None:
@@ -208,6 +228,7 @@ class RunStore:
                 return False
             if outgoing is not None:
                 await stage(conn, outgoing)
+        self._changed(run_id)
         return True
 
     # --- sessions -------------------------------------------------------------------------------
