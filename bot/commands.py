@@ -97,7 +97,7 @@ def age_text(seconds: float) -> str:
     return f"{seconds // 3600}h"
 
 
-def _when(run: RunInfo, now: float) -> str:
+def when_text(run: RunInfo, now: float) -> str:
     """A live run's age keeps growing; a finished one shows when it ended (unknown: nothing)."""
     if run.status in FINAL_STATUSES:
         return f"{age_text(now - run.finished_at)} ago" if run.finished_at is not None else ""
@@ -198,7 +198,7 @@ class Commands:
             await self._reply(chat_id, "No subagent runs in this chat yet.")
             return
         now = time.time()
-        lines = [f"`{r.id}` {r.status:<11} {_when(r, now):>9}  {r.label}" for r in runs]
+        lines = [f"`{r.id}` {r.status:<11} {when_text(r, now):>9}  {r.label}" for r in runs]
         footer = "\n/subagents <run id> shows what a run has printed so far."
         await self._reply(chat_id, "Subagent runs (newest first):\n" + "\n".join(lines) + footer)
 

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from pydantic_ai.models import Model
 
+from bot.agent.deps import SubagentDesk
 from bot.agent.llm import build_main_model
 from bot.agent.main_agent import MainAgent, Spawner
 from bot.channels.base import CardChannel, Channel
@@ -41,6 +42,10 @@ class SubagentSystem(Protocol):
 
     @property
     def workspaces(self) -> WorkspaceControl: ...
+
+    @property
+    def desk(self) -> SubagentDesk:
+        """The main agent's `subagents` tool: list, status, send, cancel."""
 
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         """Call `on_change(run_id)` whenever a run's state changes (the status card)."""
@@ -110,6 +115,7 @@ class App:
             history_window=settings.history_window_messages,
             timeout_seconds=settings.llm_timeout_seconds,
             on_answered=self.cards.answered if self.cards else None,
+            desk=subagents.desk if subagents else None,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)

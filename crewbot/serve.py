@@ -69,6 +69,10 @@ class ObservedSubagents:
     def workspaces(self) -> WorkspaceControl:
         return self._service.workspaces
 
+    @property
+    def desk(self) -> RunsView:
+        return self._control
+
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         self._service.watch_runs(on_change)
 
@@ -95,8 +99,12 @@ def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> R
 
 def unguarded(settings: Settings, stores: Stores, service: SubagentService) -> ObservedSubagents:
     """The service with the chat side's view of its runs, spawning without the early cap check (benchmarks)."""
-    view = RunsView(service.control, service.runs, output_reader(settings, stores.db, service.runtime))
-    return ObservedSubagents(service, service.spawner, view)
+    return ObservedSubagents(service, service.spawner, runs_view(settings, stores, service))
+
+
+def runs_view(settings: Settings, stores: Stores, service: SubagentService) -> RunsView:
+    output = output_reader(settings, stores.db, service.runtime)
+    return RunsView(service.control, service.runs, output, send=service.send_to_run)
 
 
 def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRuntime) -> SubagentFactory:
@@ -113,8 +121,7 @@ def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRunti
             queued=service.queued_count,
             queue_limit=settings.subagent_queue_limit,
         )
-        view = RunsView(service.control, service.runs, output_reader(settings, stores.db, runtime))
-        return ObservedSubagents(service, spawner, view)
+        return ObservedSubagents(service, spawner, runs_view(settings, stores, service))
 
     return build
 

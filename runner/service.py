@@ -9,7 +9,7 @@ from collections.abc import Callable
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import Settings
-from core.store.runs import RunStatus, RunStore
+from core.store.runs import FollowUp, RunStatus, RunStore
 from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
 from runner.admission import Admission
@@ -30,6 +30,8 @@ from runner.workspaces import Workspaces
 
 log = get_logger(__name__)
 
+MAX_FOLLOWUPS = 10  # follow-ups one run can be sent: each goes into every later LLM request of it
+MAX_FOLLOWUP_CHARS = 2_000
 RECOVERY_RETRY_SECONDS = 30.0  # how often to retry reconciling while the engine is down at start
 RETENTION_INTERVAL_SECONDS = 6 * 3600.0  # pruning runs at start and then this often
 
@@ -106,6 +108,17 @@ class SubagentService:
         """Whether the manager has taken a spawn request: it holds the run's slot a moment before the run's
         row is written, so a request in that window must not count as still waiting as well."""
         return run_id in self.live or await self.runs.exists(run_id)
+
+    def send_to_run(self, chat_id: int, run_id: str, text: str) -> FollowUp:
+        """A follow-up for a live run of the chat: the LLM proxy adds it to the run's next requests."""
+        live = self.live.get(run_id)
+        if live is None or live.chat_id != chat_id or not self.live.is_live(run_id):
+            return FollowUp.NOT_RUNNING
+        if len(live.followups) >= MAX_FOLLOWUPS:
+            return FollowUp.FULL
+        live.followups.append(text[:MAX_FOLLOWUP_CHARS])
+        log.info("run_followup", run_id=run_id, chars=len(text))
+        return FollowUp.SENT
 
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         self.runs.watch(on_change)

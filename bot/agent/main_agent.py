@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
+from bot.agent.deps import Spawner, SubagentDesk, TurnDeps
 from bot.agent.prompt import build_prompt, instructions_for
+from bot.agent.subagents_tool import subagents
 from bot.engine import Turn
 from core.delivery import Delivery
 from core.logging import get_logger
@@ -19,20 +19,10 @@ from core.store.messages import MessageStore
 
 log = get_logger(__name__)
 
+__all__ = ["MainAgent", "Spawner", "TurnDeps"]
+
 MAX_MODEL_REQUESTS_PER_TURN = 8
 APOLOGY = "Sorry, I could not answer just now (the language model did not respond). Please try again."
-
-
-class Spawner(Protocol):
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
-        """Write a spawn request; return its run id at once (never wait for the container)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TurnDeps:
-    chat_id: int
-    turn: Turn
-    spawner: Spawner
 
 
 async def spawn_subagent(
@@ -75,10 +65,12 @@ class MainAgent:
         history_window: int,
         timeout_seconds: float,
         on_answered: Callable[[str, int | None], None] | None = None,
+        desk: SubagentDesk | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
         self._spawner = spawner
+        self._desk = desk
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -87,7 +79,7 @@ class MainAgent:
             model,
             deps_type=TurnDeps,
             instructions=instructions_for(assistant_name, can_spawn=spawner is not None),
-            tools=[spawn_subagent] if spawner is not None else [],
+            tools=([spawn_subagent] if spawner is not None else []) + ([subagents] if desk is not None else []),
         )
 
     @property
@@ -96,7 +88,7 @@ class MainAgent:
 
     async def __call__(self, turn: Turn) -> None:
         prompt = await build_prompt(self._messages, turn.chat_id, self._history_window, self._assistant_name)
-        deps = TurnDeps(chat_id=turn.chat_id, turn=turn, spawner=self._spawner or _NoSpawner())
+        deps = TurnDeps(chat_id=turn.chat_id, turn=turn, spawner=self._spawner or _NoSpawner(), desk=self._desk)
         try:
             async with asyncio.timeout(self._timeout_seconds):
                 result = await self._agent.run(

@@ -24,6 +24,9 @@ def instructions_for(assistant_name: str, can_spawn: bool) -> str:
             "For long work or anything that needs running code, call spawn_subagent(task, label,",
             "include_context): it starts a sandboxed subagent in the background and returns at once;",
             "its result is posted to the chat later. Tell the chat briefly what you started.",
+            "To answer questions about running work, or to redirect or stop it, use the subagents tool:",
+            "list, status (with its latest progress), send (a follow-up it sees before its next step),",
+            "cancel. Say only what it reports; never guess a subagent's progress.",
         ]
     return "\n".join(lines)
 

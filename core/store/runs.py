@@ -31,6 +31,14 @@ LIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 FINAL_STATUSES = frozenset(set(RunStatus) - LIVE_STATUSES)
 
 
+class FollowUp(StrEnum):
+    """What became of a follow-up the main agent sent a run (`subagents` tool, `send`)."""
+
+    SENT = "sent"  # its next LLM request (and every later one) carries it
+    NOT_RUNNING = "not_running"  # no such live run in this chat (ended, waiting in the queue, or another chat's)
+    FULL = "full"  # the run has had its MAX_FOLLOWUPS
+
+
 class ProgressOutcome(StrEnum):
     """What became of a progress message a run sent."""
 
@@ -275,6 +283,14 @@ class RunStore:
             await conn.execute("UPDATE subagent_runs SET messages_sent = messages_sent + 1 WHERE id = ?", (run_id,))
             await stage(conn, outgoing)
         return ProgressOutcome.ACCEPTED
+
+    async def latest_progress(self, run_id: str) -> str | None:
+        """The last progress message the run sent to the chat (as sent), if any."""
+        async with self._db.conn.execute(
+            "SELECT text FROM outbox WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run_id,)
+        ) as cursor:
+            row = await cursor.fetchone()
+        return str(row[0]) if row else None
 
     # --- refusals -------------------------------------------------------------------------------
 
