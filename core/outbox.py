@@ -85,6 +85,9 @@ class Outbox:
                 platform_id = await self._channel.send_part(row.chat_id, parts[index])
                 if index == 0 and row.id in self._tracked:
                     self._tracked[row.id] = platform_id
+                if index == 0 and platform_id is not None and row.message_id is not None:
+                    # A reply to it names this id: it is how a reply finds the message (and a result its run).
+                    await self._store.set_platform_id(row.message_id, platform_id)
                 await self._store.part_sent(row.id, index + 1, done=index + 1 == len(parts))
         except DeliveryError as exc:
             attempts = row.attempts + 1

@@ -7,6 +7,7 @@ in the same transaction as the message the chat is owed; the message is then sen
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from core.delivery import Delivery
 from core.logging import get_logger
@@ -88,6 +89,7 @@ class Conclusion:
         outgoing = self._delivery.outgoing(
             live.chat_id, subagent_content(live.label, body), kind="subagent", sender_name=SUBAGENT_SENDER
         )
+        outgoing = replace(outgoing, run_id=live.id)  # a reply to this message continues the run
         recorded = await self._runs.finish(
             live.id, status, result=result, error=error, session_out=session_out, outgoing=outgoing
         )

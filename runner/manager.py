@@ -111,7 +111,7 @@ class TaskManager:
         run_id = request.request_id
         if run_id in self._live or await self._runs.exists(run_id):
             return RequestOutcome.DUPLICATE
-        label = label_for(request)
+        label = label_for(request, await self._runs.continued_run(request.turn_id))
         decision = await self._admission.cancelled_before_pickup(chat_id, request, picked_up_at)
         if decision.status is None:
             decision = self._admission.over_cap(chat_id)  # no await between this and the reservation below
@@ -226,7 +226,7 @@ class TaskManager:
             context = [f"{m.sender_name}: {m.content}" for m in recent]
         session_in = record.session_in if record is not None and record.session_in else None
         if record is None or record.status == RunStatus.QUEUED:
-            session_in = await self._runs.current_session(live.chat_id)
+            session_in = await self._runs.session_for(live.chat_id, live.turn_id)  # a reply continues its run
         spec = await self._files.prepare(live, chat, task, context, session_in)
         live.inbox = RunInbox(
             live,

@@ -27,6 +27,8 @@ def instructions_for(assistant_name: str, can_spawn: bool) -> str:
             "To answer questions about running work, or to redirect or stop it, use the subagents tool:",
             "list, status (with its latest progress), send (a follow-up it sees before its next step),",
             "cancel. Say only what it reports; never guess a subagent's progress.",
+            "A reply to a [Subagent] result that asks for more work on it: call spawn_subagent; the new",
+            "subagent continues that run's own session (it remembers what it did).",
         ]
     return "\n".join(lines)
 

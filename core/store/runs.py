@@ -27,6 +27,8 @@ class RunStatus(StrEnum):
     INTERRUPTED = "interrupted"
 
 
+# Telegram dates messages in whole seconds: a trigger can look up to this much later than its turn's start.
+TRIGGER_CLOCK_SLACK_SECONDS = 1.0
 LIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 FINAL_STATUSES = frozenset(set(RunStatus) - LIVE_STATUSES)
 
@@ -248,6 +250,29 @@ class RunStore:
             row = await cursor.fetchone()
         return str(row[0]) if row else None
 
+    async def continued_run(self, turn_id: str | None) -> RunRecord | None:
+        """The run a turn continues: its trigger (the chat's latest before the turn started) replied to that
+        run's [Subagent] result. Derived from what is stored, so it holds for a request picked up after a restart."""
+        if turn_id is None:
+            return None
+        async with self._db.conn.execute(
+            "SELECT o.run_id FROM turns t "
+            "JOIN messages q ON q.id = (SELECT MAX(id) FROM messages WHERE chat_id = t.chat_id AND is_trigger = 1 "
+            "  AND timestamp <= t.started_at + ?) "
+            "JOIN messages r ON r.chat_id = q.chat_id AND r.platform_message_id = q.reply_to AND r.kind = 'subagent' "
+            "JOIN outbox o ON o.message_id = r.id AND o.run_id IS NOT NULL WHERE t.id = ?",
+            (TRIGGER_CLOCK_SLACK_SECONDS, turn_id),
+        ) as cursor:
+            row = await cursor.fetchone()
+        return await self.get(str(row[0])) if row else None
+
+    async def session_for(self, chat_id: int, turn_id: str | None) -> str | None:
+        """A new run's starting session: the session of the run its turn continues, else the chat's latest."""
+        previous = await self.continued_run(turn_id)
+        if previous is not None and previous.session_out:
+            return previous.session_out
+        return await self.current_session(chat_id)
+
     async def set_session(self, chat_id: int, session_id: str) -> None:
         async with self._db.write() as conn:
             await conn.execute(
@@ -287,7 +312,9 @@ class RunStore:
     async def latest_progress(self, run_id: str) -> str | None:
         """The last progress message the run sent to the chat (as sent), if any."""
         async with self._db.conn.execute(
-            "SELECT text FROM outbox WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run_id,)
+            "SELECT o.text FROM outbox o JOIN messages m ON m.id = o.message_id "
+            "WHERE o.run_id = ? AND m.kind = 'progress' ORDER BY o.id DESC LIMIT 1",
+            (run_id,),
         ) as cursor:
             row = await cursor.fetchone()
         return str(row[0]) if row else None
