@@ -79,14 +79,15 @@ class ChatEngine:
         self._closing = False
         self._background: set[asyncio.Task[None]] = set()
 
-    def notify(self, chat_id: int) -> None:
-        """A triggering message for `chat_id` is in the store."""
+    def notify(self, chat_id: int, *, merge: bool = True) -> None:
+        """A triggering message for `chat_id` is in the store. `merge=False` (a subagent's result to
+        announce) never aborts the turn in flight: it is answered by the next turn."""
         if self._closing:
             return
         state = self._chats.setdefault(chat_id, _ChatState())
         state.pending = True
         turn = state.turn
-        if turn is not None and not turn.delivering and not turn.aborted:
+        if merge and turn is not None and not turn.delivering and not turn.aborted:
             age = self._clock() - turn.started_at
             if age < self._merge_window_seconds:
                 log.info("turn_merge_abort", chat_id=chat_id, turn_id=turn.id, age_seconds=round(age, 3))

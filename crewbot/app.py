@@ -10,6 +10,7 @@ from pydantic_ai.models import Model
 from bot.agent.deps import SubagentDesk
 from bot.agent.llm import build_main_model
 from bot.agent.main_agent import MainAgent, Spawner
+from bot.announce import Announcer
 from bot.channels.base import CardChannel, Channel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.engine import ChatEngine, Turn
@@ -19,7 +20,7 @@ from bot.status_card import StatusCards
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.outbox import Outbox
-from core.settings import CancelScope, LLMProvider, Settings
+from core.settings import CancelScope, LLMProvider, ResultMode, Settings
 from core.store.runs import RunStore
 from core.store.stores import Stores
 from core.store.turns import TurnStatus, TurnStore
@@ -102,6 +103,10 @@ class App:
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
+        self.announcer: Announcer | None = None
+        if subagents is not None and settings.subagent_result_mode is ResultMode.ANNOUNCE:
+            self.announcer = Announcer(RunStore(stores.db), lambda chat_id: self.engine.notify(chat_id, merge=False))
+            subagents.watch_runs(self.announcer.run_changed)
         self.cards: StatusCards | None = None
         if subagents is not None and settings.status_card and isinstance(channel, CardChannel):
             self.cards = StatusCards(channel, RunStore(stores.db))
@@ -116,6 +121,7 @@ class App:
             timeout_seconds=settings.llm_timeout_seconds,
             on_answered=self.cards.answered if self.cards else None,
             desk=subagents.desk if subagents else None,
+            announcements=self.announcer.take if self.announcer else None,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
@@ -167,6 +173,8 @@ class App:
             await self.subagents.stop()
         if self.cards is not None:
             await self.cards.close()
+        if self.announcer is not None:
+            await self.announcer.close()
         await self.typing.close()
         await self.outbox.close()
         await self.channel.stop()

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from core.delivery import Delivery
 from core.logging import get_logger
-from core.settings import Settings
+from core.settings import ResultMode, Settings
 from core.store.chats import Chat
 from core.store.runs import RunStatus, RunStore
 from runner.live_runs import LiveRun, StopReason
@@ -91,7 +91,13 @@ class Conclusion:
         )
         outgoing = replace(outgoing, run_id=live.id)  # a reply to this message continues the run
         recorded = await self._runs.finish(
-            live.id, status, result=result, error=error, session_out=session_out, outgoing=outgoing
+            live.id,
+            status,
+            result=result,
+            error=error,
+            session_out=session_out,
+            outgoing=outgoing,
+            deliver=self._settings.subagent_result_mode is ResultMode.DIRECT,  # announce: the main agent tells it
         )
         if not recorded:
             log.info("run_outcome_already_recorded", run_id=live.id, attempted=status)

@@ -12,6 +12,7 @@ from pydantic_ai.usage import UsageLimits
 from bot.agent.deps import Spawner, SubagentDesk, TurnDeps
 from bot.agent.prompt import build_prompt, instructions_for
 from bot.agent.subagents_tool import subagents
+from bot.announce import SKIP_MARKER
 from bot.engine import Turn
 from core.delivery import Delivery
 from core.logging import get_logger
@@ -66,11 +67,13 @@ class MainAgent:
         timeout_seconds: float,
         on_answered: Callable[[str, int | None], None] | None = None,
         desk: SubagentDesk | None = None,
+        announcements: Callable[[int], str | None] | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
         self._spawner = spawner
         self._desk = desk
+        self._announcements = announcements  # announce mode: finished runs the chat has not been told of
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -88,11 +91,15 @@ class MainAgent:
 
     async def __call__(self, turn: Turn) -> None:
         prompt = await build_prompt(self._messages, turn.chat_id, self._history_window, self._assistant_name)
+        text = prompt.text
+        announced = self._announcements(turn.chat_id) if self._announcements is not None else None
+        if announced:
+            text = f"{text}\n\n{announced}"
         deps = TurnDeps(chat_id=turn.chat_id, turn=turn, spawner=self._spawner or _NoSpawner(), desk=self._desk)
         try:
             async with asyncio.timeout(self._timeout_seconds):
                 result = await self._agent.run(
-                    prompt.text,
+                    text,
                     deps=deps,
                     usage_limits=UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN),
                 )
@@ -104,6 +111,9 @@ class MainAgent:
         except Exception as exc:  # any provider failure: apologise, keep the bot running
             log.error("llm_failed", error_type=type(exc).__name__, error=str(exc)[:500])
             reply, kind = APOLOGY, "notice"
+        if reply == SKIP_MARKER:
+            log.info("turn_skipped", turn_id=turn.id)  # an announcement the chat need not hear of
+            return
         turn.begin_delivery()
         # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
         message_id = await asyncio.shield(self._delivery.post_answer(turn.chat_id, reply, kind=kind))

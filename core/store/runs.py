@@ -11,6 +11,7 @@ from enum import StrEnum
 import aiosqlite
 
 from core.store.db import Database
+from core.store.messages import insert_message
 from core.store.outbox import Outgoing, stage
 
 
@@ -219,6 +220,7 @@ class RunStore:
         error: str | None = None,
         session_out: str | None = None,
         outgoing: Outgoing | None = None,
+        deliver: bool = True,
     ) -> bool:
         """Move a live run to `status` and, in the same transaction, store its message and owe it to the chat.
 
@@ -236,8 +238,10 @@ class RunStore:
             )
             if cursor.rowcount != 1:
                 return False
-            if outgoing is not None:
+            if outgoing is not None and deliver:
                 await stage(conn, outgoing)
+            elif outgoing is not None:  # stored for the next prompt only (SUBAGENT_RESULT_MODE=announce)
+                await insert_message(conn, outgoing.message)
         self._changed(run_id)
         return True
 
