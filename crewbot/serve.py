@@ -70,6 +70,10 @@ class ObservedSubagents:
         return self._service.workspaces
 
     @property
+    def service(self) -> SubagentService:
+        return self._service
+
+    @property
     def desk(self) -> RunsView:
         return self._control
 

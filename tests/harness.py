@@ -26,6 +26,8 @@ def make_settings(data_dir: Path, tg: FakeTelegram | None = None, **overrides: A
         "LLM_PROVIDER": "offline",
         "TYPING_INTERVAL_SECONDS": 0.2,
         "MERGE_WINDOW_SECONDS": 0,
+        # Tests count the chat's messages; the card is tested on its own (tests/bot/test_status_card.py).
+        "STATUS_CARD": "false",
         "LOG_LEVEL": "DEBUG",
     }
     if tg is not None:
