@@ -22,6 +22,7 @@ from core.store.runs import FINAL_STATUSES
 from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
+from crewbot.serve import ObservedSubagents, unguarded
 from runner.docker_runtime import DockerRuntime
 from runner.live_runs import LiveRuns
 from runner.runtime import ContainerSpec
@@ -119,11 +120,11 @@ async def bench_app(
     runtime = TimedDockerRuntime(settings.max_concurrent_subagents) if with_subagents else None
     built: list[SubagentService] = []
 
-    def factory(delivery: Delivery, typing: TypingIndicator) -> SubagentService:
+    def factory(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
         assert runtime is not None
         service = SubagentService(settings, stores, delivery, typing, runtime)
         built.append(service)
-        return service
+        return unguarded(settings, stores, service)
 
     app = App(settings, channel, stores, factory if with_subagents else None, model=model)
     try:

@@ -30,6 +30,7 @@ from core.settings import Settings
 from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
+from crewbot.serve import ObservedSubagents, unguarded
 from runner.ipc import ensure_chat_dirs
 from runner.service import SubagentService
 from tests.fakes.memory_runtime import MemoryRuntime
@@ -62,10 +63,10 @@ async def stall_app(settings: Settings, runtime: MemoryRuntime) -> AsyncIterator
     )
     built: list[SubagentService] = []
 
-    def factory(delivery: Delivery, typing: TypingIndicator) -> SubagentService:
+    def factory(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
         service = SubagentService(settings, stores, delivery, typing, runtime)
         built.append(service)
-        return service
+        return unguarded(settings, stores, service)
 
     app = App(settings, channel, stores, factory)
     try:

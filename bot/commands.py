@@ -54,10 +54,8 @@ class RunInfo(Protocol):
     def finished_at(self) -> float | None: ...
 
 
-class RunControl(Protocol):
+class RunCancels(Protocol):
     """Owned by the chat side, implemented by the subagent side's task manager."""
-
-    async def list_runs(self, chat_id: int, limit: int) -> Sequence[RunInfo]: ...
 
     async def cancel_run(self, chat_id: int, run_id: str) -> RunStatus | None:
         """`cancelled`, or the final status the run had already reached; None: the chat has no such run."""
@@ -66,6 +64,12 @@ class RunControl(Protocol):
         """Cancel every live run of the chat (and its pending requests); the number cancelled."""
 
     async def cancel_turn(self, turn_id: str, reason: str) -> int: ...
+
+
+class RunControl(RunCancels, Protocol):
+    """The cancels, and the one listing of a chat's runs (from the store: bot/run_output.py's RunsView)."""
+
+    async def list_runs(self, chat_id: int, limit: int) -> Sequence[RunInfo]: ...
 
 
 class WorkspaceControl(Protocol):
@@ -94,7 +98,7 @@ def age_text(seconds: float) -> str:
     return f"{seconds // 3600}h"
 
 
-def _when(run: RunInfo, now: float) -> str:
+def when_text(run: RunInfo, now: float) -> str:
     """A live run's age keeps growing; a finished one shows when it ended (unknown: nothing)."""
     if run.status in FINAL_STATUSES:
         return f"{age_text(now - run.finished_at)} ago" if run.finished_at is not None else ""
@@ -229,7 +233,7 @@ class Commands:
             await self._reply(message, "No subagent runs in this chat yet.")
             return
         now = time.time()
-        lines = [f"`{r.id}` {r.status:<11} {_when(r, now):>9}  {r.label}" for r in runs]
+        lines = [f"`{r.id}` {r.status:<11} {when_text(r, now):>9}  {r.label}" for r in runs]
         footer = "\n/subagents <run id> shows what a run has printed so far."
         await self._reply(message, "Subagent runs (newest first):\n" + "\n".join(lines) + footer)
 

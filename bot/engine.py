@@ -84,8 +84,9 @@ class ChatEngine:
         self._closing = False
         self._background: set[asyncio.Task[None]] = set()
 
-    def notify(self, chat_id: int, trigger_id: int | None = None) -> None:
-        """A triggering message for `chat_id` is in the store (row `trigger_id`)."""
+    def notify(self, chat_id: int, trigger_id: int | None = None, *, merge: bool = True) -> None:
+        """A triggering message for `chat_id` is in the store (row `trigger_id`). `merge=False` (a
+        subagent's result to announce) never aborts the turn in flight: it is answered by the next turn."""
         if self._closing:
             return
         state = self._chats.setdefault(chat_id, _ChatState())
@@ -93,7 +94,7 @@ class ChatEngine:
         if trigger_id is not None:
             state.trigger_id = max(trigger_id, state.trigger_id or trigger_id)
         turn = state.turn
-        if turn is not None and not turn.delivering and not turn.aborted:
+        if merge and turn is not None and not turn.delivering and not turn.aborted:
             age = self._clock() - turn.started_at
             if age < self._merge_window_seconds:
                 log.info("turn_merge_abort", chat_id=chat_id, turn_id=turn.id, age_seconds=round(age, 3))

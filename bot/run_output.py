@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bot.commands import RunControl, RunSummary, age_text
-from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus, RunStore
+from bot.commands import RunCancels, RunSummary, age_text, when_text
+from core.store.runs import FINAL_STATUSES, FollowUp, RunRecord, RunStatus, RunStore
 
+LATEST_PROGRESS_CHARS = 1_000  # what the main agent is shown of a run's latest message or outcome
 CHAT_OUTPUT_TAIL_CHARS = 3_000  # fits one Telegram message (4,096) with the heading
 BYTES_PER_CHAR_MAX = 4  # UTF-8: reading this many bytes per wanted character always covers the tail
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -104,12 +105,38 @@ def describe(output: RunOutput, now: float | None = None) -> str:
 
 
 class RunsView:
-    """The chat commands' RunControl, plus what the store knows beyond it: end times and output so far."""
+    """The chat commands' RunControl: the manager's cancels, and the one listing of a chat's runs, from the store
+    (with end times and output so far)."""
 
-    def __init__(self, control: RunControl, runs: RunStore, output: RunOutputReader) -> None:
+    def __init__(
+        self,
+        control: RunCancels,
+        runs: RunStore,
+        output: RunOutputReader,
+        send: Callable[[int, str, str], FollowUp] | None = None,
+    ) -> None:
         self._control = control
         self._runs = runs
         self._output = output
+        self._send = send  # the subagent side's follow-up delivery (chat id, run id, text)
+
+    async def describe_run(self, chat_id: int, run_id: str) -> str | None:
+        """For the main agent's `subagents` tool: what the store knows of one of the chat's runs."""
+        record = await self._runs.get(run_id)
+        if record is None or record.chat_id != chat_id:
+            return None
+        now = time.time()
+        tokens = record.input_tokens + record.output_tokens
+        lines = [f"Run {record.id} ({record.label}): {record.status} {when_text(record, now)}, {tokens:,} tokens."]
+        latest = await self._runs.latest_progress(run_id)
+        if latest:
+            lines.append(f"Its latest progress message: {latest[-LATEST_PROGRESS_CHARS:]}")
+        if record.status in FINAL_STATUSES and (record.result or record.error):
+            lines.append(f"Its outcome: {(record.result or record.error or '')[:LATEST_PROGRESS_CHARS]}")
+        return "\n".join(lines)
+
+    async def send_to_run(self, chat_id: int, run_id: str, text: str) -> FollowUp:
+        return self._send(chat_id, run_id, text) if self._send is not None else FollowUp.NOT_RUNNING
 
     async def list_runs(self, chat_id: int, limit: int) -> list[RunSummary]:
         return [

@@ -41,6 +41,15 @@ class Delivery:
         self._outbox.flush_soon(chat_id)
         return False
 
+    async def post_answer(
+        self, chat_id: int, content: str, *, kind: str = "reply", reply_to: int | None = None
+    ) -> int | None:
+        """Store and send now, like `post`; the platform id of its first part if it went out now."""
+        row_id = await self._store.add(self.outgoing(chat_id, content, kind=kind, reply_to=reply_to))
+        self._outbox.track(row_id)
+        await self._outbox.flush(chat_id)
+        return self._outbox.take_platform_id(row_id)
+
     async def notice(self, chat_id: int, content: str, *, wait: bool = False, reply_to: int | None = None) -> bool:
         """A short operational notice (rejections, refusals, errors); stored so the agent sees it too.
         Sent in the background by default: notices answer updates, which must not wait on the chat."""

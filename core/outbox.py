@@ -84,6 +84,7 @@ class Outbox:
         self._dispatched: dict[int, asyncio.Task[bool]] = {}  # flushes the dispatcher started, by chat
         self._runner: asyncio.Task[None] | None = None
         self._closing = False
+        self._tracked: dict[int, int | None] = {}  # outbox row id -> its first part's platform id once sent
 
     async def flush(self, chat_id: int) -> bool:
         """Send the chat's due rows in order; True when nothing is left pending for it."""
@@ -103,7 +104,14 @@ class Outbox:
         parts = self._channel.split(row.text)
         try:
             for index in range(row.parts_sent, len(parts)):
-                await self._channel.send_part(row.chat_id, parts[index], row.reply_to if index == 0 else None)
+                platform_id = await self._channel.send_part(
+                    row.chat_id, parts[index], row.reply_to if index == 0 else None
+                )
+                if index == 0 and row.id in self._tracked:
+                    self._tracked[row.id] = platform_id
+                if index == 0 and platform_id is not None and row.message_id is not None:
+                    # A reply to it names this id: it is how a reply finds the message (and a result its run).
+                    await self._store.set_platform_id(row.message_id, platform_id)
                 await self._store.part_sent(row.id, index + 1, done=index + 1 == len(parts))
         except DeliveryError as exc:
             if exc.chat_unreachable:
@@ -141,6 +149,13 @@ class Outbox:
         given_up = await self._store.give_up_chat(chat_id, f"undeliverable: {reason}")
         if given_up:
             log.error("chat_unreachable", chat_id=chat_id, reason=reason, messages_given_up=given_up)
+
+    def track(self, row_id: int) -> None:
+        """Remember the platform id of this row's first part when it is sent (a status card replies to it)."""
+        self._tracked[row_id] = None
+
+    def take_platform_id(self, row_id: int) -> int | None:
+        return self._tracked.pop(row_id, None)
 
     def flush_soon(self, chat_id: int) -> asyncio.Task[bool] | None:
         """Flush in the background (callers that must not wait on Telegram, like the IPC watcher)."""

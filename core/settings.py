@@ -35,6 +35,13 @@ class CancelScope(StrEnum):
     CHAT = "chat"
 
 
+class ResultMode(StrEnum):
+    """How a finished subagent's result reaches the chat."""
+
+    DIRECT = "direct"  # sent as its own [Subagent] message
+    ANNOUNCE = "announce"  # handed to the main agent as a new turn; it writes the chat's message, or stays silent
+
+
 class LogFormat(StrEnum):
     CONSOLE = "console"
     JSON = "json"
@@ -112,6 +119,11 @@ class Settings(BaseSettings):
     max_subagents_per_chat: int = Field(default=3, ge=1, le=100, alias="MAX_SUBAGENTS_PER_CHAT")
     subagent_timeout_seconds: float = Field(default=900.0, gt=0, alias="SUBAGENT_TIMEOUT_SECONDS")
     subagent_reject_message: str = Field(default=DEFAULT_REJECT_MESSAGE, alias="SUBAGENT_REJECT_MESSAGE")
+    subagent_result_mode: ResultMode = Field(default=ResultMode.DIRECT, alias="SUBAGENT_RESULT_MODE")
+    # One message per turn that spawned subagents, edited as their states change.
+    status_card: bool = Field(default=True, alias="STATUS_CARD")
+    # Requests over a cap wait here for a slot (0: refused at once, as before the queue existed).
+    subagent_queue_limit: int = Field(default=20, ge=0, le=1000, alias="SUBAGENT_QUEUE_LIMIT")
     merge_window_seconds: float = Field(default=3.0, ge=0, alias="MERGE_WINDOW_SECONDS")
     merge_cancel_scope: CancelScope = Field(default=CancelScope.TURN, alias="MERGE_CANCEL_SCOPE")
     typing_interval_seconds: float = Field(default=4.0, gt=0, alias="TYPING_INTERVAL_SECONDS")

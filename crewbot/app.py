@@ -7,19 +7,23 @@ from typing import Protocol
 
 from pydantic_ai.models import Model
 
+from bot.agent.deps import SubagentDesk
 from bot.agent.llm import build_main_model
 from bot.agent.main_agent import MainAgent, Spawner
-from bot.channels.base import Channel
+from bot.announce import Announcer
+from bot.channels.base import CardChannel, Channel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.engine import ChatEngine, Turn
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
+from bot.status_card import StatusCards
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.outbox import Outbox
-from core.settings import CancelScope, LLMProvider, Settings
+from core.settings import CancelScope, LLMProvider, ResultMode, Settings
 from core.store.messages import MessageStore
+from core.store.runs import RunStore
 from core.store.stores import Stores
 from core.store.turns import TurnStatus, TurnStore
 from core.typing_indicator import TypingIndicator
@@ -41,6 +45,13 @@ class SubagentSystem(Protocol):
 
     @property
     def workspaces(self) -> WorkspaceControl: ...
+
+    @property
+    def desk(self) -> SubagentDesk:
+        """The main agent's `subagents` tool: list, status, send, cancel."""
+
+    def watch_runs(self, on_change: Callable[[str], None]) -> None:
+        """Call `on_change(run_id)` whenever a run's state changes (the status card)."""
 
     async def start(self) -> None: ...
 
@@ -106,6 +117,14 @@ class App:
             notifier=self.delivery,
             is_admin=self._is_admin,
         )
+        self.announcer: Announcer | None = None
+        if subagents is not None and settings.subagent_result_mode is ResultMode.ANNOUNCE:
+            self.announcer = Announcer(RunStore(stores.db), lambda chat_id: self.engine.notify(chat_id, merge=False))
+            subagents.watch_runs(self.announcer.run_changed)
+        self.cards: StatusCards | None = None
+        if subagents is not None and settings.status_card and isinstance(channel, CardChannel):
+            self.cards = StatusCards(channel, RunStore(stores.db))
+            subagents.watch_runs(self.cards.run_changed)
         self.agent = MainAgent(
             model or build_main_model(settings),
             stores.messages,
@@ -115,6 +134,9 @@ class App:
             history_window=settings.history_window_messages,
             timeout_seconds=settings.llm_timeout_seconds,
             tasks=self.schedules.book,
+            on_answered=self.cards.answered if self.cards else None,
+            desk=subagents.desk if subagents else None,
+            announcements=self.announcer.take if self.announcer else None,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, stores.messages, settings.merge_cancel_scope, control)
@@ -209,6 +231,10 @@ class App:
         await self.engine.close()
         if self.subagents is not None:
             await self.subagents.stop()
+        if self.cards is not None:
+            await self.cards.close()
+        if self.announcer is not None:
+            await self.announcer.close()
         await self.typing.close()
         await self.outbox.close()
         await self.channel.stop()

@@ -69,6 +69,17 @@ class ObservedSubagents:
     def workspaces(self) -> WorkspaceControl:
         return self._service.workspaces
 
+    @property
+    def service(self) -> SubagentService:
+        return self._service
+
+    @property
+    def desk(self) -> RunsView:
+        return self._control
+
+    def watch_runs(self, on_change: Callable[[str], None]) -> None:
+        self._service.watch_runs(on_change)
+
     async def start(self) -> None:
         await self._service.start()
 
@@ -90,6 +101,16 @@ def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> R
     return RunOutputReader(RunStore(db), runtime, lambda run_id: paths.run_dir(run_id) / LOG_FILE)
 
 
+def unguarded(settings: Settings, stores: Stores, service: SubagentService) -> ObservedSubagents:
+    """The service with the chat side's view of its runs, spawning without the early cap check (benchmarks)."""
+    return ObservedSubagents(service, service.spawner, runs_view(settings, stores, service))
+
+
+def runs_view(settings: Settings, stores: Stores, service: SubagentService) -> RunsView:
+    output = output_reader(settings, stores.db, service.runtime)
+    return RunsView(service.control, service.runs, output, send=service.send_to_run)
+
+
 def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRuntime) -> SubagentFactory:
     from runner.service import SubagentService
 
@@ -101,9 +122,10 @@ def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRunti
             service.picked_up,
             max_total=settings.max_concurrent_subagents,
             max_per_chat=settings.max_subagents_per_chat,
+            queued=service.queued_count,
+            queue_limit=settings.subagent_queue_limit,
         )
-        view = RunsView(service.control, service.runs, output_reader(settings, stores.db, runtime))
-        return ObservedSubagents(service, spawner, view)
+        return ObservedSubagents(service, spawner, runs_view(settings, stores, service))
 
     return build
 

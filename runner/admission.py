@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from container.protocol import SpawnRequest
 from core.settings import Settings
-from core.store.runs import RunStatus
+from core.store.runs import RunStatus, RunStore
 from core.store.turns import TurnStatus, TurnStore
 from runner.live_runs import LiveRuns
 
@@ -21,6 +21,28 @@ from runner.live_runs import LiveRuns
 class Decision:
     status: RunStatus | None  # None: start it; else the final status it is recorded with
     reason: str | None = None
+
+
+async def record_request(
+    runs: RunStore,
+    chat_id: int,
+    request: SpawnRequest,
+    label: str,
+    status: RunStatus,
+    *,
+    reason: str | None = None,
+) -> None:
+    """Every picked-up request becomes one run record, with the status admission gave it."""
+    await runs.create(
+        request.request_id,
+        chat_id=chat_id,
+        turn_id=request.turn_id,
+        task=request.task,
+        label=label,
+        include_context=request.include_context,
+        status=status,
+        error=reason,
+    )
 
 
 class Admission:

@@ -7,10 +7,11 @@ in the same transaction as the message the chat is owed; the message is then sen
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from core.delivery import Delivery
 from core.logging import get_logger
-from core.settings import Settings
+from core.settings import ResultMode, Settings
 from core.store.chats import Chat
 from core.store.runs import RunStatus, RunStore
 from runner.live_runs import LiveRun, StopReason
@@ -92,8 +93,15 @@ class Conclusion:
             sender_name=SUBAGENT_SENDER,
             reply_to=await self._runs.asked_by(live.id),
         )
+        outgoing = replace(outgoing, run_id=live.id)  # a reply to this message continues the run
         recorded = await self._runs.finish(
-            live.id, status, result=result, error=error, session_out=session_out, outgoing=outgoing
+            live.id,
+            status,
+            result=result,
+            error=error,
+            session_out=session_out,
+            outgoing=outgoing,
+            deliver=self._settings.subagent_result_mode is ResultMode.DIRECT,  # announce: the main agent tells it
         )
         if not recorded:
             log.info("run_outcome_already_recorded", run_id=live.id, attempted=status)

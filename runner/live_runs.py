@@ -37,6 +37,8 @@ class LiveRun:
     stop_reason: StopReason | None = None
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     inbox: RunInbox | None = field(default=None, repr=False)
+    # Follow-ups from the chat (the main agent's `send`): the LLM proxy adds them to each later LLM request.
+    followups: list[str] = field(default_factory=list, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def request_stop(self, reason: StopReason) -> None:
@@ -71,6 +73,10 @@ class LiveRuns:
         """The channel's gate: a queued or running run that was not cancelled and has no outcome yet."""
         run = self._runs.get(run_id)
         return run is not None and not run.cancelled and not run.released
+
+    def followups(self, run_id: str) -> list[str]:
+        run = self._runs.get(run_id)
+        return list(run.followups) if run is not None else []
 
     def hold(self, run_id: str, chat_id: int, turn_id: str | None, label: str) -> None:
         """A run an earlier process left live: it counts against the caps, and can be cancelled, until

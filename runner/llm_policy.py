@@ -255,3 +255,15 @@ def parse_body(body: bytes) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise ProxyError(400, "invalid_request", "request body must be a JSON object")
     return payload
+
+
+FOLLOWUP_INTRO = "Messages from the chat while you work (take them into account from now on):"
+
+
+def with_followups(body: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The body with the chat's follow-ups as a last user message, the same for both APIs. The container
+    does not keep them in its history, so every later request carries them again."""
+    if not notes:
+        return body
+    text = "\n".join([FOLLOWUP_INTRO, *(f"- {note}" for note in notes)])
+    return {**body, "messages": [*body["messages"], {"role": "user", "content": text}]}

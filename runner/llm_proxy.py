@@ -31,7 +31,7 @@ from aiohttp import web
 from container.protocol import RUN_API_PREFIX
 from core.logging import get_logger
 from runner.capped_site import CappedUnixSite
-from runner.llm_policy import RequestPolicy, Sanitized, parse_body
+from runner.llm_policy import RequestPolicy, Sanitized, parse_body, with_followups
 from runner.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
 from runner.llm_usage import Usage
 from runner.offline_subagent import OfflineSubagentModel
@@ -58,6 +58,9 @@ class RunGate(Protocol):
     def is_live(self, run_id: str) -> bool:
         """True while the run may call the LLM (queued or running, not cancelled). Must not block."""
         ...
+
+    def followups(self, run_id: str) -> list[str]:
+        """What the chat sent the run so far (the main agent's `send`), added to each of its requests."""
 
 
 class UsageSink(Protocol):
@@ -230,7 +233,8 @@ class LlmProxy:
 
         run.reserved += sanitized.output_cap
         try:
-            return await self._call(run, request, target, sanitized.payload, started)
+            payload = with_followups(sanitized.payload, self._gate.followups(run.run_id))
+            return await self._call(run, request, target, payload, started)
         finally:
             # Released only after _call recorded the tokens: never a moment when the call counts for nothing.
             run.reserved -= held + sanitized.output_cap

@@ -1,11 +1,11 @@
 """The task manager: the lifecycle of a run, from an accepted spawn request to its one recorded outcome.
 
-Every request becomes exactly one run record. Admission (runner/admission.py) decides whether it
-starts; a started run gets a host-side run dir, a channel socket (runner/run_endpoint.py serves it) and a
-container (runner/container_spec.py), and is supervised until its container exits or must be stopped
-(cancel, time limit, token budget, workspace quota). Cancels, completions and time-outs race on purpose
-through `RunStore.finish`, which records only the first outcome with its chat message in the same
-transaction. A run's slot is free only once its container is confirmed stopped.
+Every request becomes exactly one run record. Admission (runner/admission.py) decides whether it starts,
+waits for a slot (runner/waiting.py) or is refused; a started run gets a host-side run dir, a channel
+socket (runner/run_endpoint.py) and a container (runner/container_spec.py), and is supervised until its
+container exits or must be stopped (cancel, time limit, token budget, workspace quota). Cancels,
+completions and time-outs race on purpose through `RunStore.finish`, which records only the first outcome
+with its chat message in one transaction. A slot is free only once its container is confirmed stopped.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from core.settings import Settings
 from core.store.chats import Chat, ChatStore
 from core.store.messages import MessageStore
 from core.store.runs import DuplicateRun, RunRecord, RunStatus, RunStore
-from runner.admission import Admission
+from runner.admission import Admission, record_request
 from runner.conclusion import Conclusion
 from runner.container_spec import run_container_spec
 from runner.ipc_outcome import RequestOutcome
@@ -32,11 +32,12 @@ from runner.live_runs import LiveRun, LiveRuns, StopReason
 from runner.llm_proxy import Spent
 from runner.outcome import label_for
 from runner.paths import DataPaths
-from runner.rejections import RejectionNotices
+from runner.rejections import Refusals
 from runner.run_endpoint import RunInbox
 from runner.run_files import RunFiles
 from runner.runtime import ContainerRuntime, ContainerStartError, RuntimeUnavailable
 from runner.supervisor import Supervisor
+from runner.waiting import Waiting, WaitingRuns
 from runner.workspaces import Workspaces
 
 log = get_logger(__name__)
@@ -90,9 +91,17 @@ class TaskManager:
         self._supervisor = Supervisor(runtime, settings.subagent_timeout_seconds)
         self._conclusion = Conclusion(settings, runs=stores.runs, delivery=delivery, files=files, release=self._release)
         self._live = live
-        self._rejections = RejectionNotices(self._tell_rejected)
+        self._rejections = Refusals(stores.runs, delivery, admission.reject_text)
+        self.waiting = WaitingRuns(
+            settings.subagent_queue_limit,
+            runs=stores.runs,
+            delivery=delivery,
+            may_start=lambda chat_id: admission.over_cap(chat_id).status is None,
+            start=self._leave_queue,
+        )
         self._closing = False
         self._stopping = False
+        self._recovered = False
 
     # --- accepting requests ---------------------------------------------------------------------
 
@@ -102,24 +111,31 @@ class TaskManager:
         run_id = request.request_id
         if run_id in self._live or await self._runs.exists(run_id):
             return RequestOutcome.DUPLICATE
-        label = label_for(request)
+        label = label_for(request, await self._runs.continued_run(request.turn_id))
         decision = await self._admission.cancelled_before_pickup(chat_id, request, picked_up_at)
         if decision.status is None:
             decision = self._admission.over_cap(chat_id)  # no await between this and the reservation below
+        waits = decision.status is RunStatus.REJECTED and self.waiting.has_room()  # over a cap: it may wait
         if decision.status is not None:
+            status, reason = (RunStatus.QUEUED, None) if waits else (decision.status, decision.reason)
             try:
-                await self._record(chat_id, request, label, decision.status, decision.reason)
+                await record_request(self._runs, chat_id, request, label, status, reason=reason)
             except DuplicateRun:
                 return RequestOutcome.DUPLICATE
+            if waits:
+                self.waiting.add(run_id, chat_id, request.turn_id, label)
+                self.drain_queue()  # a slot may have freed while the record was written
+                return RequestOutcome.ACCEPTED
             log.info("run_not_started", run_id=run_id, chat_id=chat_id, status=decision.status, reason=decision.reason)
             if decision.status is RunStatus.REJECTED:
                 self._rejections.add(chat_id)
             return RequestOutcome.ACCEPTED
         live = LiveRun(id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
         self._live.add(live)
+        self.waiting.started(chat_id)  # the queue's rotation counts it: fairness holds across both ways in
         self._typing.acquire(chat_id)
         try:
-            await self._record(chat_id, request, label, RunStatus.QUEUED)
+            await record_request(self._runs, chat_id, request, label, RunStatus.QUEUED)
         except BaseException as exc:
             self._release(live)
             self._live.discard(run_id)
@@ -132,32 +148,32 @@ class TaskManager:
         )
         return RequestOutcome.ACCEPTED
 
-    async def _record(
-        self, chat_id: int, request: SpawnRequest, label: str, status: RunStatus, reason: str | None = None
-    ) -> None:
-        await self._runs.create(
-            request.request_id,
-            chat_id=chat_id,
-            turn_id=request.turn_id,
-            task=request.task,
-            label=label,
-            include_context=request.include_context,
-            status=status,
-            error=reason,
-        )
-
-    async def _tell_rejected(self, chat_id: int, count: int) -> None:
-        # Stored with the fact that the chat was told (a crash before this is told at the next start),
-        # sent in the background: the IPC watcher never waits on Telegram.
-        outgoing = self._delivery.outgoing(chat_id, self._admission.reject_text(chat_id, count), kind="notice")
-        await self._runs.mark_rejections_notified(chat_id, outgoing)
-        self._delivery.send_soon(chat_id)
-
     async def tell_unnotified_rejections(self) -> None:
-        for chat_id, count in await self._runs.unnotified_rejections():
-            await self._tell_rejected(chat_id, count)
+        await self._rejections.tell_unnotified()
 
     # --- running --------------------------------------------------------------------------------
+
+    def _leave_queue(self, entry: Waiting) -> None:
+        """A waiting run got a slot: reserved here, synchronously, before the queue checks the caps again."""
+        live = LiveRun(id=entry.run_id, chat_id=entry.chat_id, turn_id=entry.turn_id, label=entry.label)
+        self._live.add(live)
+        self._typing.acquire(entry.chat_id)
+        live.task = asyncio.create_task(self._start_waited(live), name=f"run-{entry.run_id}")
+
+    async def _start_waited(self, live: LiveRun) -> None:
+        # A cancel that came first makes mark_running refuse it in _execute.
+        if (record := await self._runs.get(live.id)) is not None:
+            await self._execute(live, record.task, record.include_context, record)
+
+    def recovered(self) -> None:
+        """Recovery has reconciled the engine: from now on queued runs start as slots free."""
+        self._recovered = True
+        self.drain_queue()
+
+    def drain_queue(self) -> None:
+        # Not before recovery: the engine may be down, and the held runs are not reconciled yet.
+        if self._recovered and not self._closing and not self._stopping:
+            self.waiting.drain()
 
     async def _execute(self, live: LiveRun, task: str, include_context: bool, record: RunRecord | None) -> None:
         """A new (or restarted) run: check the workspace, open its channel, start its container, supervise it."""
@@ -210,7 +226,7 @@ class TaskManager:
             context = [f"{m.sender_name}: {m.content}" for m in recent]
         session_in = record.session_in if record is not None and record.session_in else None
         if record is None or record.status == RunStatus.QUEUED:
-            session_in = await self._runs.current_session(live.chat_id)
+            session_in = await self._runs.session_for(live.chat_id, live.turn_id)  # a reply continues its run
         spec = await self._files.prepare(live, chat, task, context, session_in)
         live.inbox = RunInbox(
             live,
@@ -247,13 +263,13 @@ class TaskManager:
 
     async def _supervise(self, live: LiveRun, chat: Chat) -> None:
         exit_code = await self._supervisor.until_exit(live, lambda: self._workspace_over_quota(chat))
+        self.drain_queue()  # its slot is free now that its container is stopped
         quota = await self._workspace_over_quota(chat) if live.stop_reason is StopReason.WORKSPACE_QUOTA else None
         await self._conclusion.settle(live, chat, exit_code, quota)
 
     async def on_budget_exhausted(self, run_id: str) -> None:
         """The channel refused a call over SUBAGENT_MAX_TOKENS: the run ends with that message."""
-        live = self._live.get(run_id)
-        if live is not None:
+        if (live := self._live.get(run_id)) is not None:
             log.warning("run_token_budget_exhausted", run_id=run_id, limit=self._settings.subagent_max_tokens)
             live.request_stop(StopReason.TOKEN_BUDGET)
 
@@ -273,6 +289,7 @@ class TaskManager:
         live.stopped = True
         self._release(live)
         self._live.discard(live.id)
+        self.drain_queue()
 
     def _release(self, live: LiveRun) -> None:
         """Release the run's hold on the chat's typing indicator, once."""
@@ -310,28 +327,26 @@ class TaskManager:
         return recorded
 
     async def cancel_run(self, chat_id: int, run_id: str) -> RunStatus | None:
+        if await self.waiting.cancel_run(chat_id, run_id, "cancelled by a chat admin"):
+            return RunStatus.CANCELLED
         live = self._live.get(run_id)
         if live is not None and live.chat_id == chat_id and await self._cancel(live, "cancelled by a chat admin"):
             return RunStatus.CANCELLED
         record = await self._runs.get(run_id)
-        if record is None or record.chat_id != chat_id:
-            return None
-        return record.status
+        return record.status if record is not None and record.chat_id == chat_id else None
 
     async def cancel_chat(self, chat_id: int, reason: str) -> int:
         self._admission.chat_cancelled(chat_id)
+        queued = await self.waiting.cancel_chat(chat_id, reason)  # first, so none of them takes a freed slot
         targets = [r for r in self._live.all() if r.chat_id == chat_id]
         results = await asyncio.gather(*(self._cancel(r, reason) for r in targets))
-        return sum(results)
+        return queued + sum(results)
 
     async def cancel_turn(self, turn_id: str, reason: str) -> int:
+        queued = await self.waiting.cancel_turn(turn_id, reason)
         targets = [r for r in self._live.all() if r.turn_id == turn_id]
         results = await asyncio.gather(*(self._cancel(r, reason) for r in targets))
-        return sum(results)
-
-    async def list_runs(self, chat_id: int, limit: int) -> list[RunRecord]:
-        records: list[RunRecord] = await self._runs.for_chat(chat_id, limit)
-        return records
+        return queued + sum(results)
 
     # --- after a restart ------------------------------------------------------------------------
 
@@ -353,13 +368,6 @@ class TaskManager:
         live = self._adopt(record, container_id, started_at or time.time())
         live.task = asyncio.create_task(self._resume(live, record), name=f"run-{record.id}")
 
-    def restart_queued(self, record: RunRecord) -> None:
-        """A run accepted before the restart whose container never started: start it now."""
-        live = self._adopt(record, None, None)
-        live.task = asyncio.create_task(
-            self._execute(live, record.task, record.include_context, record), name=f"run-{record.id}"
-        )
-
     async def interrupt(self, record: RunRecord, reason: str) -> bool:
         """A run whose container is gone: recorded `interrupted` and the chat is told, once."""
         live = self._live.get(record.id)
@@ -375,6 +383,7 @@ class TaskManager:
         """Shutdown: leave running containers for the next start to re-attach; finish what has ended."""
         self._stopping = True  # removals waiting for the engine give up: the next start's recovery does them
         await self._rejections.close()
+        await self.waiting.close()
         concluded = [r.task for r in self._live.all() if r.task is not None and r.released]
         running = [r.task for r in self._live.all() if r.task is not None and not r.released]
         # A run whose outcome is recorded only has its logs to keep and its container to remove.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from container.protocol import SpawnRequest
-from core.store.runs import RunStatus
+from core.store.runs import RunRecord, RunStatus
 
 SUBAGENT_SENDER = "[Subagent]"
 MAX_RESULT_CHARS = 20_000  # a result longer than this is cut before it is stored and sent
@@ -11,7 +11,10 @@ MAX_ERROR_CHARS = 1_000  # a failure's reason is a line or a few, never a flood
 MAX_LABEL_CHARS = 80
 
 
-def label_for(request: SpawnRequest) -> str:
+def label_for(request: SpawnRequest, continues: RunRecord | None = None) -> str:
+    """The model's label, else the task's first line; a run continuing an earlier one says so."""
+    if continues is not None:
+        return f"follow-up: {continues.label}"[:MAX_LABEL_CHARS]
     if request.label and request.label.strip():
         return " ".join(request.label.split())[:MAX_LABEL_CHARS]
     first = request.task.strip().splitlines()[0] if request.task.strip() else "task"

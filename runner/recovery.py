@@ -2,7 +2,8 @@
 
 A run recorded live whose container still exists is re-attached (a finished container's result is
 collected at once); one whose container is gone is `interrupted` and its chat told once; a queued run
-that never got a container starts now. Containers of this deployment with no live run are removed.
+(it never had a container) waits in the queue again and starts, in its order, as slots free.
+Containers of this deployment with no live run are removed.
 Recovery that waited for the engine (down at start) leaves alone the runs this process started since:
 their containers are its own, not survivors.
 """
@@ -57,8 +58,7 @@ class Recovery:
             if info is not None:
                 await self._discard(info.id)
             if record.status == RunStatus.QUEUED:
-                self._manager.restart_queued(record)
-                report.restarted += 1
+                report.restarted += 1  # it waits in the queue (SubagentService.start put it there) for a slot
             elif await self._manager.interrupt(record, GONE_REASON):
                 report.interrupted += 1
         for run_id, info in by_run.items():
@@ -67,6 +67,7 @@ class Recovery:
             await self._discard(info.id)
             report.removed += 1
         self._live.release_holds()
+        self._manager.recovered()  # queued runs, in their order, take the slots left free
         log.info(
             "recovery_done",
             reattached=report.reattached,

@@ -10,6 +10,9 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from core.delivery import Delivery
+from core.store.runs import RunStore
+
 REJECT_NOTICE_WINDOW_SECONDS = 1.0  # rejections this close together are told in one message
 
 
@@ -44,3 +47,29 @@ class RejectionNotices:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await self._flush(chat_id)
+
+
+class Refusals:
+    """Refused requests told to their chat: the notice is stored with the fact that the chat was told
+    (a crash before this is told at the next start) and sent in the background (the watcher never waits)."""
+
+    def __init__(self, runs: RunStore, delivery: Delivery, text: Callable[[int, int], str]) -> None:
+        self._runs = runs
+        self._delivery = delivery
+        self._text = text
+        self._notices = RejectionNotices(self._tell)
+
+    def add(self, chat_id: int) -> None:
+        self._notices.add(chat_id)
+
+    async def _tell(self, chat_id: int, count: int) -> None:
+        outgoing = self._delivery.outgoing(chat_id, self._text(chat_id, count), kind="notice")
+        await self._runs.mark_rejections_notified(chat_id, outgoing)
+        self._delivery.send_soon(chat_id)
+
+    async def tell_unnotified(self) -> None:
+        for chat_id, count in await self._runs.unnotified_rejections():
+            await self._tell(chat_id, count)
+
+    async def close(self) -> None:
+        await self._notices.close()

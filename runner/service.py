@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import Settings
-from core.store.runs import RunStatus, RunStore
+from core.store.runs import FollowUp, RunStatus, RunStore
 from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
 from runner.admission import Admission
@@ -29,6 +30,8 @@ from runner.workspaces import Workspaces
 
 log = get_logger(__name__)
 
+MAX_FOLLOWUPS = 10  # follow-ups one run can be sent: each goes into every later LLM request of it
+MAX_FOLLOWUP_CHARS = 2_000
 RECOVERY_RETRY_SECONDS = 30.0  # how often to retry reconciling while the engine is down at start
 RETENTION_INTERVAL_SECONDS = 6 * 3600.0  # pruning runs at start and then this often
 
@@ -90,6 +93,10 @@ class SubagentService:
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
+    def runtime(self) -> ContainerRuntime:
+        return self._runtime
+
+    @property
     def spawner(self) -> IpcSpawner:
         return self._spawner
 
@@ -101,6 +108,24 @@ class SubagentService:
         """Whether the manager has taken a spawn request: it holds the run's slot a moment before the run's
         row is written, so a request in that window must not count as still waiting as well."""
         return run_id in self.live or await self.runs.exists(run_id)
+
+    def send_to_run(self, chat_id: int, run_id: str, text: str) -> FollowUp:
+        """A follow-up for a live run of the chat: the LLM proxy adds it to the run's next requests."""
+        live = self.live.get(run_id)
+        if live is None or live.chat_id != chat_id or not self.live.is_live(run_id):
+            return FollowUp.NOT_RUNNING
+        if len(live.followups) >= MAX_FOLLOWUPS:
+            return FollowUp.FULL
+        live.followups.append(text[:MAX_FOLLOWUP_CHARS])
+        log.info("run_followup", run_id=run_id, chars=len(text))
+        return FollowUp.SENT
+
+    def watch_runs(self, on_change: Callable[[str], None]) -> None:
+        self.runs.watch(on_change)
+
+    def queued_count(self) -> int:
+        """Spawn requests waiting in the queue for a slot (the spawn guard counts them)."""
+        return len(self.manager.waiting)
 
     async def _budget_exhausted(self, run_id: str) -> None:
         await self.manager.on_budget_exhausted(run_id)
@@ -121,8 +146,11 @@ class SubagentService:
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
         # Runs an earlier process left live count against the caps (and can be cancelled) even while
         # the engine is down and recovery has to wait for it.
-        for record in await self.runs.with_status(RunStatus.QUEUED, RunStatus.RUNNING):
+        for record in await self.runs.with_status(RunStatus.RUNNING):
             self.live.hold(record.id, record.chat_id, record.turn_id, record.label)
+        # Queued runs (waiting for a slot, or about to start) never had a container: they wait in the
+        # queue again, in their order, and start as slots free once recovery has run.
+        self.manager.waiting.restore(await self.runs.with_status(RunStatus.QUEUED))
         await self.manager.tell_unnotified_rejections()
         if not await self._recover():
             # The engine is down: keep answering chats, and reconcile as soon as it is back.

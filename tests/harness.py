@@ -26,6 +26,8 @@ def make_settings(data_dir: Path, tg: FakeTelegram | None = None, **overrides: A
         "LLM_PROVIDER": "offline",
         "TYPING_INTERVAL_SECONDS": 0.2,
         "MERGE_WINDOW_SECONDS": 0,
+        # Tests count the chat's messages; the card is tested on its own (tests/bot/test_status_card.py).
+        "STATUS_CARD": "false",
         "LOG_LEVEL": "DEBUG",
     }
     if tg is not None:
@@ -48,10 +50,11 @@ async def telegram_app(
     )
     factory = None
     if with_subagents:
+        from crewbot.serve import unguarded
         from runner.service import build_subagent_system
 
         def factory_fn(delivery: Any, typing: Any) -> Any:
-            return build_subagent_system(settings, stores, delivery, typing)
+            return unguarded(settings, stores, build_subagent_system(settings, stores, delivery, typing))
 
         factory = factory_fn
     app = App(settings, channel, stores, factory, model=model)

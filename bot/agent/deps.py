@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from bot.commands import RunInfo
 from bot.engine import Turn
+from core.store.runs import FollowUp, RunStatus
 
 if TYPE_CHECKING:
     from bot.schedules.book import TaskBook
@@ -16,6 +19,19 @@ class Spawner(Protocol):
         """Write a spawn request; return its run id at once (never wait for the container)."""
 
 
+class SubagentDesk(Protocol):
+    """What the `subagents` tool needs of the subagent side, for the current chat's runs only."""
+
+    async def list_runs(self, chat_id: int, limit: int) -> Sequence[RunInfo]: ...
+
+    async def describe_run(self, chat_id: int, run_id: str) -> str | None:
+        """State, age, label, tokens and its latest progress message; None: the chat has no such run."""
+
+    async def send_to_run(self, chat_id: int, run_id: str, text: str) -> FollowUp: ...
+
+    async def cancel_run(self, chat_id: int, run_id: str) -> RunStatus | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class TurnDeps:
     chat_id: int
@@ -23,3 +39,4 @@ class TurnDeps:
     spawner: Spawner
     tasks: TaskBook | None = None  # scheduled tasks, when the app runs a scheduler
     requester_id: int | None = None  # who wrote the message the turn answers: a task's creator
+    desk: SubagentDesk | None = None  # the `subagents` tool: this chat's runs

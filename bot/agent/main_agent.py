@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
-from bot.agent.deps import Spawner, TurnDeps
+from bot.agent.deps import Spawner, SubagentDesk, TurnDeps
 from bot.agent.prompt import build_prompt, instructions_for
+from bot.agent.subagents_tool import subagents
 from bot.agent.task_tools import TASK_TOOLS
+from bot.announce import SKIP_MARKER
 from bot.engine import Turn
 from bot.schedules.book import TaskBook
 from core.delivery import Delivery
@@ -30,7 +33,8 @@ async def spawn_subagent(
 ) -> str:
     """Start a subagent in a sandboxed container for long work or anything that needs running code.
 
-    Returns at once with the run id; the result is posted to the chat when the subagent finishes.
+    Returns at once with the run id; the result is posted to the chat when the subagent finishes. When
+    all slots are busy it waits in a queue and starts as soon as one frees (the chat is told its place).
 
     Args:
         task: Complete instructions for the subagent; it cannot ask questions back.
@@ -64,15 +68,23 @@ class MainAgent:
         history_window: int,
         timeout_seconds: float,
         tasks: TaskBook | None = None,
+        on_answered: Callable[[str, int | None], None] | None = None,
+        desk: SubagentDesk | None = None,
+        announcements: Callable[[int], str | None] | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
         self._spawner = spawner
+        self._desk = desk
+        self._announcements = announcements  # announce mode: finished runs the chat has not been told of
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
         self._tasks = tasks
+        self._on_answered = on_answered  # the status card replies to the answer (turn id, platform id)
         tools: list[Tool[TurnDeps]] = [Tool(spawn_subagent)] if spawner is not None else []
+        if desk is not None:
+            tools.append(Tool(subagents))
         if tasks is not None:
             tools += [Tool(tool) for tool in TASK_TOOLS]
         self._agent: Agent[TurnDeps, str] = Agent(
@@ -92,6 +104,10 @@ class MainAgent:
         prompt = await build_prompt(
             self._messages, turn.chat_id, self._history_window, self._assistant_name, up_to_id=turn.trigger_id
         )
+        text = prompt.text
+        announced = self._announcements(turn.chat_id) if self._announcements is not None else None
+        if announced:
+            text = f"{text}\n\n{announced}"
         asker = next((m for m in reversed(prompt.window) if m.is_trigger and not m.is_bot), None)
         deps = TurnDeps(
             chat_id=turn.chat_id,
@@ -99,11 +115,12 @@ class MainAgent:
             spawner=self._spawner or _NoSpawner(),
             tasks=self._tasks,
             requester_id=asker.sender_id if asker else None,
+            desk=self._desk,
         )
         try:
             async with asyncio.timeout(self._timeout_seconds):
                 result = await self._agent.run(
-                    prompt.text,
+                    text,
                     deps=deps,
                     usage_limits=UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN),
                 )
@@ -115,9 +132,16 @@ class MainAgent:
         except Exception as exc:  # any provider failure: apologise, keep the bot running
             log.error("llm_failed", error_type=type(exc).__name__, error=str(exc)[:500])
             reply, kind = APOLOGY, "notice"
+        if reply == SKIP_MARKER:
+            log.info("turn_skipped", turn_id=turn.id)  # an announcement the chat need not hear of
+            return
         turn.begin_delivery()
         # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
-        await asyncio.shield(self._delivery.post(turn.chat_id, reply, kind=kind, reply_to=turn.reply_to))
+        message_id = await asyncio.shield(
+            self._delivery.post_answer(turn.chat_id, reply, kind=kind, reply_to=turn.reply_to)
+        )
+        if self._on_answered is not None:
+            self._on_answered(turn.id, message_id)
 
 
 class _NoSpawner:

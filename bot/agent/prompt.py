@@ -24,6 +24,11 @@ def instructions_for(assistant_name: str, can_spawn: bool, can_schedule: bool = 
             "For long work or anything that needs running code, call spawn_subagent(task, label,",
             "include_context): it starts a sandboxed subagent in the background and returns at once;",
             "its result is posted to the chat later. Tell the chat briefly what you started.",
+            "To answer questions about running work, or to redirect or stop it, use the subagents tool:",
+            "list, status (with its latest progress), send (a follow-up it sees before its next step),",
+            "cancel. Say only what it reports; never guess a subagent's progress.",
+            "A reply to a [Subagent] result that asks for more work on it: call spawn_subagent; the new",
+            "subagent continues that run's own session (it remembers what it did).",
         ]
     if can_schedule:
         lines += [

@@ -1,5 +1,6 @@
-"""Answer a spawn early when the caps are already full, so a chat is never told a run started that the
-task manager refuses a moment later. The manager still decides; this only refuses what it surely would."""
+"""Answer a spawn early when the caps and the queue are already full, so a chat is never told a run was
+accepted that the task manager refuses a moment later. The manager still decides; this only refuses what
+it surely would: over a cap a request waits in the queue (SUBAGENT_QUEUE_LIMIT) while it has room."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ PICKUP_GRACE_SECONDS = 10.0
 
 
 RETRY = "Try again when one finishes; /subagents lists them."
+QUEUE_FULL = "and the queue of {limit} waiting requests is full"
 
 
 def _runs(count: int) -> str:
@@ -44,6 +46,8 @@ class CapCheckedSpawner:
         *,
         max_total: int,
         max_per_chat: int,
+        queued: Callable[[], int] = lambda: 0,
+        queue_limit: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inner = inner
@@ -51,6 +55,8 @@ class CapCheckedSpawner:
         self._picked_up = picked_up
         self._max_total = max_total
         self._max_per_chat = max_per_chat
+        self._queued = queued  # requests waiting in the manager's queue for a slot
+        self._queue_limit = queue_limit
         self._clock = clock
         self._written: dict[str, tuple[int, float]] = {}  # run id -> (chat id, when written)
         # A model may call the tool several times at once: check and write one spawn at a time.
@@ -69,12 +75,20 @@ class CapCheckedSpawner:
             waiting = await self._not_picked_up()
             total = self._running(None) + len(waiting)
             in_chat = self._running(chat_id) + waiting.count(chat_id)
-            if total >= self._max_total or in_chat >= self._max_per_chat:
+            # Requests written here beyond the free slots will wait in the queue: they take its room too.
+            overflow = max(0, total - self._max_total) + max(0, in_chat - self._max_per_chat)
+            queue_full = self._queued() + overflow >= self._queue_limit
+            full = f" {QUEUE_FULL.format(limit=self._queue_limit)}" if self._queue_limit else ""
+            if queue_full and (total >= self._max_total or in_chat >= self._max_per_chat):
                 log.info("spawn_refused", chat_id=chat_id, running=self._running(None), not_picked_up=len(waiting))
-            if total >= self._max_total:
-                raise SpawnRefused(f"the limit of {_runs(self._max_total)} at once (all chats) is reached. {RETRY}")
-            if in_chat >= self._max_per_chat:
-                raise SpawnRefused(f"this chat's limit of {_runs(self._max_per_chat)} at once is reached. {RETRY}")
+            if total >= self._max_total and queue_full:
+                raise SpawnRefused(
+                    f"the limit of {_runs(self._max_total)} at once (all chats) is reached{full}. {RETRY}"
+                )
+            if in_chat >= self._max_per_chat and queue_full:
+                raise SpawnRefused(
+                    f"this chat's limit of {_runs(self._max_per_chat)} at once is reached{full}. {RETRY}"
+                )
             run_id = await self._inner.spawn(chat_id, turn_id, task, label, include_context)
             self._written[run_id] = (chat_id, self._clock())
             return run_id

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from bot.inbound import InboundMessage
 from core.outbox import DeliveryError
 from core.store.chats import ChatAddress
 
-__all__ = ["Channel", "ChatAddress", "ChatDirectory", "DeliveryError", "InboundHandler", "MembershipHandler"]
+__all__ = [
+    "CardChannel",
+    "CardGone",
+    "Channel",
+    "ChatAddress",
+    "ChatDirectory",
+    "DeliveryError",
+    "InboundHandler",
+    "MembershipHandler",
+]
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]
 # The bot was removed from a chat (False) or is in it again (True): chat id, present, the platform's words.
@@ -59,3 +68,18 @@ class Channel(Protocol):
     async def send_typing(self, chat_id: int) -> None: ...
 
     async def is_chat_admin(self, chat_id: int, user_id: int) -> bool: ...
+
+
+class CardGone(Exception):
+    """The message to edit is not there any more (deleted by someone): post a new one instead."""
+
+
+@runtime_checkable
+class CardChannel(Protocol):
+    """A channel that can keep one message up to date (the subagents' status card)."""
+
+    async def post_card(self, chat_id: int, text: str, reply_to: int | None) -> int | None:
+        """Post plain text, as a reply to `reply_to` when given; its platform message id if it has one."""
+
+    async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
+        """Replace its text; "not modified" is success. Raises CardGone, or DeliveryError (429: retry_after)."""

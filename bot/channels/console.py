@@ -145,6 +145,13 @@ class ConsoleChannel:
         self.say(plain(part))
         return None
 
+    async def post_card(self, chat_id: int, text: str, reply_to: int | None) -> int | None:
+        self.say(text)
+        return None  # nothing to edit on a terminal: each change prints the card again
+
+    async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
+        self.say(text)
+
     async def send_text(self, chat_id: int, text: str) -> list[int]:
         await self.send_part(chat_id, text)
         return []

@@ -13,10 +13,10 @@ from typing import Any
 from telegram import ChatMemberUpdated, Message, MessageEntity, ReplyParameters, Update
 from telegram._utils.types import JSONDict
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
-from telegram.error import BadRequest, ChatMigrated, Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
 
-from bot.channels.base import ChatAddress, ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
+from bot.channels.base import CardGone, ChatAddress, ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
 from bot.channels.formatting import (
     TELEGRAM_MESSAGE_LIMIT_UNITS,
     markdown_to_telegram_html,
@@ -318,17 +318,8 @@ class TelegramChannel:
             except ChatMigrated as exc:  # the group was upgraded and we had not seen the service message
                 await self._migrated(address.platform_chat_id, int(exc.new_chat_id))
                 return await self._send_to(ChatAddress(int(exc.new_chat_id), address.thread_id), chunk, reply)
-        except RetryAfter as exc:
-            retry = exc.retry_after
-            seconds = retry.total_seconds() if isinstance(retry, dtm.timedelta) else float(retry)
-            raise DeliveryError(str(exc), permanent=False, retry_after_seconds=seconds) from exc
-        except Forbidden as exc:
-            raise DeliveryError(str(exc), permanent=True, chat_unreachable=True) from exc
-        except BadRequest as exc:
-            unreachable = any(marker in str(exc).lower() for marker in _UNREACHABLE_MARKERS)
-            raise DeliveryError(str(exc), permanent=unreachable, chat_unreachable=unreachable) from exc
-        except (NetworkError, TelegramError) as exc:
-            raise DeliveryError(str(exc), permanent=False) from exc
+        except TelegramError as exc:
+            raise _delivery_error(exc) from exc
 
     async def _send_to(self, address: ChatAddress, chunk: str, reply: ReplyParameters | None) -> int:
         bot = self._bot().bot
@@ -347,6 +338,31 @@ class TelegramChannel:
         sent = await bot.send_message(target, chunk, message_thread_id=thread, reply_parameters=reply)
         return int(sent.message_id)
 
+    async def post_card(self, chat_id: int, text: str, reply_to: int | None) -> int:
+        address = await self._directory.address(chat_id)
+        reply = None if reply_to is None else ReplyParameters(reply_to, allow_sending_without_reply=True)
+        try:
+            sent = await self._bot().bot.send_message(
+                address.platform_chat_id, text, message_thread_id=address.thread_id, reply_parameters=reply
+            )
+        except TelegramError as exc:
+            raise _delivery_error(exc) from exc
+        return int(sent.message_id)
+
+    async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
+        address = await self._directory.address(chat_id)
+        try:
+            await self._bot().bot.edit_message_text(text, chat_id=address.platform_chat_id, message_id=message_id)
+        except BadRequest as exc:
+            reason = str(exc).lower()
+            if "not modified" in reason:
+                return  # it already shows this text
+            if "not found" in reason:
+                raise CardGone(str(exc)) from exc
+            raise _delivery_error(exc) from exc
+        except TelegramError as exc:
+            raise _delivery_error(exc) from exc
+
     async def send_typing(self, chat_id: int) -> None:
         address = await self._directory.address(chat_id)
         await self._bot().bot.send_chat_action(
@@ -363,3 +379,16 @@ class TelegramChannel:
         app = self._build()
         async with app:
             return str(app.bot.username)
+
+
+def _delivery_error(exc: TelegramError) -> DeliveryError:
+    """Telegram's error as the senders know it: a 429 carries its wait; a kick, a block or a chat that is
+    gone means nothing can reach the chat (a 403, or a 400 that says so)."""
+    if isinstance(exc, RetryAfter):
+        retry = exc.retry_after
+        seconds = retry.total_seconds() if isinstance(retry, dtm.timedelta) else float(retry)
+        return DeliveryError(str(exc), permanent=False, retry_after_seconds=seconds)
+    unreachable = isinstance(exc, Forbidden) or (
+        isinstance(exc, BadRequest) and any(m in str(exc).lower() for m in _UNREACHABLE_MARKERS)
+    )
+    return DeliveryError(str(exc), permanent=unreachable, chat_unreachable=unreachable)

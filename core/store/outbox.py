@@ -30,6 +30,7 @@ class OutboxRow:
     attempts: int
     next_attempt_at: float
     reply_to: int | None = None
+    message_id: int | None = None  # the stored copy (messages.id), if any
 
 
 async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
@@ -54,6 +55,7 @@ def _row(row: aiosqlite.Row) -> OutboxRow:
         attempts=row["attempts"],
         next_attempt_at=row["next_attempt_at"],
         reply_to=row["reply_to"],
+        message_id=row["message_id"],
     )
 
 
@@ -86,6 +88,15 @@ class OutboxStore:
                 "UPDATE outbox SET parts_sent = ?, status = CASE WHEN ? THEN 'sent' ELSE status END, "
                 "sent_at = CASE WHEN ? THEN ? ELSE sent_at END WHERE id = ?",
                 (parts_sent, done, done, time.time(), row_id),
+            )
+
+    async def set_platform_id(self, message_id: int, platform_id: int) -> None:
+        async with self._db.write() as conn:
+            await conn.execute(
+                "UPDATE messages SET platform_message_id = ? WHERE id = ? AND platform_message_id IS NULL "
+                "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.chat_id = messages.chat_id "
+                "AND m.platform_message_id = ?)",
+                (platform_id, message_id, platform_id),
             )
 
     async def retry_later(self, row_id: int, attempts: int, next_attempt_at: float, error: str) -> None:

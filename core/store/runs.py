@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 import aiosqlite
 
 from core.store.db import Database
+from core.store.messages import insert_message
 from core.store.outbox import Outgoing, stage
 
 
@@ -26,8 +28,18 @@ class RunStatus(StrEnum):
     INTERRUPTED = "interrupted"
 
 
+# Telegram dates messages in whole seconds: a trigger can look up to this much later than its turn's start.
+TRIGGER_CLOCK_SLACK_SECONDS = 1.0
 LIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 FINAL_STATUSES = frozenset(set(RunStatus) - LIVE_STATUSES)
+
+
+class FollowUp(StrEnum):
+    """What became of a follow-up the main agent sent a run (`subagents` tool, `send`)."""
+
+    SENT = "sent"  # its next LLM request (and every later one) carries it
+    NOT_RUNNING = "not_running"  # no such live run in this chat (ended, waiting in the queue, or another chat's)
+    FULL = "full"  # the run has had its MAX_FOLLOWUPS
 
 
 class ProgressOutcome(StrEnum):
@@ -93,6 +105,15 @@ class DuplicateRun(Exception):
 class RunStore:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._watchers: list[Callable[[str], None]] = []
+
+    def watch(self, on_change: Callable[[str], None]) -> None:
+        """Call `on_change(run_id)` after a run's state changed (created, started, ended): the status card."""
+        self._watchers.append(on_change)
+
+    def _changed(self, run_id: str) -> None:
+        for watcher in self._watchers:
+            watcher(run_id)
 
     async def create(
         self,
@@ -132,6 +153,7 @@ class RunStore:
             if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
                 raise DuplicateRun(run_id) from exc
             raise
+        self._changed(run_id)
 
     async def exists(self, run_id: str) -> bool:
         async with self._db.conn.execute("SELECT 1 FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
@@ -158,10 +180,17 @@ class RunStore:
             rows = await cursor.fetchall()
         return [_run(row) for row in rows]
 
+    async def for_turn(self, turn_id: str) -> list[RunRecord]:
+        async with self._db.conn.execute(
+            "SELECT * FROM subagent_runs WHERE turn_id = ? ORDER BY created_at, rowid", (turn_id,)
+        ) as cursor:
+            rows = await cursor.fetchall()
+        return [_run(row) for row in rows]
+
     async def with_status(self, *statuses: str) -> list[RunRecord]:
         marks = ", ".join("?" for _ in statuses)
         async with self._db.conn.execute(
-            f"SELECT * FROM subagent_runs WHERE status IN ({marks}) ORDER BY created_at", statuses
+            f"SELECT * FROM subagent_runs WHERE status IN ({marks}) ORDER BY created_at, rowid", statuses
         ) as cursor:
             rows = await cursor.fetchall()
         return [_run(row) for row in rows]
@@ -173,6 +202,8 @@ class RunStore:
                 "WHERE id = ? AND status = 'queued'",
                 (time.time(), session_in, run_id),
             )
+        if cursor.rowcount == 1:
+            self._changed(run_id)
         return cursor.rowcount == 1
 
     async def set_container(self, run_id: str, container_id: str) -> None:
@@ -197,6 +228,7 @@ class RunStore:
         error: str | None = None,
         session_out: str | None = None,
         outgoing: Outgoing | None = None,
+        deliver: bool = True,
     ) -> bool:
         """Move a live run to `status` and, in the same transaction, store its message and owe it to the chat.
 
@@ -214,8 +246,11 @@ class RunStore:
             )
             if cursor.rowcount != 1:
                 return False
-            if outgoing is not None:
+            if outgoing is not None and deliver:
                 await stage(conn, outgoing)
+            elif outgoing is not None:  # stored for the next prompt only (SUBAGENT_RESULT_MODE=announce)
+                await insert_message(conn, outgoing.message)
+        self._changed(run_id)
         return True
 
     # --- sessions -------------------------------------------------------------------------------
@@ -226,6 +261,29 @@ class RunStore:
         ) as cursor:
             row = await cursor.fetchone()
         return str(row[0]) if row else None
+
+    async def continued_run(self, turn_id: str | None) -> RunRecord | None:
+        """The run a turn continues: its trigger (the chat's latest before the turn started) replied to that
+        run's [Subagent] result. Derived from what is stored, so it holds for a request picked up after a restart."""
+        if turn_id is None:
+            return None
+        async with self._db.conn.execute(
+            "SELECT o.run_id FROM turns t "
+            "JOIN messages q ON q.id = (SELECT MAX(id) FROM messages WHERE chat_id = t.chat_id AND is_trigger = 1 "
+            "  AND timestamp <= t.started_at + ?) "
+            "JOIN messages r ON r.chat_id = q.chat_id AND r.platform_message_id = q.reply_to AND r.kind = 'subagent' "
+            "JOIN outbox o ON o.message_id = r.id AND o.run_id IS NOT NULL WHERE t.id = ?",
+            (TRIGGER_CLOCK_SLACK_SECONDS, turn_id),
+        ) as cursor:
+            row = await cursor.fetchone()
+        return await self.get(str(row[0])) if row else None
+
+    async def session_for(self, chat_id: int, turn_id: str | None) -> str | None:
+        """A new run's starting session: the session of the run its turn continues, else the chat's latest."""
+        previous = await self.continued_run(turn_id)
+        if previous is not None and previous.session_out:
+            return previous.session_out
+        return await self.current_session(chat_id)
 
     async def set_session(self, chat_id: int, session_id: str) -> None:
         async with self._db.write() as conn:
@@ -262,6 +320,16 @@ class RunStore:
             await conn.execute("UPDATE subagent_runs SET messages_sent = messages_sent + 1 WHERE id = ?", (run_id,))
             await stage(conn, outgoing)
         return ProgressOutcome.ACCEPTED
+
+    async def latest_progress(self, run_id: str) -> str | None:
+        """The last progress message the run sent to the chat (as sent), if any."""
+        async with self._db.conn.execute(
+            "SELECT o.text FROM outbox o JOIN messages m ON m.id = o.message_id "
+            "WHERE o.run_id = ? AND m.kind = 'progress' ORDER BY o.id DESC LIMIT 1",
+            (run_id,),
+        ) as cursor:
+            row = await cursor.fetchone()
+        return str(row[0]) if row else None
 
     # --- refusals -------------------------------------------------------------------------------
 

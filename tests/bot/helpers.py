@@ -48,6 +48,7 @@ class RecordingChannel(Recorder):
         self.typing: list[int] = []
         self.admin_checks: list[tuple[int, int]] = []
         self.handler: InboundHandler | None = None
+        self.sent_ids: list[int] = []
         self._next_id = 1000
 
     async def start(
@@ -70,6 +71,7 @@ class RecordingChannel(Recorder):
     async def send_part(self, chat_id: int, part: str, reply_to: int | None = None) -> int | None:
         self.sent.append((chat_id, part))
         self._next_id += 1
+        self.sent_ids.append(self._next_id)  # the platform id of each send, in the order of `sent`
         self.changed()
         return self._next_id
 

@@ -106,6 +106,7 @@ def bot_env(tg: FakeTelegram, data_dir: Path, chats: list[int], image: str) -> d
         LOG_FORMAT="json",
         LOG_LEVEL="INFO",
         SUBAGENT_IMAGE=image,
+        STATUS_CARD="false",  # these tests inject faults into the next sendMessage: the result's, not a card's
     )
     return env
 

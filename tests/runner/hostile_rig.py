@@ -22,6 +22,7 @@ from core.store.chats import Chat
 from core.store.messages import MessageStore
 from core.store.runs import RunRecord, RunStatus, RunStore
 from crewbot.app import App
+from crewbot.serve import ObservedSubagents
 from runner.ipc import ensure_chat_dirs, write_spawn_request
 from runner.offline_subagent import message_text
 from runner.outcome import MAX_RESULT_CHARS
@@ -71,8 +72,8 @@ class World:
 
     @property
     def service(self) -> SubagentService:
-        assert isinstance(self.app.subagents, SubagentService)
-        return self.app.subagents
+        assert isinstance(self.app.subagents, ObservedSubagents)
+        return self.app.subagents.service
 
     @property
     def runs(self) -> RunStore:

@@ -35,6 +35,9 @@ class Gate:
     def is_live(self, run_id: str) -> bool:
         return run_id in self.live
 
+    def followups(self, run_id: str) -> list[str]:
+        return []
+
 
 @dataclass
 class Sink:

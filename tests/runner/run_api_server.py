@@ -67,6 +67,9 @@ class AlwaysLive:
     def is_live(self, run_id: str) -> bool:
         return True
 
+    def followups(self, run_id: str) -> list[str]:
+        return []
+
 
 class NoUsage:
     async def record_usage(self, run_id: str, input_tokens: int, output_tokens: int, requests: int) -> None:

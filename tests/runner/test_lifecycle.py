@@ -53,7 +53,7 @@ async def test_a_result_arrives_once_as_a_subagent_message(tmp_path: Path) -> No
 
 
 async def test_cap_holds_under_concurrent_requests(tmp_path: Path) -> None:
-    async with rig(tmp_path, forever(), MAX_CONCURRENT_SUBAGENTS=2) as r:
+    async with rig(tmp_path, forever(), MAX_CONCURRENT_SUBAGENTS=2, SUBAGENT_QUEUE_LIMIT=0) as r:
         run_ids = await asyncio.gather(*(r.spawn(f"job {i}") for i in range(6)))
         statuses = [await r.status(run_id) for run_id in run_ids]
         assert statuses.count(RunStatus.REJECTED) == 4
@@ -82,7 +82,7 @@ async def test_cancel_racing_a_reported_result_records_one_outcome(tmp_path: Pat
 
 async def test_a_cancelled_run_holds_its_slot_until_the_kill_is_confirmed(tmp_path: Path) -> None:
     started = asyncio.Event()
-    async with rig(tmp_path, forever(started), MAX_CONCURRENT_SUBAGENTS=1) as r:
+    async with rig(tmp_path, forever(started), MAX_CONCURRENT_SUBAGENTS=1, SUBAGENT_QUEUE_LIMIT=0) as r:
         run_id = await r.spawn("stubborn")
         await asyncio.wait_for(started.wait(), 5)
         r.runtime.set_engine_down(True)
@@ -331,7 +331,9 @@ def left_running(run_id: str) -> Prepare:
 
 
 async def test_runs_left_live_count_against_the_cap_while_the_engine_is_down(tmp_path: Path) -> None:
-    async with rig(tmp_path, completing(), prepare=left_running("old-run-0001"), MAX_CONCURRENT_SUBAGENTS=1) as r:
+    async with rig(
+        tmp_path, completing(), prepare=left_running("old-run-0001"), MAX_CONCURRENT_SUBAGENTS=1, SUBAGENT_QUEUE_LIMIT=0
+    ) as r:
         assert r.service.live.count() == 1
         refused = await r.spawn("new work")
         assert await r.status(refused) == RunStatus.REJECTED

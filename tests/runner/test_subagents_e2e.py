@@ -126,7 +126,9 @@ async def test_background_work_round_trip(tmp_path: Path, tg: FakeTelegram, suba
 
 
 async def test_cap_rejects_overflow_and_never_runs_more(tmp_path: Path, tg: FakeTelegram, subagent_image: str) -> None:
-    settings = make_settings(tmp_path, tg, MAX_CONCURRENT_SUBAGENTS=3, MAX_SUBAGENTS_PER_CHAT=10)
+    settings = make_settings(
+        tmp_path, tg, MAX_CONCURRENT_SUBAGENTS=3, MAX_SUBAGENTS_PER_CHAT=10, SUBAGENT_QUEUE_LIMIT=0
+    )
     async with telegram_app(settings, with_subagents=True) as app:
         chat = await app.stores.chats.ensure(GROUP_ID, "supergroup", "cap test")
         ipc_root = settings.data_dir / "ipc"

@@ -25,6 +25,7 @@ class Engine:
         self.picked: set[str] = set()
         self.written: list[tuple[int, str]] = []
         self.now = 0.0
+        self.queued = 0  # requests waiting in the manager's queue
 
     async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
         run_id = f"run-{len(self.written)}"
@@ -38,9 +39,16 @@ class Engine:
     async def picked_up(self, run_id: str) -> bool:
         return run_id in self.picked
 
-    def guard(self, *, max_total: int = 3, max_per_chat: int = 3) -> CapCheckedSpawner:
+    def guard(self, *, max_total: int = 3, max_per_chat: int = 3, queue_limit: int = 0) -> CapCheckedSpawner:
         return CapCheckedSpawner(
-            self, self.running, self.picked_up, max_total=max_total, max_per_chat=max_per_chat, clock=lambda: self.now
+            self,
+            self.running,
+            self.picked_up,
+            max_total=max_total,
+            max_per_chat=max_per_chat,
+            queued=lambda: self.queued,
+            queue_limit=queue_limit,
+            clock=lambda: self.now,
         )
 
 
@@ -62,6 +70,26 @@ async def test_a_spawn_over_the_global_cap_is_refused() -> None:
 
     with pytest.raises(Exception, match="the limit of 2 subagent runs at once"):
         await engine.guard(max_total=2).spawn(CHAT, "t", "$ echo", None, False)
+
+
+async def test_over_the_cap_a_spawn_is_let_through_while_the_queue_has_room() -> None:
+    engine = Engine()
+    engine.live = {"a": OTHER_CHAT, "b": OTHER_CHAT}
+    guard = engine.guard(max_total=2, queue_limit=2)
+    engine.queued = 1
+
+    assert await guard.spawn(CHAT, "t", "$ echo", None, False) == "run-0"  # it will wait in the queue
+    # That one is not picked up yet: it takes the queue's last place, so the next is refused.
+    with pytest.raises(Exception, match=r"the limit of 2 subagent runs at once .* the queue of 2 waiting requests"):
+        await guard.spawn(CHAT, "t", "$ echo", None, False)
+
+
+async def test_a_full_queue_refuses_over_the_chats_cap() -> None:
+    engine = Engine()
+    engine.live = {"a": CHAT}
+    engine.queued = 3
+    with pytest.raises(Exception, match="this chat's limit of 1 subagent run at once is reached and the queue"):
+        await engine.guard(max_per_chat=1, queue_limit=3).spawn(CHAT, "t", "$ echo", None, False)
 
 
 async def test_spawns_written_but_not_picked_up_count_even_when_called_together() -> None:
