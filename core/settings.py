@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+MAX_SUBAGENTS_CEILING = 100  # the highest cap a setting accepts (the Docker runtime's pool is sized for it)
 DEFAULT_TELEGRAM_API_BASE_URL = "https://api.telegram.org/bot"
 # Docker's format for memory limits (the SDK's parse_bytes): digits with an optional unit.
 MEMORY_LIMIT = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
@@ -98,8 +99,8 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(default=120.0, gt=0, alias="LLM_TIMEOUT_SECONDS")
     subagent_model: str | None = Field(default=None, alias="SUBAGENT_MODEL")
 
-    max_concurrent_subagents: int = Field(default=3, ge=1, le=100, alias="MAX_CONCURRENT_SUBAGENTS")
-    max_subagents_per_chat: int = Field(default=3, ge=1, le=100, alias="MAX_SUBAGENTS_PER_CHAT")
+    max_concurrent_subagents: int = Field(default=3, ge=1, le=MAX_SUBAGENTS_CEILING, alias="MAX_CONCURRENT_SUBAGENTS")
+    max_subagents_per_chat: int = Field(default=3, ge=1, le=MAX_SUBAGENTS_CEILING, alias="MAX_SUBAGENTS_PER_CHAT")
     subagent_timeout_seconds: float = Field(default=900.0, gt=0, alias="SUBAGENT_TIMEOUT_SECONDS")
     subagent_reject_message: str = Field(default=DEFAULT_REJECT_MESSAGE, alias="SUBAGENT_REJECT_MESSAGE")
     merge_window_seconds: float = Field(default=3.0, ge=0, alias="MERGE_WINDOW_SECONDS")

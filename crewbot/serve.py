@@ -21,7 +21,7 @@ from bot.commands import RunControl, WorkspaceControl
 from bot.run_output import ContainerLogs, RunOutputReader, RunsView
 from core.delivery import Delivery
 from core.logging import get_logger
-from core.settings import Settings
+from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.db import Database
 from core.store.runs import FINAL_STATUSES, RunStore
 from core.store.stores import Stores
@@ -79,7 +79,7 @@ class ObservedSubagents:
 def docker_runtime(settings: Settings) -> ContainerRuntime:
     from runner.docker_runtime import DockerRuntime
 
-    return DockerRuntime(max_concurrency=settings.max_concurrent_subagents)
+    return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)  # threads start on demand; the cap may rise live
 
 
 def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> RunOutputReader:
@@ -99,8 +99,8 @@ def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRunti
             service.spawner,
             service.live.count,
             service.picked_up,
-            max_total=settings.max_concurrent_subagents,
-            max_per_chat=settings.max_subagents_per_chat,
+            max_total=lambda: settings.max_concurrent_subagents,  # read at each spawn: changeable live
+            max_per_chat=lambda: settings.max_subagents_per_chat,
         )
         view = RunsView(service.control, service.runs, output_reader(settings, stores.db, runtime))
         return ObservedSubagents(service, spawner, view)

@@ -39,14 +39,14 @@ class CapCheckedSpawner:
         running: Callable[[int | None], int],
         picked_up: Callable[[str], Awaitable[bool]],
         *,
-        max_total: int,
-        max_per_chat: int,
+        max_total: Callable[[], int],
+        max_per_chat: Callable[[], int],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inner = inner
         self._running = running
         self._picked_up = picked_up
-        self._max_total = max_total
+        self._max_total = max_total  # callables: an operator may change the caps on the running bot
         self._max_per_chat = max_per_chat
         self._clock = clock
         self._written: dict[str, tuple[int, float]] = {}  # run id -> (chat id, when written)
@@ -66,10 +66,11 @@ class CapCheckedSpawner:
             waiting = await self._not_picked_up()
             total = self._running(None) + len(waiting)
             in_chat = self._running(chat_id) + waiting.count(chat_id)
-            if total >= self._max_total:
-                raise SpawnRefused(f"the limit of {_runs(self._max_total)} at once (all chats) is reached. {RETRY}")
-            if in_chat >= self._max_per_chat:
-                raise SpawnRefused(f"this chat's limit of {_runs(self._max_per_chat)} at once is reached. {RETRY}")
+            max_total, max_per_chat = self._max_total(), self._max_per_chat()
+            if total >= max_total:
+                raise SpawnRefused(f"the limit of {_runs(max_total)} at once (all chats) is reached. {RETRY}")
+            if in_chat >= max_per_chat:
+                raise SpawnRefused(f"this chat's limit of {_runs(max_per_chat)} at once is reached. {RETRY}")
             run_id = await self._inner.spawn(chat_id, turn_id, task, label, include_context)
             self._written[run_id] = (chat_id, self._clock())
             return run_id

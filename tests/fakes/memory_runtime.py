@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from runner.docker_runtime import ContainerGone, container_name
+from runner.resource_use import ResourceSample
 from runner.runtime import (
     LABEL_APP,
     LABEL_RUN_ID,
@@ -46,6 +47,7 @@ class MemoryContainer:
     removed: bool = False
     waiters: list[asyncio.Future[int]] = field(default_factory=list)
     behaviour: asyncio.Task[None] | None = None
+    usage: ResourceSample | None = None  # what `usage()` reports while it runs (the test sets it)
 
 
 class MemoryRuntime:
@@ -219,6 +221,14 @@ class MemoryRuntime:
         container.removed = True
         self.removed.append(container_id)
         self._notify()
+
+    async def usage(self, container_id: str) -> ResourceSample | None:
+        """As the engine: figures while it runs, none once it has exited (its cgroup is gone)."""
+        self._check_engine()
+        container = self._containers.get(container_id)
+        if container is None or container.removed or container.status != "running":
+            return None
+        return container.usage
 
     async def image_exists(self, image: str) -> bool:
         self._check_engine()

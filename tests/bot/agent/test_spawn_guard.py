@@ -40,7 +40,12 @@ class Engine:
 
     def guard(self, *, max_total: int = 3, max_per_chat: int = 3) -> CapCheckedSpawner:
         return CapCheckedSpawner(
-            self, self.running, self.picked_up, max_total=max_total, max_per_chat=max_per_chat, clock=lambda: self.now
+            self,
+            self.running,
+            self.picked_up,
+            max_total=lambda: max_total,
+            max_per_chat=lambda: max_per_chat,
+            clock=lambda: self.now,
         )
 
 
