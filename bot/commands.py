@@ -8,16 +8,18 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bot.channels.base import Channel
+from bot.config_command import config_reply
 from bot.engine import ChatEngine
 from bot.inbound import InboundMessage
 from core.delivery import Delivery
+from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.store.runs import FINAL_STATUSES, RunStatus
 
 log = get_logger(__name__)
 
 ADMIN_COMMANDS = frozenset({"stop", "cancel"})
-KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents", "workspace"})
+KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents", "workspace", "config"})
 MAX_LISTED_RUNS = 15
 
 
@@ -127,6 +129,7 @@ class Commands:
         admin_user_ids: list[int],
         *,
         workspaces: WorkspaceControl | None = None,
+        config: LiveConfig | None = None,
     ) -> None:
         self._channel = channel
         self._delivery = delivery
@@ -134,6 +137,7 @@ class Commands:
         self._runs = runs
         self._admin_user_ids = set(admin_user_ids)
         self._workspaces = workspaces
+        self._config = config
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -175,6 +179,20 @@ class Commands:
             await self._cancel(chat_id, message.command_args)
         elif command == "workspace":
             await self._workspace(chat_id, clearing)
+        elif command == "config":
+            await self._configure(message)
+
+    async def _configure(self, message: InboundMessage) -> None:
+        """Operators only: ADMIN_USER_IDS (read live from the settings) or the local console."""
+        operator = message.chat_kind == "console" or (
+            self._config is not None and message.sender_id in self._config.settings.admin_user_ids
+        )
+        if self._config is None or not operator:
+            log.info("command_refused", command="config", user_id=message.sender_id)
+            await self._reply(message.chat_id, "Only the bot's operators (ADMIN_USER_IDS) can use /config.")
+            return
+        who = f"Telegram user {message.sender_id} in chat {message.chat_id}"
+        await self._reply(message.chat_id, await config_reply(self._config, message.command_args, who))
 
     async def _stop(self, chat_id: int) -> None:
         turn = self._engine.stop_turn(chat_id)

@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+MAX_TCP_PORT = 65535
 MAX_SUBAGENTS_CEILING = 100  # the highest cap a setting accepts (the Docker runtime's pool is sized for it)
 DEFAULT_TELEGRAM_API_BASE_URL = "https://api.telegram.org/bot"
 # Docker's format for memory limits (the SDK's parse_bytes): digits with an optional unit.
@@ -126,6 +127,9 @@ class Settings(BaseSettings):
     ipc_rescan_seconds: float = Field(default=5.0, gt=0, alias="IPC_RESCAN_SECONDS")
     ipc_max_file_bytes: int = Field(default=256 * 1024, ge=1024, alias="IPC_MAX_FILE_BYTES")
 
+    # Prometheus /metrics with /healthz and /readyz, e.g. 127.0.0.1:9464; empty: off.
+    metrics_addr: str | None = Field(default=None, alias="METRICS_ADDR")
+
     data_dir: Path = Field(default=Path("./data"), alias="DATA_DIR")
     log_format: LogFormat = Field(default=LogFormat.CONSOLE, alias="LOG_FORMAT")
     log_level: str = Field(default="INFO", alias="LOG_LEVEL")
@@ -140,6 +144,17 @@ class Settings(BaseSettings):
     def _check_memory(cls, value: str) -> str:
         memory_limit_bytes(value)
         return value.strip()
+
+    @field_validator("metrics_addr", mode="before")
+    @classmethod
+    def _check_metrics_addr(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        text = str(value).strip()
+        _host, colon, port = text.rpartition(":")
+        if not colon or not port.isdigit() or int(port) > MAX_TCP_PORT:
+            raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:9464 (empty: no metrics endpoint)")
+        return text
 
     @field_validator("telegram_api_base_url", "llm_base_url")
     @classmethod

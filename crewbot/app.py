@@ -15,6 +15,7 @@ from bot.engine import ChatEngine, Turn
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
 from core.delivery import Delivery
+from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.outbox import Outbox
 from core.settings import CancelScope, LLMProvider, Settings
@@ -83,6 +84,7 @@ class App:
         stores: Stores,
         subagent_factory: SubagentFactory | None = None,
         model: Model | None = None,
+        config: LiveConfig | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
@@ -111,6 +113,7 @@ class App:
             control,
             settings.admin_user_ids,
             workspaces=subagents.workspaces if subagents else None,
+            config=config,
         )
         self.router = InboundRouter(
             settings,

@@ -27,8 +27,10 @@ from core.store.runs import FINAL_STATUSES, RunStore
 from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App, SubagentFactory
+from crewbot.operations import Operations
 
 if TYPE_CHECKING:
+    from runner.metrics import RunMetrics
     from runner.runtime import ContainerRuntime
     from runner.service import SubagentService
 
@@ -90,11 +92,13 @@ def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> R
     return RunOutputReader(RunStore(db), runtime, lambda run_id: paths.run_dir(run_id) / LOG_FILE)
 
 
-def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRuntime) -> SubagentFactory:
+def subagent_factory(
+    settings: Settings, stores: Stores, runtime: ContainerRuntime, metrics: RunMetrics | None = None
+) -> SubagentFactory:
     from runner.service import SubagentService
 
     def build(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
-        service = SubagentService(settings, stores, delivery, typing, runtime)
+        service = SubagentService(settings, stores, delivery, typing, runtime, metrics)
         spawner = CapCheckedSpawner(
             service.spawner,
             service.live.count,
@@ -163,19 +167,24 @@ async def serve(
     stop = asyncio.Event()
     _install_signals(stop, channel.abandon if isinstance(channel, ConsoleChannel) else lambda: None)
     stores: Stores | None = None
+    ops = Operations(settings)
     try:
         stores = await Stores.open(settings)
-        app = App(settings, channel, stores, subagent_factory(settings, stores, runtime))
+        config = await ops.open(stores)  # stored live overrides apply before anything reads the settings
+        app = App(settings, channel, stores, subagent_factory(settings, stores, runtime, ops.metrics), config=config)
     except Exception as exc:
         await runtime.close()
         if stores is not None:
             await stores.db.close()
         raise StartFailed from exc
     try:
+        await ops.start(app.stores.db)
         started = await _start(app, stop)
     except Exception as exc:
+        await ops.stop()
         await app.stop()
         raise StartFailed from exc
+    ops.ready = started
     if started:
         # What start-up made (libraries, settings, the store) lives as long as the bot: frozen, a full
         # garbage collection no longer walks it, which alone stalled the event loop ~200 ms (bench: stall).
@@ -194,6 +203,8 @@ async def serve(
         raise Crashed from exc
     finally:
         log.info("shutting_down")
+        ops.ready = False
+        await ops.stop()
         await app.stop()
     return 0
 
