@@ -62,6 +62,7 @@ class MemoryRuntime:
         self.kills: list[str] = []  # every kill the engine answered, no-ops included, in order
         self.removed: list[str] = []  # every container actually removed, in order
         self.max_running = 0
+        self.container_usage: ResourceSample | None = None  # what containers started from now on report while running
         self.behaviour_errors: list[Exception] = []
         self._containers: dict[str, MemoryContainer] = {}  # removed ones too, for inspection afterwards
         self._down = False
@@ -173,7 +174,9 @@ class MemoryRuntime:
             # Docker answers 409 to a create whose name is taken, even by an exited container.
             raise ContainerStartError(f"engine refused to create container {spec.name!r}: name already in use")
         labels = {LABEL_APP: "1", **spec.labels}  # as DockerRuntime's create_options
-        container = MemoryContainer(self._new_id(spec.name), spec.name, labels, spec, time.time())
+        container = MemoryContainer(
+            self._new_id(spec.name), spec.name, labels, spec, time.time(), usage=self.container_usage
+        )
         self.started_specs.append(spec)
         self._add(container)
         if self.on_start is not None:
