@@ -167,6 +167,20 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(show_config(settings))
 
 
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from crewbot.stats_command import parse_since, show_stats
+
+    if not settings.db_path.exists():
+        raise StartupError(f"no database at {settings.db_path} yet", "start the bot first, or check DATA_DIR")
+    check_database(settings.db_path)
+    try:
+        parse_since(args.since)
+    except ValueError as exc:
+        raise StartupError(str(exc), "e.g. --since 7d, 24h or 30m") from None
+    configure_logging(settings.log_format.value, "WARNING", secrets_of(settings))
+    return asyncio.run(show_stats(settings, args.since, args.chat, args.json, args.plot))
+
+
 def cmd_image(args: argparse.Namespace) -> int:
     from runner.image import main as image_main
 
@@ -248,6 +262,18 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub.add_parser("show", help="every setting in force and where it came from")
     config_set = config_sub.add_parser("set", help="change live settings: NAME=VALUE ...")
     config_set.add_argument("assignments", nargs="+", metavar="NAME=VALUE")
+    stats = add(
+        "stats",
+        "what subagent runs used, and a suggested MAX_CONCURRENT_SUBAGENTS",
+        "Over the period: runs by outcome, queue wait p50/p95, refusals, share of time at the cap, peak "
+        "concurrency, memory and CPU per run p50/p95, tokens per chat; then what the host holds by memory and "
+        "by CPU, what demand needed, and the suggested cap (apply it with `crewbot config set`).",
+        cmd_stats,
+    )
+    stats.add_argument("--since", default="7d", help="how far back: 30m, 24h, 7d, 2w (default 7d)")
+    stats.add_argument("--chat", type=int, default=None, metavar="ID", help="one chat's runs only")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    stats.add_argument("--plot", type=Path, default=None, metavar="FILE.png", help="draw concurrency over time")
     image = sub.add_parser("image", help="the subagent image", description="Build the Docker image subagents run in.")
     image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
     build = image_sub.add_parser(

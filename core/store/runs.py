@@ -158,6 +158,15 @@ class RunStore:
             rows = await cursor.fetchall()
         return [_run(row) for row in rows]
 
+    async def created_since(self, since: float, chat_id: int | None = None) -> list[RunRecord]:
+        """Runs requested at or after `since` (unix seconds), oldest first; one chat's, or all."""
+        query, params = "SELECT * FROM subagent_runs WHERE created_at >= ?", [since]
+        if chat_id is not None:
+            query, params = query + " AND chat_id = ?", [since, chat_id]
+        async with self._db.conn.execute(query + " ORDER BY created_at, rowid", params) as cursor:
+            rows = await cursor.fetchall()
+        return [_run(row) for row in rows]
+
     async def with_status(self, *statuses: str) -> list[RunRecord]:
         marks = ", ".join("?" for _ in statuses)
         async with self._db.conn.execute(
