@@ -107,7 +107,8 @@ HELP_TEXT = (
     "/subagents – this chat's subagent runs; /subagents <run id> – what one has printed so far\n"
     "/cancel <run id> or /cancel all – cancel runs (admins)\n"
     "/stop – abort my current answer and stop all of this chat's subagents (admins)\n"
-    "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)"
+    "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)\n"
+    "/config – the settings operators change live, /config NAME=VALUE to change one (ADMIN_USER_IDS)"
 )
 CONSOLE_HELP_TEXT = (
     "Every line you type is for me. For long or code-running work I start subagents.\n"
@@ -115,6 +116,7 @@ CONSOLE_HELP_TEXT = (
     "/cancel <run id> or /cancel all – cancel runs\n"
     "/stop – abort my current answer and stop all subagents\n"
     "/workspace – the files subagents keep; /workspace clear – empty it\n"
+    "/config – the live settings; /config NAME=VALUE changes one (as `crewbot config set`)\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
 

@@ -73,7 +73,7 @@ async def gather(settings: Settings, since_seconds: float, chat_id: int | None) 
 
 def _spread(spread: Spread, unit: str, scale: float = 1.0) -> str:
     if spread.p50 is None or spread.p95 is None:
-        return f"unknown ({spread.unknown} runs without the figure)"
+        return f"unknown ({spread.unknown} runs without the figure)" if spread.unknown else "no runs"
     known = f"{spread.known} known" + (f", {spread.unknown} unknown" if spread.unknown else "")
     return f"p50 {spread.p50 / scale:.1f} {unit}, p95 {spread.p95 / scale:.1f} {unit} ({known})"
 
