@@ -88,6 +88,8 @@ def render(stats: UsageStats, advice: Advice, chat_id: int | None, current_cap: 
         f"period: {period} ({'chat ' + str(chat_id) if chat_id is not None else 'all chats'})",
         f"runs: {stats.requests} requests: {outcomes}",
         f"queue wait: {_spread(stats.queue_wait_seconds, 's')}; {stats.waited} waited over 5 s",
+        f"start latency: {_spread(stats.start_latency_seconds, 's')}",
+        f"run duration: {_spread(stats.duration_seconds, 's')}",
         f"refusals: {stats.refusals}",
         f"at the cap (now {current_cap}): {100 * stats.share_at_cap:.0f}% of the time; peak concurrency "
         f"{stats.peak_running}, peak queue {stats.peak_queued}",

@@ -60,6 +60,7 @@ class UsageStats:
     refusals: int
     waited: int  # runs that started after waiting longer than the noticeable wait
     queue_wait_seconds: Spread
+    start_latency_seconds: Spread  # run start -> the engine's container start returned
     duration_seconds: Spread
     memory_peak_bytes: Spread
     cpu_seconds: Spread
@@ -171,6 +172,9 @@ def compute(
         refusals=sum(1 for r in records if r.status is RunStatus.REJECTED),
         waited=sum(1 for w in waits if w > NOTICEABLE_WAIT_SECONDS),
         queue_wait_seconds=Spread.of(waits),
+        start_latency_seconds=Spread.of(
+            [r.container_started_at - r.started_at for r in ran if r.container_started_at and r.started_at]
+        ),
         duration_seconds=Spread.of(durations),
         memory_peak_bytes=Spread.of([None if r.memory_peak_bytes is None else float(r.memory_peak_bytes) for r in ran]),
         cpu_seconds=Spread.of([r.cpu_seconds for r in ran]),

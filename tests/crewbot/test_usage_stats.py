@@ -185,4 +185,5 @@ async def test_the_command_reads_the_database_and_prints_json_and_a_plot(tmp_pat
     done = run_crewbot(["stats", "--since", "1h"], crewbot_env(data_dir), tmp_path)
     assert done.returncode == 0, done.stderr
     assert "memory per run: p50 25.0 MiB, p95 38.5 MiB (4 known)" in done.stdout
+    assert "start latency: no runs" in done.stdout  # these runs never had a container
     assert "apply without a restart: crewbot config set MAX_CONCURRENT_SUBAGENTS=" in done.stdout
