@@ -8,17 +8,19 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bot.channels.base import Channel
+from bot.config_command import config_reply
 from bot.engine import ChatEngine
 from bot.inbound import InboundMessage
 from bot.schedules.book import TaskAction, TaskBook, TaskRequestError
 from core.delivery import Delivery
+from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.store.runs import FINAL_STATUSES, RunStatus
 
 log = get_logger(__name__)
 
 ADMIN_COMMANDS = frozenset({"stop", "cancel"})
-KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone"})
+KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone", "config"})
 MAX_LISTED_RUNS = 15
 
 
@@ -114,6 +116,7 @@ HELP_TEXT = (
     "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)\n"
     "/tasks – this chat's scheduled tasks; /tasks <id> – one's history; /tasks pause|resume|cancel <id>\n"
     "/timezone – the zone schedules are read in; /timezone Europe/Berlin sets it (admins)"
+    "/config – the settings operators change live, /config NAME=VALUE to change one (ADMIN_USER_IDS)"
 )
 CONSOLE_HELP_TEXT = (
     "Every line you type is for me. For long or code-running work I start subagents.\n"
@@ -122,6 +125,7 @@ CONSOLE_HELP_TEXT = (
     "/stop – abort my current answer and stop all subagents\n"
     "/workspace – the files subagents keep; /workspace clear – empty it\n"
     "/tasks – scheduled tasks; /tasks pause|resume|cancel <id>; /timezone [IANA name]\n"
+    "/config – the live settings; /config NAME=VALUE changes one (as `crewbot config set`)\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
 
@@ -138,6 +142,7 @@ class Commands:
         workspaces: WorkspaceControl | None = None,
         tasks: TaskBook | None = None,
         conversations: Callable[[int], Awaitable[list[int]]] | None = None,
+        config: LiveConfig | None = None,
     ) -> None:
         self._channel = channel
         self._conversations = conversations  # a platform chat's conversations: itself and its forum topics
@@ -147,6 +152,7 @@ class Commands:
         self._admin_user_ids = set(admin_user_ids)
         self._workspaces = workspaces
         self._tasks = tasks
+        self._config = config
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -190,6 +196,20 @@ class Commands:
             await self._workspace(message, clearing)
         elif command in ("tasks", "timezone"):
             await self._reply(message, await self._scheduled(message))
+        elif command == "config":
+            await self._configure(message)
+
+    async def _configure(self, message: InboundMessage) -> None:
+        """Operators only: ADMIN_USER_IDS (read live from the settings) or the local console."""
+        operator = message.chat_kind == "console" or (
+            self._config is not None and message.sender_id in self._config.settings.admin_user_ids
+        )
+        if self._config is None or not operator:
+            log.info("command_refused", command="config", user_id=message.sender_id)
+            await self._reply(message, "Only the bot's operators (ADMIN_USER_IDS) can use /config.")
+            return
+        who = f"Telegram user {message.sender_id} in chat {message.platform_id}"
+        await self._reply(message, await config_reply(self._config, message.command_args, who))
 
     async def _scheduled(self, message: InboundMessage) -> str:
         """/tasks [pause|resume|cancel <id>] and /timezone [zone]: the answer to send."""

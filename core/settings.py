@@ -12,6 +12,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+MAX_TCP_PORT = 65535
+MAX_SUBAGENTS_CEILING = 100  # the highest cap a setting accepts (the Docker runtime's pool is sized for it)
 DEFAULT_TELEGRAM_API_BASE_URL = "https://api.telegram.org/bot"
 # Docker's format for memory limits (the SDK's parse_bytes): digits with an optional unit.
 MEMORY_LIMIT = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
@@ -115,8 +117,8 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(default=120.0, gt=0, alias="LLM_TIMEOUT_SECONDS")
     subagent_model: str | None = Field(default=None, alias="SUBAGENT_MODEL")
 
-    max_concurrent_subagents: int = Field(default=3, ge=1, le=100, alias="MAX_CONCURRENT_SUBAGENTS")
-    max_subagents_per_chat: int = Field(default=3, ge=1, le=100, alias="MAX_SUBAGENTS_PER_CHAT")
+    max_concurrent_subagents: int = Field(default=3, ge=1, le=MAX_SUBAGENTS_CEILING, alias="MAX_CONCURRENT_SUBAGENTS")
+    max_subagents_per_chat: int = Field(default=3, ge=1, le=MAX_SUBAGENTS_CEILING, alias="MAX_SUBAGENTS_PER_CHAT")
     subagent_timeout_seconds: float = Field(default=900.0, gt=0, alias="SUBAGENT_TIMEOUT_SECONDS")
     subagent_reject_message: str = Field(default=DEFAULT_REJECT_MESSAGE, alias="SUBAGENT_REJECT_MESSAGE")
     subagent_result_mode: ResultMode = Field(default=ResultMode.DIRECT, alias="SUBAGENT_RESULT_MODE")
@@ -154,6 +156,9 @@ class Settings(BaseSettings):
     schedule_max_failures: int = Field(default=5, ge=1, le=100, alias="SCHEDULE_MAX_FAILURES")
     max_tasks_per_chat: int = Field(default=20, ge=1, le=1000, alias="MAX_TASKS_PER_CHAT")
 
+    # Prometheus /metrics with /healthz and /readyz, e.g. 127.0.0.1:9464; empty: off.
+    metrics_addr: str | None = Field(default=None, alias="METRICS_ADDR")
+
     data_dir: Path = Field(default=Path("./data"), alias="DATA_DIR")
     log_format: LogFormat = Field(default=LogFormat.CONSOLE, alias="LOG_FORMAT")
     log_level: str = Field(default="INFO", alias="LOG_LEVEL")
@@ -168,6 +173,17 @@ class Settings(BaseSettings):
     def _check_memory(cls, value: str) -> str:
         memory_limit_bytes(value)
         return value.strip()
+
+    @field_validator("metrics_addr", mode="before")
+    @classmethod
+    def _check_metrics_addr(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        text = str(value).strip()
+        _host, colon, port = text.rpartition(":")
+        if not colon or not port.isdigit() or int(port) > MAX_TCP_PORT:
+            raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:9464 (empty: no metrics endpoint)")
+        return text
 
     @field_validator("telegram_api_base_url", "llm_base_url")
     @classmethod

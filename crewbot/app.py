@@ -19,6 +19,7 @@ from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
 from core.delivery import Delivery
+from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.outbox import Outbox
 from core.settings import CancelScope, LLMProvider, ResultMode, Settings
@@ -99,6 +100,7 @@ class App:
         stores: Stores,
         subagent_factory: SubagentFactory | None = None,
         model: Model | None = None,
+        config: LiveConfig | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
@@ -150,6 +152,7 @@ class App:
             workspaces=subagents.workspaces if subagents else None,
             tasks=self.schedules.book,
             conversations=stores.chats.conversations_of,
+            config=config,
         )
         self.router = InboundRouter(
             settings,

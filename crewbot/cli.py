@@ -1,4 +1,4 @@
-"""The `crewbot` command: run, console, logs, migrate, doctor, image build.
+"""The `crewbot` command: run, console, logs, migrate, doctor, config, stats, image build.
 
 Every way a command can fail to start ends in `crewbot: cannot start: <cause>: <fix>` on stderr (one line
 per cause) and a non-zero exit; tracebacks go to the log file, secrets nowhere.
@@ -157,6 +157,30 @@ def cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(show_logs(settings, args.run_id, args.chars, follow=args.follow))
 
 
+def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    from crewbot.config_command import set_config, show_config
+
+    configure_logging(settings.log_format.value, "WARNING", secrets_of(settings))
+    if args.config_command == "set":
+        return asyncio.run(set_config(settings, args.assignments))
+    check_database(settings.db_path)
+    return asyncio.run(show_config(settings))
+
+
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from crewbot.stats_command import parse_since, show_stats
+
+    if not settings.db_path.exists():
+        raise StartupError(f"no database at {settings.db_path} yet", "start the bot first, or check DATA_DIR")
+    check_database(settings.db_path)
+    try:
+        parse_since(args.since)
+    except ValueError as exc:
+        raise StartupError(str(exc), "e.g. --since 7d, 24h or 30m") from None
+    configure_logging(settings.log_format.value, "WARNING", secrets_of(settings))
+    return asyncio.run(show_stats(settings, args.since, args.chat, args.json, args.plot))
+
+
 def cmd_image(args: argparse.Namespace) -> int:
     from runner.image import main as image_main
 
@@ -226,6 +250,30 @@ def build_parser() -> argparse.ArgumentParser:
         "Exits non-zero when a check fails.",
         cmd_doctor,
     )
+    config = add(
+        "config",
+        "show the bot's settings, or change one on the running bot",
+        "`show`: every setting in force and where it came from (default, env, .env, live override). `set NAME=VALUE"
+        " ...`: change a live setting on the running bot through its control socket (DATA_DIR/control.sock): "
+        "validated as at start-up, from the next run's start, kept across restarts, logged with who made it.",
+        cmd_config,
+    )
+    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    config_sub.add_parser("show", help="every setting in force and where it came from")
+    config_set = config_sub.add_parser("set", help="change live settings: NAME=VALUE ...")
+    config_set.add_argument("assignments", nargs="+", metavar="NAME=VALUE")
+    stats = add(
+        "stats",
+        "what subagent runs used, and a suggested MAX_CONCURRENT_SUBAGENTS",
+        "Over the period: runs by outcome, queue wait p50/p95, refusals, share of time at the cap, peak "
+        "concurrency, memory and CPU per run p50/p95, tokens per chat; then what the host holds by memory and "
+        "by CPU, what demand needed, and the suggested cap (apply it with `crewbot config set`).",
+        cmd_stats,
+    )
+    stats.add_argument("--since", default="7d", help="how far back: 30m, 24h, 7d, 2w (default 7d)")
+    stats.add_argument("--chat", type=int, default=None, metavar="ID", help="one chat's runs only")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    stats.add_argument("--plot", type=Path, default=None, metavar="FILE.png", help="draw concurrency over time")
     image = sub.add_parser("image", help="the subagent image", description="Build the Docker image subagents run in.")
     image_sub = image.add_subparsers(dest="image_command", required=True, metavar="COMMAND")
     build = image_sub.add_parser(

@@ -21,14 +21,16 @@ from bot.commands import RunControl, WorkspaceControl
 from bot.run_output import ContainerLogs, RunOutputReader, RunsView
 from core.delivery import Delivery
 from core.logging import get_logger
-from core.settings import Settings
+from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.db import Database
 from core.store.runs import FINAL_STATUSES, RunStore
 from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App, SubagentFactory
+from crewbot.operations import Operations
 
 if TYPE_CHECKING:
+    from runner.metrics import RunMetrics
     from runner.runtime import ContainerRuntime
     from runner.service import SubagentService
 
@@ -90,7 +92,7 @@ class ObservedSubagents:
 def docker_runtime(settings: Settings) -> ContainerRuntime:
     from runner.docker_runtime import DockerRuntime
 
-    return DockerRuntime(max_concurrency=settings.max_concurrent_subagents)
+    return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)  # threads start on demand; the cap may rise live
 
 
 def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> RunOutputReader:
@@ -111,19 +113,21 @@ def runs_view(settings: Settings, stores: Stores, service: SubagentService) -> R
     return RunsView(service.control, service.runs, output, send=service.send_to_run)
 
 
-def subagent_factory(settings: Settings, stores: Stores, runtime: ContainerRuntime) -> SubagentFactory:
+def subagent_factory(
+    settings: Settings, stores: Stores, runtime: ContainerRuntime, metrics: RunMetrics | None = None
+) -> SubagentFactory:
     from runner.service import SubagentService
 
     def build(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
-        service = SubagentService(settings, stores, delivery, typing, runtime)
+        service = SubagentService(settings, stores, delivery, typing, runtime, metrics)
         spawner = CapCheckedSpawner(
             service.spawner,
             service.live.count,
             service.picked_up,
-            max_total=settings.max_concurrent_subagents,
-            max_per_chat=settings.max_subagents_per_chat,
+            max_total=lambda: settings.max_concurrent_subagents,  # read at each spawn: changeable live
+            max_per_chat=lambda: settings.max_subagents_per_chat,
             queued=service.queued_count,
-            queue_limit=settings.subagent_queue_limit,
+            queue_limit=lambda: settings.subagent_queue_limit,
         )
         return ObservedSubagents(service, spawner, runs_view(settings, stores, service))
 
@@ -185,19 +189,24 @@ async def serve(
     stop = asyncio.Event()
     _install_signals(stop, channel.abandon if isinstance(channel, ConsoleChannel) else lambda: None)
     stores: Stores | None = None
+    ops = Operations(settings)
     try:
         stores = await Stores.open(settings)
-        app = App(settings, channel, stores, subagent_factory(settings, stores, runtime))
+        config = await ops.open(stores)  # stored live overrides apply before anything reads the settings
+        app = App(settings, channel, stores, subagent_factory(settings, stores, runtime, ops.metrics), config=config)
     except Exception as exc:
         await runtime.close()
         if stores is not None:
             await stores.db.close()
         raise StartFailed from exc
     try:
+        await ops.start(app.stores.db)
         started = await _start(app, stop)
     except Exception as exc:
+        await ops.stop()
         await app.stop()
         raise StartFailed from exc
+    ops.ready = started
     if started:
         # What start-up made (libraries, settings, the store) lives as long as the bot: frozen, a full
         # garbage collection no longer walks it, which alone stalled the event loop ~200 ms (bench: stall).
@@ -216,6 +225,8 @@ async def serve(
         raise Crashed from exc
     finally:
         log.info("shutting_down")
+        ops.ready = False
+        await ops.stop()
         await app.stop()
     return 0
 

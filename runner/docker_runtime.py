@@ -24,6 +24,7 @@ import requests.exceptions
 from docker.types import LogConfig
 from docker.types import Mount as DockerMount
 
+from runner.resource_use import ResourceSample, cgroup_v2_sample, merge_samples, sample_from_engine_stats
 from runner.runtime import (
     LABEL_APP,
     ContainerInfo,
@@ -340,6 +341,18 @@ class DockerRuntime:
                 return _info_from_attrs(client.api.inspect_container(container_id))
             except docker.errors.NotFound:
                 return None
+
+        return await self._run(call)
+
+    async def usage(self, container_id: str) -> ResourceSample | None:
+        local = self._endpoint.startswith("unix://")  # a remote engine's cgroups are not on this host
+
+        def call(client: docker.DockerClient) -> ResourceSample | None:
+            try:
+                stats = client.api.stats(container_id, stream=False, one_shot=True)
+            except docker.errors.NotFound:
+                return None
+            return merge_samples(sample_from_engine_stats(stats), cgroup_v2_sample(container_id) if local else None)
 
         return await self._run(call)
 

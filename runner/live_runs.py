@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from runner.resource_use import ResourceUse
+
 if TYPE_CHECKING:
     from runner.run_endpoint import RunInbox
 
@@ -34,6 +36,10 @@ class LiveRun:
     recovering: bool = False  # recorded live by an earlier process; recovery has not reconciled it yet
     container_id: str | None = None
     started_monotonic: float | None = None
+    created_at: float | None = None  # unix seconds the request became a run (queue wait counts from here)
+    container_started_at: float | None = None  # unix seconds the engine's start returned
+    cancel_monotonic: float | None = None  # when a cancel was asked (cancel latency counts from here)
+    usage: ResourceUse = field(default_factory=ResourceUse, repr=False)
     stop_reason: StopReason | None = None
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     inbox: RunInbox | None = field(default=None, repr=False)
@@ -94,6 +100,14 @@ class LiveRuns:
         for run in list(self._runs.values()):
             if run.recovering:
                 del self._runs[run.id]
+
+    def queued(self) -> int:
+        """Runs accepted whose container has not started yet (status `queued`)."""
+        return sum(1 for r in self._runs.values() if not r.stopped and not r.recovering and r.container_id is None)
+
+    def running(self) -> int:
+        """Runs whose container has started and is not confirmed stopped."""
+        return sum(1 for r in self._runs.values() if not r.stopped and r.container_id is not None)
 
     def count(self, chat_id: int | None = None) -> int:
         """Runs holding a slot: a cancelled run holds it until its container is confirmed stopped."""

@@ -13,26 +13,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
 from container.protocol import CHANNEL_SOCKET_FILE, SpawnRequest
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import Settings
-from core.store.chats import Chat, ChatStore
-from core.store.messages import MessageStore
-from core.store.runs import DuplicateRun, RunRecord, RunStatus, RunStore
+from core.store.chats import Chat
+from core.store.runs import DuplicateRun, RunRecord, RunStatus
 from runner.admission import Admission, record_request
 from runner.conclusion import Conclusion
 from runner.container_spec import run_container_spec
 from runner.ipc_outcome import RequestOutcome
 from runner.live_runs import LiveRun, LiveRuns, StopReason
 from runner.llm_proxy import Spent
+from runner.manager_ports import RunChannels, RunStores, TypingHolder
 from runner.outcome import label_for
 from runner.paths import DataPaths
 from runner.rejections import Refusals
+from runner.run_accounting import RunAccounting
 from runner.run_endpoint import RunInbox
 from runner.run_files import RunFiles
 from runner.runtime import ContainerRuntime, ContainerStartError, RuntimeUnavailable
@@ -43,21 +41,6 @@ from runner.workspaces import Workspaces
 log = get_logger(__name__)
 
 CONTEXT_MESSAGES = 20  # recent chat lines handed to a subagent with include_context=True
-
-
-class RunChannels(Protocol):
-    """What the manager needs of the channel server (the LLM proxy): one socket per run."""
-
-    async def open_run(self, run_id: str, socket_path: Path, *, endpoint: RunInbox, spent: Spent) -> None: ...
-
-    async def close_run(self, run_id: str) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RunStores:
-    runs: RunStore
-    chats: ChatStore
-    messages: MessageStore
 
 
 class TaskManager:
@@ -75,6 +58,7 @@ class TaskManager:
         paths: DataPaths,
         files: RunFiles,
         workspaces: Workspaces,
+        accounting: RunAccounting,
     ) -> None:
         self._settings = settings
         self._runs = stores.runs
@@ -88,12 +72,13 @@ class TaskManager:
         self._paths = paths
         self._files = files
         self._workspaces = workspaces
-        self._supervisor = Supervisor(runtime, settings.subagent_timeout_seconds)
+        self._accounting = accounting
+        self._supervisor = Supervisor(runtime, lambda: settings.subagent_timeout_seconds)
         self._conclusion = Conclusion(settings, runs=stores.runs, delivery=delivery, files=files, release=self._release)
         self._live = live
         self._rejections = Refusals(stores.runs, delivery, admission.reject_text)
         self.waiting = WaitingRuns(
-            settings.subagent_queue_limit,
+            lambda: settings.subagent_queue_limit,
             runs=stores.runs,
             delivery=delivery,
             may_start=lambda chat_id: admission.over_cap(chat_id).status is None,
@@ -127,10 +112,11 @@ class TaskManager:
                 self.drain_queue()  # a slot may have freed while the record was written
                 return RequestOutcome.ACCEPTED
             log.info("run_not_started", run_id=run_id, chat_id=chat_id, status=decision.status, reason=decision.reason)
+            self._accounting.not_started(decision.status, decision.reason)
             if decision.status is RunStatus.REJECTED:
                 self._rejections.add(chat_id)
             return RequestOutcome.ACCEPTED
-        live = LiveRun(id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
+        live = LiveRun(id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label, created_at=picked_up_at)
         self._live.add(live)
         self.waiting.started(chat_id)  # the queue's rotation counts it: fairness holds across both ways in
         self._typing.acquire(chat_id)
@@ -184,6 +170,7 @@ class TaskManager:
                 await self._conclude(live, RunStatus.FAILED, error=over)
                 return
             await self._open_channel(live, chat, task, include_context, record)
+            marked_running_at = time.time()
             if not await self._runs.mark_running(live.id, live.inbox.session_in if live.inbox else None):
                 return  # cancelled while queued
             live.started_monotonic = time.monotonic()
@@ -202,7 +189,7 @@ class TaskManager:
                 live.stopped = True
                 await self._conclude(live, RunStatus.FAILED, error=f"could not start its container: {exc}")
                 return
-            await self._runs.set_container(live.id, live.container_id)
+            await self._accounting.started(live, live.container_id, marked_running_at)
             log.info("run_started", run_id=live.id, container_id=live.container_id[:12])
             await self._supervise(live, chat)
 
@@ -263,6 +250,7 @@ class TaskManager:
 
     async def _supervise(self, live: LiveRun, chat: Chat) -> None:
         exit_code = await self._supervisor.until_exit(live, lambda: self._workspace_over_quota(chat))
+        await self._accounting.stopped(live)
         self.drain_queue()  # its slot is free now that its container is stopped
         quota = await self._workspace_over_quota(chat) if live.stop_reason is StopReason.WORKSPACE_QUOTA else None
         await self._conclusion.settle(live, chat, exit_code, quota)
@@ -287,6 +275,7 @@ class TaskManager:
             await self._supervisor.remove(live, self._files.keep_logs, lambda: self._stopping)
         await self._files.remove_channel(live.id)
         live.stopped = True
+        await self._accounting.ended(live)
         self._release(live)
         self._live.discard(live.id)
         self.drain_queue()
@@ -305,6 +294,7 @@ class TaskManager:
         if live.cancelled:
             return False
         live.cancelled = True  # from here the channel refuses its calls
+        live.cancel_monotonic = time.monotonic()
         live.request_stop(StopReason.CANCELLED)
         recorded = await self._runs.finish(live.id, RunStatus.CANCELLED, error=f"cancelled: {reason}")
         if recorded:
@@ -377,7 +367,10 @@ class TaskManager:
         live.released = live.stopped = True
         self._live.discard(record.id)
         await self._files.remove_channel(record.id)
-        return await self._conclude(live, RunStatus.INTERRUPTED, error=reason)
+        recorded = await self._conclude(live, RunStatus.INTERRUPTED, error=reason)
+        if recorded:
+            await self._accounting.ended(live)
+        return recorded
 
     async def close(self) -> None:
         """Shutdown: leave running containers for the next start to re-attach; finish what has ended."""
@@ -392,9 +385,3 @@ class TaskManager:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
-
-
-class TypingHolder(Protocol):
-    def acquire(self, chat_id: int) -> None: ...
-
-    def release(self, chat_id: int) -> None: ...

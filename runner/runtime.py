@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from runner.resource_use import ResourceSample
+
 LABEL_APP = "crewbot"
 LABEL_RUN_ID = "crewbot.run_id"
 LABEL_CHAT_ID = "crewbot.chat_id"
@@ -75,6 +77,9 @@ class ContainerRuntime(Protocol):
 
     async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:
         """Containers (running or not) carrying all of these labels."""
+
+    async def usage(self, container_id: str) -> ResourceSample | None:
+        """Its peak memory and CPU time so far; None once it has exited or is gone (the engine forgets them)."""
 
     async def image_exists(self, image: str) -> bool: ...
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from core.delivery import Delivery
 from core.logging import get_logger
-from core.settings import Settings
+from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.runs import FollowUp, RunStatus, RunStore
 from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
@@ -18,10 +18,13 @@ from runner.ipc import ensure_ipc_root
 from runner.live_runs import LiveRuns
 from runner.llm_policy import RequestPolicy
 from runner.llm_proxy import LlmProxy, UpstreamConfig
-from runner.manager import RunStores, TaskManager
+from runner.manager import TaskManager
+from runner.manager_ports import RunStores
+from runner.metrics import RunMetrics
 from runner.paths import DataPaths
 from runner.recovery import Recovery
 from runner.retention import Retention
+from runner.run_accounting import RunAccounting
 from runner.run_files import RunFiles
 from runner.runtime import ContainerRuntime, RuntimeUnavailable
 from runner.spawner import IpcSpawner
@@ -44,6 +47,7 @@ class SubagentService:
         delivery: Delivery,
         typing: TypingIndicator,
         runtime: ContainerRuntime,
+        metrics: RunMetrics | None = None,
     ) -> None:
         self._settings = settings
         self._stores = stores
@@ -53,6 +57,15 @@ class SubagentService:
         self.runs = RunStore(stores.db)
         self._spawner = IpcSpawner(self.paths.ipc_root, stores.chats)
         self.live = LiveRuns()
+        self.metrics = metrics or RunMetrics()
+        self.metrics.watch(
+            running=self.live.running,
+            # Accepted but not started: those about to start, and those waiting for a slot in the queue.
+            queued=lambda: self.live.queued() + self.queued_count(),
+            max_concurrent=lambda: settings.max_concurrent_subagents,
+            max_per_chat=lambda: settings.max_subagents_per_chat,
+        )
+        accounting = RunAccounting(self.runs, self.metrics)
         self.workspaces = Workspaces(self.paths, stores.chats, self.live, settings.workspace_quota_mb)
         policy = RequestPolicy(
             provider=settings.llm_provider,
@@ -62,7 +75,7 @@ class SubagentService:
         self.proxy = LlmProxy(
             UpstreamConfig.from_settings(settings),
             self.live,
-            self.runs,
+            accounting,  # the usage sink: tokens into the run's record and the metrics
             policy=policy,
             max_tokens_per_run=settings.subagent_max_tokens,
             on_budget_exhausted=self._budget_exhausted,
@@ -79,6 +92,7 @@ class SubagentService:
             paths=self.paths,
             files=RunFiles(settings, self.paths),
             workspaces=self.workspaces,
+            accounting=accounting,
         )
         self.watcher = IpcWatcher(
             self.paths.ipc_root,
@@ -188,5 +202,5 @@ class SubagentService:
 def build_subagent_system(
     settings: Settings, stores: Stores, delivery: Delivery, typing: TypingIndicator
 ) -> SubagentService:
-    runtime = DockerRuntime(max_concurrency=settings.max_concurrent_subagents)
+    runtime = DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)  # threads start on demand; the cap may rise live
     return SubagentService(settings, stores, delivery, typing, runtime)

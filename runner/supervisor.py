@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from core.logging import get_logger
 from runner.docker_runtime import ContainerGone
 from runner.live_runs import LiveRun, StopReason
+from runner.resource_use import RESOURCE_SAMPLE_SECONDS
 from runner.runtime import ContainerRuntime, RuntimeUnavailable
 
 log = get_logger(__name__)
@@ -28,9 +29,9 @@ OverQuota = Callable[[], Awaitable[str | None]]
 
 
 class Supervisor:
-    def __init__(self, runtime: ContainerRuntime, timeout_seconds: float) -> None:
+    def __init__(self, runtime: ContainerRuntime, timeout_seconds: Callable[[], float]) -> None:
         self._runtime = runtime
-        self._timeout_seconds = timeout_seconds
+        self._timeout_seconds = timeout_seconds  # read at each run's start: the operator may change it live
 
     async def until_exit(self, live: LiveRun, over_quota: OverQuota) -> int | None:
         """The container's exit code once it has exited or been stopped (None: it vanished); the reason
@@ -40,6 +41,7 @@ class Supervisor:
             asyncio.create_task(self._deadline(live)),
             asyncio.create_task(self._quota_watch(live, over_quota)),
             asyncio.create_task(self._linger_watch(live)),
+            asyncio.create_task(self._sample_usage(live)),
         ]
         stop = asyncio.create_task(live.stop_requested.wait())
         try:
@@ -100,8 +102,21 @@ class Supervisor:
     async def _deadline(self, live: LiveRun) -> None:
         assert live.started_monotonic is not None
         elapsed = time.monotonic() - live.started_monotonic
-        await asyncio.sleep(max(self._timeout_seconds - elapsed, 0.0))
+        await asyncio.sleep(max(self._timeout_seconds() - elapsed, 0.0))
         live.request_stop(StopReason.TIME_LIMIT)
+
+    async def _sample_usage(self, live: LiveRun) -> None:
+        """Peak memory and CPU time while it runs: the engine forgets them once the container exits."""
+        assert live.container_id is not None
+        while True:
+            try:
+                sample = await self._runtime.usage(live.container_id)
+            except Exception as exc:  # figures are a nice-to-have: never let them end a run
+                log.debug("usage_sample_failed", run_id=live.id, error=str(exc))
+                sample = None
+            if sample is not None:
+                live.usage.add(sample)
+            await asyncio.sleep(RESOURCE_SAMPLE_SECONDS)
 
     async def _quota_watch(self, live: LiveRun, over_quota: OverQuota) -> None:
         while True:

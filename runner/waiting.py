@@ -34,8 +34,8 @@ class Waiting:
 class RunQueue:
     """In memory: per chat, its waiting runs in arrival order; the store holds the same for restarts."""
 
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
+    def __init__(self, limit: Callable[[], int]) -> None:
+        self._limit = limit  # read at each request: an operator may change SUBAGENT_QUEUE_LIMIT live
         self._chats: dict[int, deque[Waiting]] = {}
         self._arrivals = itertools.count()
         self._starts = itertools.count()
@@ -48,7 +48,7 @@ class RunQueue:
         return any(w.run_id == run_id for w in self.all())
 
     def has_room(self) -> bool:
-        return len(self) < self._limit
+        return len(self) < self._limit()
 
     def all(self) -> list[Waiting]:
         return sorted((w for q in self._chats.values() for w in q), key=lambda w: w.arrival)
@@ -93,7 +93,7 @@ class WaitingRuns:
 
     def __init__(
         self,
-        limit: int,
+        limit: Callable[[], int],
         *,
         runs: RunStore,
         delivery: Delivery,

@@ -44,19 +44,19 @@ class CapCheckedSpawner:
         running: Callable[[int | None], int],
         picked_up: Callable[[str], Awaitable[bool]],
         *,
-        max_total: int,
-        max_per_chat: int,
+        max_total: Callable[[], int],
+        max_per_chat: Callable[[], int],
         queued: Callable[[], int] = lambda: 0,
-        queue_limit: int = 0,
+        queue_limit: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inner = inner
         self._running = running
         self._picked_up = picked_up
-        self._max_total = max_total
+        self._max_total = max_total  # callables: an operator may change the caps on the running bot
         self._max_per_chat = max_per_chat
         self._queued = queued  # requests waiting in the manager's queue for a slot
-        self._queue_limit = queue_limit
+        self._queue_limit = queue_limit  # live too: SUBAGENT_QUEUE_LIMIT
         self._clock = clock
         self._written: dict[str, tuple[int, float]] = {}  # run id -> (chat id, when written)
         # A model may call the tool several times at once: check and write one spawn at a time.
@@ -75,20 +75,17 @@ class CapCheckedSpawner:
             waiting = await self._not_picked_up()
             total = self._running(None) + len(waiting)
             in_chat = self._running(chat_id) + waiting.count(chat_id)
+            max_total, max_per_chat, queue_limit = self._max_total(), self._max_per_chat(), self._queue_limit()
             # Requests written here beyond the free slots will wait in the queue: they take its room too.
-            overflow = max(0, total - self._max_total) + max(0, in_chat - self._max_per_chat)
-            queue_full = self._queued() + overflow >= self._queue_limit
-            full = f" {QUEUE_FULL.format(limit=self._queue_limit)}" if self._queue_limit else ""
-            if queue_full and (total >= self._max_total or in_chat >= self._max_per_chat):
+            overflow = max(0, total - max_total) + max(0, in_chat - max_per_chat)
+            queue_full = self._queued() + overflow >= queue_limit
+            full = f" {QUEUE_FULL.format(limit=queue_limit)}" if queue_limit else ""
+            if queue_full and (total >= max_total or in_chat >= max_per_chat):
                 log.info("spawn_refused", chat_id=chat_id, running=self._running(None), not_picked_up=len(waiting))
-            if total >= self._max_total and queue_full:
-                raise SpawnRefused(
-                    f"the limit of {_runs(self._max_total)} at once (all chats) is reached{full}. {RETRY}"
-                )
-            if in_chat >= self._max_per_chat and queue_full:
-                raise SpawnRefused(
-                    f"this chat's limit of {_runs(self._max_per_chat)} at once is reached{full}. {RETRY}"
-                )
+            if total >= max_total and queue_full:
+                raise SpawnRefused(f"the limit of {_runs(max_total)} at once (all chats) is reached{full}. {RETRY}")
+            if in_chat >= max_per_chat and queue_full:
+                raise SpawnRefused(f"this chat's limit of {_runs(max_per_chat)} at once is reached{full}. {RETRY}")
             run_id = await self._inner.spawn(chat_id, turn_id, task, label, include_context)
             self._written[run_id] = (chat_id, self._clock())
             return run_id

@@ -72,6 +72,10 @@ class RunRecord:
     session_in: str | None
     session_out: str | None
     messages_sent: int = 0
+    container_started_at: float | None = None
+    memory_peak_bytes: int | None = None  # None: unknown
+    cpu_seconds: float | None = None  # None: unknown
+    resource_samples: int = 0
 
 
 def _run(row: aiosqlite.Row) -> RunRecord:
@@ -95,6 +99,10 @@ def _run(row: aiosqlite.Row) -> RunRecord:
         session_in=row["session_in"],
         session_out=row["session_out"],
         messages_sent=row["messages_sent"],
+        container_started_at=row["container_started_at"],
+        memory_peak_bytes=row["memory_peak_bytes"],
+        cpu_seconds=row["cpu_seconds"],
+        resource_samples=row["resource_samples"],
     )
 
 
@@ -187,6 +195,15 @@ class RunStore:
             rows = await cursor.fetchall()
         return [_run(row) for row in rows]
 
+    async def created_since(self, since: float, chat_id: int | None = None) -> list[RunRecord]:
+        """Runs requested at or after `since` (unix seconds), oldest first; one chat's, or all."""
+        query, params = "SELECT * FROM subagent_runs WHERE created_at >= ?", [since]
+        if chat_id is not None:
+            query, params = query + " AND chat_id = ?", [since, chat_id]
+        async with self._db.conn.execute(query + " ORDER BY created_at, rowid", params) as cursor:
+            rows = await cursor.fetchall()
+        return [_run(row) for row in rows]
+
     async def with_status(self, *statuses: str) -> list[RunRecord]:
         marks = ", ".join("?" for _ in statuses)
         async with self._db.conn.execute(
@@ -206,9 +223,27 @@ class RunStore:
             self._changed(run_id)
         return cursor.rowcount == 1
 
-    async def set_container(self, run_id: str, container_id: str) -> None:
+    async def set_container(self, run_id: str, container_id: str, started_at: float | None = None) -> None:
         async with self._db.write() as conn:
-            await conn.execute("UPDATE subagent_runs SET container_id = ? WHERE id = ?", (container_id, run_id))
+            await conn.execute(
+                "UPDATE subagent_runs SET container_id = ?, container_started_at = COALESCE(?, container_started_at) "
+                "WHERE id = ?",
+                (container_id, started_at, run_id),
+            )
+
+    async def record_resources(
+        self, run_id: str, *, memory_peak_bytes: int | None, cpu_seconds: float | None, samples: int
+    ) -> None:
+        """What its container used, as of its last sample (a re-attached run adds to what was known)."""
+        async with self._db.write() as conn:
+            await conn.execute(
+                "UPDATE subagent_runs SET "
+                "memory_peak_bytes = CASE WHEN ?1 IS NULL THEN memory_peak_bytes "
+                "ELSE MAX(COALESCE(memory_peak_bytes, 0), ?1) END, "
+                "cpu_seconds = CASE WHEN ?2 IS NULL THEN cpu_seconds ELSE MAX(COALESCE(cpu_seconds, 0), ?2) END, "
+                "resource_samples = resource_samples + ?3 WHERE id = ?4",
+                (memory_peak_bytes, cpu_seconds, samples, run_id),
+            )
 
     async def record_usage(self, run_id: str, input_tokens: int, output_tokens: int, requests: int) -> None:
         """The LLM proxy's usage sink: add one call's tokens to the run."""

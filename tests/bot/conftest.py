@@ -11,9 +11,11 @@ from bot.commands import Commands
 from bot.engine import ChatEngine
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
+from core.live_config import LiveConfig
 from core.settings import load_settings
 from core.store import ChatStore, MessageStore
 from core.store.db import Database
+from core.store.setting_overrides import SettingOverrideStore
 from core.typing_indicator import TypingIndicator
 from tests.bot.helpers import ControlledRunner, FakeRunControl, RecordingChannel, RecordingLifecycle, make_delivery
 from tests.bot.router_helpers import ADMIN, ALLOWED, Bot, RecordingWorkspaces
@@ -29,7 +31,8 @@ async def bot(db: Database, chats: ChatStore, messages: MessageStore) -> AsyncIt
     delivery = make_delivery(db, channel, settings.assistant_name)
     runs = FakeRunControl()
     workspaces = RecordingWorkspaces()
-    commands = Commands(channel, delivery, engine, runs, settings.admin_user_ids, workspaces=workspaces)
+    config = LiveConfig(settings, SettingOverrideStore(db))
+    commands = Commands(channel, delivery, engine, runs, settings.admin_user_ids, workspaces=workspaces, config=config)
     router = InboundRouter(
         settings,
         chats=chats,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from runner.docker_runtime import ContainerGone, container_name
+from runner.resource_use import ResourceSample
 from runner.runtime import (
     LABEL_APP,
     LABEL_RUN_ID,
@@ -46,6 +47,7 @@ class MemoryContainer:
     removed: bool = False
     waiters: list[asyncio.Future[int]] = field(default_factory=list)
     behaviour: asyncio.Task[None] | None = None
+    usage: ResourceSample | None = None  # what `usage()` reports while it runs (the test sets it)
 
 
 class MemoryRuntime:
@@ -60,6 +62,7 @@ class MemoryRuntime:
         self.kills: list[str] = []  # every kill the engine answered, no-ops included, in order
         self.removed: list[str] = []  # every container actually removed, in order
         self.max_running = 0
+        self.container_usage: ResourceSample | None = None  # what containers started from now on report while running
         self.behaviour_errors: list[Exception] = []
         self._containers: dict[str, MemoryContainer] = {}  # removed ones too, for inspection afterwards
         self._down = False
@@ -171,7 +174,9 @@ class MemoryRuntime:
             # Docker answers 409 to a create whose name is taken, even by an exited container.
             raise ContainerStartError(f"engine refused to create container {spec.name!r}: name already in use")
         labels = {LABEL_APP: "1", **spec.labels}  # as DockerRuntime's create_options
-        container = MemoryContainer(self._new_id(spec.name), spec.name, labels, spec, time.time())
+        container = MemoryContainer(
+            self._new_id(spec.name), spec.name, labels, spec, time.time(), usage=self.container_usage
+        )
         self.started_specs.append(spec)
         self._add(container)
         if self.on_start is not None:
@@ -219,6 +224,14 @@ class MemoryRuntime:
         container.removed = True
         self.removed.append(container_id)
         self._notify()
+
+    async def usage(self, container_id: str) -> ResourceSample | None:
+        """As the engine: figures while it runs, none once it has exited (its cgroup is gone)."""
+        self._check_engine()
+        container = self._containers.get(container_id)
+        if container is None or container.removed or container.status != "running":
+            return None
+        return container.usage
 
     async def image_exists(self, image: str) -> bool:
         self._check_engine()

@@ -44,10 +44,10 @@ class Engine:
             self,
             self.running,
             self.picked_up,
-            max_total=max_total,
-            max_per_chat=max_per_chat,
+            max_total=lambda: max_total,
+            max_per_chat=lambda: max_per_chat,
             queued=lambda: self.queued,
-            queue_limit=queue_limit,
+            queue_limit=lambda: queue_limit,
             clock=lambda: self.now,
         )
 

@@ -1,0 +1,70 @@
+"""What an operator reaches the running bot by: the control socket (live settings) and the metrics endpoint.
+
+Built by `serve` around the app: the stored live overrides are applied before the app reads the settings,
+the control socket and METRICS_ADDR open before the app starts (so /readyz can say "starting"), and both
+close after it stops taking work.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core.live_config import LiveConfig
+from core.logging import get_logger
+from core.settings import Settings
+from core.store.db import Database
+from core.store.setting_overrides import SettingOverrideStore
+from core.store.stores import Stores
+from crewbot.control import ControlServer, control_socket_path
+from crewbot.metrics_server import MetricsServer
+
+if TYPE_CHECKING:
+    from runner.metrics import RunMetrics
+
+log = get_logger(__name__)
+
+
+class Operations:
+    def __init__(self, settings: Settings) -> None:
+        from runner.metrics import RunMetrics
+
+        self._settings = settings
+        self.metrics: RunMetrics = RunMetrics()  # the app's own registry: no global state
+        self.config: LiveConfig | None = None
+        self.control: ControlServer | None = None
+        self.server: MetricsServer | None = None
+        self._db: Database | None = None
+        self.ready = False
+
+    async def open(self, stores: Stores) -> LiveConfig:
+        self.config = LiveConfig(self._settings, SettingOverrideStore(stores.db))
+        await self.config.load()
+        return self.config
+
+    async def start(self, db: Database) -> None:
+        self._db = db
+        assert self.config is not None
+        self.control = ControlServer(self.config, control_socket_path(self._settings.data_dir))
+        await self.control.start()
+        if self._settings.metrics_addr:
+            self.server = MetricsServer(self.metrics.registry, self._settings.metrics_addr, self._readiness)
+            await self.server.start()
+
+    async def _readiness(self) -> str | None:
+        if not self.ready or self._db is None:
+            return "starting or stopping"
+        try:
+            async with self._db.conn.execute("SELECT 1") as cursor:
+                await cursor.fetchone()
+        except Exception as exc:
+            return f"database: {exc}"
+        return None
+
+    async def stop(self) -> None:
+        for server in (self.server, self.control):
+            if server is not None:
+                try:
+                    await server.stop()
+                except Exception:
+                    log.exception("operations_stop_failed")
+        self.server = self.control = None

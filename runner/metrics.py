@@ -1,0 +1,105 @@
+"""Prometheus metrics of the subagent system, in a registry of the app's own (no global state).
+
+Names follow Prometheus conventions: a `crewbot_` prefix, units in the name (`_seconds`, `_bytes`),
+`_total` on counters; labels take a handful of values (an outcome, a cap, a direction), never a chat id.
+The gauges read the live state when scraped, so they cannot drift from what the manager counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from core.store.runs import RunStatus
+
+# Seconds: a queue wait or a start is short, a run lasts up to SUBAGENT_TIMEOUT_SECONDS (900 s by default).
+LATENCY_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+DURATION_BUCKETS_SECONDS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0)
+MEMORY_BUCKETS_BYTES = tuple(float(mib * 1024 * 1024) for mib in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
+CPU_BUCKETS_SECONDS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0)
+
+
+class CapKind:
+    """The `cap` label of a refusal."""
+
+    GLOBAL = "global"  # MAX_CONCURRENT_SUBAGENTS
+    CHAT = "chat"  # MAX_SUBAGENTS_PER_CHAT
+
+
+class RunMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.running = Gauge("crewbot_subagents_running", "Subagent containers running now", registry=r)
+        self.queued = Gauge("crewbot_subagents_queued", "Runs accepted whose container has not started", registry=r)
+        self.max_concurrent = Gauge(
+            "crewbot_subagents_max_concurrent", "MAX_CONCURRENT_SUBAGENTS in effect (changeable live)", registry=r
+        )
+        self.max_per_chat = Gauge(
+            "crewbot_subagents_max_per_chat", "MAX_SUBAGENTS_PER_CHAT in effect (changeable live)", registry=r
+        )
+        self.runs = Counter("crewbot_subagent_runs", "Runs by their final status", ["outcome"], registry=r)
+        self.refusals = Counter("crewbot_subagent_refusals", "Spawn requests refused by a cap", ["cap"], registry=r)
+        self.tokens = Counter("crewbot_subagent_llm_tokens", "LLM tokens used by subagents", ["direction"], registry=r)
+        self.queue_wait = Histogram(
+            "crewbot_subagent_queue_wait_seconds",
+            "Request recorded -> run started (run start minus request creation)",
+            buckets=LATENCY_BUCKETS_SECONDS,
+            registry=r,
+        )
+        self.start_latency = Histogram(
+            "crewbot_subagent_start_latency_seconds",
+            "Run started -> the engine's container start returned",
+            buckets=LATENCY_BUCKETS_SECONDS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            "crewbot_subagent_run_duration_seconds",
+            "Run started -> outcome recorded",
+            buckets=DURATION_BUCKETS_SECONDS,
+            registry=r,
+        )
+        self.cancel_latency = Histogram(
+            "crewbot_subagent_cancel_latency_seconds",
+            "Cancel asked -> container confirmed stopped",
+            buckets=LATENCY_BUCKETS_SECONDS,
+            registry=r,
+        )
+        self.memory_peak = Histogram(
+            "crewbot_subagent_memory_peak_bytes",
+            "Peak memory of a run's container (runs whose peak is known)",
+            buckets=MEMORY_BUCKETS_BYTES,
+            registry=r,
+        )
+        self.cpu = Histogram(
+            "crewbot_subagent_cpu_seconds",
+            "CPU time of a run's container (runs whose figure is known)",
+            buckets=CPU_BUCKETS_SECONDS,
+            registry=r,
+        )
+        for status in RunStatus:  # every outcome is a series from the start, so rate() sees its first run
+            if status not in {RunStatus.QUEUED, RunStatus.RUNNING}:
+                self.runs.labels(outcome=status.value)
+        for cap in (CapKind.GLOBAL, CapKind.CHAT):
+            self.refusals.labels(cap=cap)
+        for direction in ("input", "output"):
+            self.tokens.labels(direction=direction)
+
+    def watch(
+        self,
+        *,
+        running: Callable[[], int],
+        queued: Callable[[], int],
+        max_concurrent: Callable[[], int],
+        max_per_chat: Callable[[], int],
+    ) -> None:
+        """The gauges read these when scraped."""
+        self.running.set_function(lambda: float(running()))
+        self.queued.set_function(lambda: float(queued()))
+        self.max_concurrent.set_function(lambda: float(max_concurrent()))
+        self.max_per_chat.set_function(lambda: float(max_per_chat()))
+
+    def count_tokens(self, input_tokens: int, output_tokens: int) -> None:
+        self.tokens.labels(direction="input").inc(max(input_tokens, 0))
+        self.tokens.labels(direction="output").inc(max(output_tokens, 0))
