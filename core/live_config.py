@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -97,6 +97,11 @@ class LiveConfig:
         self._store = store
         self._overrides: dict[str, str] = {}
         self._lock = asyncio.Lock()  # one change at a time: each validates against the one before
+        self._listeners: list[Callable[[str], None]] = []
+
+    def watch(self, on_change: Callable[[str], None]) -> None:
+        """Called with a setting's name after each change (a raised cap may start runs that wait)."""
+        self._listeners.append(on_change)
 
     @property
     def settings(self) -> Settings:
@@ -127,6 +132,11 @@ class LiveConfig:
             await self._store.set(change)
             self._apply(fresh, {name: change.new_value})
         log.info("setting_changed", setting=name, old=change.old_value, new=change.new_value, changed_by=changed_by)
+        for on_change in self._listeners:
+            try:
+                on_change(name)
+            except Exception:
+                log.exception("setting_change_listener_failed", setting=name)
         return change
 
     def _apply(self, fresh: Settings, names: Mapping[str, str]) -> None:

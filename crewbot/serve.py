@@ -20,6 +20,7 @@ from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
 from bot.commands import RunControl, WorkspaceControl
 from bot.run_output import ContainerLogs, RunOutputReader, RunsView
 from core.delivery import Delivery
+from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.db import Database
@@ -114,7 +115,11 @@ def runs_view(settings: Settings, stores: Stores, service: SubagentService) -> R
 
 
 def subagent_factory(
-    settings: Settings, stores: Stores, runtime: ContainerRuntime, metrics: RunMetrics | None = None
+    settings: Settings,
+    stores: Stores,
+    runtime: ContainerRuntime,
+    metrics: RunMetrics | None = None,
+    config: LiveConfig | None = None,
 ) -> SubagentFactory:
     from runner.service import SubagentService
 
@@ -129,6 +134,8 @@ def subagent_factory(
             queued=service.queued_count,
             queue_limit=lambda: settings.subagent_queue_limit,
         )
+        if config is not None:  # a cap or the queue limit raised live: waiting runs may start now
+            config.watch(lambda _name: service.manager.drain_queue())
         return ObservedSubagents(service, spawner, runs_view(settings, stores, service))
 
     return build
@@ -193,7 +200,8 @@ async def serve(
     try:
         stores = await Stores.open(settings)
         config = await ops.open(stores)  # stored live overrides apply before anything reads the settings
-        app = App(settings, channel, stores, subagent_factory(settings, stores, runtime, ops.metrics), config=config)
+        subagents = subagent_factory(settings, stores, runtime, ops.metrics, config)
+        app = App(settings, channel, stores, subagents, config=config)
     except Exception as exc:
         await runtime.close()
         if stores is not None:

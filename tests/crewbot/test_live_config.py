@@ -44,8 +44,11 @@ async def _block(container: MemoryContainer) -> int | None:
     return None
 
 
-def settings_for(data_dir: Path) -> Settings:
-    return make_settings(data_dir, MAX_SUBAGENTS_PER_CHAT=10, ALLOWED_CHAT_IDS=str(GROUP_ID))
+def settings_for(data_dir: Path, queue_limit: int = 0) -> Settings:
+    # Queue 0 by default: over the cap is a refusal, which shows the cap in force at each request.
+    return make_settings(
+        data_dir, MAX_SUBAGENTS_PER_CHAT=10, ALLOWED_CHAT_IDS=str(GROUP_ID), SUBAGENT_QUEUE_LIMIT=queue_limit
+    )
 
 
 @asynccontextmanager
@@ -180,4 +183,35 @@ async def test_config_set_changes_the_cap_of_the_running_bot_and_outlives_a_rest
         changes = await SettingOverrideStore(db).changes(name="MAX_CONCURRENT_SUBAGENTS")
         assert [(c.old_value, c.new_value) for c in changes] == [("3", "2"), ("2", "1")]
         assert all("via control socket" in c.changed_by for c in changes)
+        await db.close()
+
+
+async def test_a_cap_raised_live_starts_the_runs_that_wait_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("crewbot.serve.gc.freeze", lambda: None)  # the test process lives on
+    data_dir = tmp_path / "data"
+    settings = settings_for(data_dir, queue_limit=10)
+    stores = await Stores.open(settings)
+    folder = (await stores.chats.ensure(GROUP_ID, "group", "ops")).folder
+    await stores.db.close()
+    ensure_chat_dirs(DataPaths(data_dir).ipc_root, folder)
+
+    runtime = MemoryRuntime(on_start=_block)
+    async with runtime, running_bot(settings, runtime):
+        code, _, err = await cli(data_dir, "config", "set", "MAX_CONCURRENT_SUBAGENTS=1")
+        assert code == 0, err
+        db = await Database.open(settings.db_path)
+        runs = RunStore(db)
+        ids = [f"wait-{i}" for i in range(3)]
+        await spawn_in(folder, settings, runs, ids)
+        await runtime.until(lambda: runtime.running_count() == 1)
+        assert sorted(await statuses(runs, ids)) == [RunStatus.QUEUED, RunStatus.QUEUED, RunStatus.RUNNING]
+
+        # No run ends: the raise alone starts the two that wait.
+        code, _, err = await cli(data_dir, "config", "set", "MAX_CONCURRENT_SUBAGENTS=3")
+        assert code == 0, err
+        await runtime.until(lambda: runtime.running_count() == 3)
+        assert runtime.kills == []
+        await finish_all(runtime, runs, ids)
         await db.close()

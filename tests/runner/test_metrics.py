@@ -91,7 +91,8 @@ async def test_series_exist_and_move_with_runs(tmp_path: Path) -> None:
         return 0
 
     async with (
-        rig(tmp_path, gated, MAX_CONCURRENT_SUBAGENTS=1, MAX_SUBAGENTS_PER_CHAT=5) as r,
+        # Queue 0: over the cap is a refusal, so the refusal series move (waiting: the test below).
+        rig(tmp_path, gated, MAX_CONCURRENT_SUBAGENTS=1, MAX_SUBAGENTS_PER_CHAT=5, SUBAGENT_QUEUE_LIMIT=0) as r,
         serving(r) as scraper,
     ):
         types, samples = await scraper.scrape()
@@ -152,3 +153,19 @@ async def test_series_exist_and_move_with_runs(tmp_path: Path) -> None:
 
         assert await scraper.get("/healthz") == (200, "ok\n")
         assert (await scraper.get("/readyz"))[0] == 200
+
+
+async def test_the_queued_gauge_counts_runs_waiting_for_a_slot(tmp_path: Path) -> None:
+    async def blocked(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        await asyncio.Event().wait()
+        return None
+
+    async with rig(tmp_path, blocked, MAX_CONCURRENT_SUBAGENTS=1, SUBAGENT_QUEUE_LIMIT=5) as r, serving(r) as scraper:
+        ids = [await r.spawn(f"job {i}") for i in range(3)]
+        await r.runtime.until(lambda: r.runtime.running_count() == 1)
+        assert sorted([await r.status(run_id) for run_id in ids]) == ["queued", "queued", "running"]
+        _, samples = await scraper.scrape()
+        assert value(samples, "crewbot_subagents_queued") == 2
+        assert value(samples, "crewbot_subagents_running") == 1
+        assert value(samples, "crewbot_subagent_refusals_total", cap="global") == 0
