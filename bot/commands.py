@@ -115,7 +115,7 @@ HELP_TEXT = (
     "/stop – abort my current answer and stop all of this chat's subagents (admins)\n"
     "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)\n"
     "/tasks – this chat's scheduled tasks; /tasks <id> – one's history; /tasks pause|resume|cancel <id>\n"
-    "/timezone – the zone schedules are read in; /timezone Europe/Berlin sets it (admins)"
+    "/timezone – the zone schedules are read in; /timezone Europe/Berlin sets it (admins)\n"
     "/config – the settings operators change live, /config NAME=VALUE to change one (ADMIN_USER_IDS)"
 )
 CONSOLE_HELP_TEXT = (

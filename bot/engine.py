@@ -34,9 +34,9 @@ class Turn:
     delivering: bool = False
     aborted: bool = False
     # The newest triggering message (store row id) it answers: its prompt ends there, so a trigger that
-    # arrives while it runs gets a turn of its own and is never answered twice. None: the chat's latest.
+    # arrives while it runs gets a turn of its own and is never answered twice. None: no message asked
+    # (an announcement): the prompt holds everything, and the answer replies to nothing.
     trigger_id: int | None = None
-    reply_to: int | None = None  # that message's platform id (set when the turn starts)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def begin_delivery(self) -> None:
@@ -62,6 +62,7 @@ class TurnLifecycle(Protocol):
 class _ChatState:
     pending: bool = False
     trigger_id: int | None = None  # the newest trigger notified
+    unbounded: bool = False  # a notify without a message (an announcement): the next turn sees everything
     worker: asyncio.Task[None] | None = None
     turn: Turn | None = None
 
@@ -93,6 +94,8 @@ class ChatEngine:
         state.pending = True
         if trigger_id is not None:
             state.trigger_id = max(trigger_id, state.trigger_id or trigger_id)
+        else:
+            state.unbounded = True
         turn = state.turn
         if merge and turn is not None and not turn.delivering and not turn.aborted:
             age = self._clock() - turn.started_at
@@ -139,9 +142,9 @@ class ChatEngine:
         try:
             while state.pending and not self._closing:
                 state.pending = False
-                turn = Turn(
-                    id=secrets.token_hex(6), chat_id=chat_id, started_at=self._clock(), trigger_id=state.trigger_id
-                )
+                bound = None if state.unbounded else state.trigger_id
+                state.unbounded = False
+                turn = Turn(id=secrets.token_hex(6), chat_id=chat_id, started_at=self._clock(), trigger_id=bound)
                 state.turn = turn
                 try:
                     with structlog.contextvars.bound_contextvars(chat_id=chat_id, turn_id=turn.id):

@@ -37,13 +37,14 @@ class InboundRouter:
         self._delivery = delivery
         self._flood = flood
 
-    def _allowed(self, message: InboundMessage) -> bool:
-        # Either id counts: a topic is allowed by its chat, an upgraded group by its old or its new id.
-        allowed = self._settings.chat_allowed
-        return message.chat_kind == "console" or allowed(message.chat_id) or allowed(message.platform_id)
+    async def _allowed(self, message: InboundMessage) -> bool:
+        # Any of its ids counts: a topic is allowed by its chat, an upgraded group by its old or its new id.
+        if message.chat_kind == "console" or self._settings.chat_allowed(message.platform_id):
+            return True
+        return any(self._settings.chat_allowed(i) for i in await self._chats.allow_list_ids(message.chat_id))
 
     async def handle(self, message: InboundMessage) -> None:
-        if not self._allowed(message):
+        if not await self._allowed(message):
             log.info("chat_not_allowed", chat_id=message.platform_id, chat_kind=message.chat_kind)
             if message.command == "start":
                 self._delivery.reply_unstored(

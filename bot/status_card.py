@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.channels.base import CardChannel, CardGone
+from bot.schedules.firing import TASK_TURN_PREFIX as SCHEDULED_TURN_PREFIX
 from core.logging import get_logger
 from core.outbox import DeliveryError
 from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus, RunStore
@@ -115,8 +116,8 @@ class StatusCards:
 
     async def _touch(self, run_id: str) -> None:
         run = await self._runs.get(run_id)
-        if run is None or run.turn_id is None:
-            return  # a scheduled or re-attached run with no turn has no card
+        if run is None or run.turn_id is None or run.turn_id.startswith(SCHEDULED_TURN_PREFIX):
+            return  # a scheduled run (every fire shares its task's turn id) or one with no turn has no card
         self._cards.setdefault(run.turn_id, _Card(run.chat_id, run.turn_id))
         self._dirty.setdefault(run.chat_id, set()).add(run.turn_id)
         if run.chat_id not in self._workers:

@@ -101,6 +101,12 @@ def _cron_words(fields: list[str], day_names: str) -> str:
     return f"cron {' '.join(fields)}" + (f" ({said})" if said else "")
 
 
+# Due times further away are refused: nothing a chat asks for is that far off, and near datetime's limits
+# (year 9999) a due time in another zone cannot even be computed.
+HORIZON_YEARS = 100
+HORIZON_SECONDS = HORIZON_YEARS * 365 * 24 * 3600
+
+
 def _parse_cron(text: str, tz: ZoneInfo, now: datetime, min_interval_seconds: int) -> Schedule:
     fields = text.split()
     days = cron_days(fields[4])
@@ -129,6 +135,8 @@ def _parse_cron(text: str, tz: ZoneInfo, now: datetime, min_interval_seconds: in
 def _parse_every(match: re.Match[str], tz: ZoneInfo, start: datetime, min_interval_seconds: int) -> Schedule:
     count, unit = int(match[1]), match[2].lower()
     seconds = count * UNIT_SECONDS[unit]
+    if seconds > HORIZON_SECONDS:
+        raise ScheduleError(f"every {count}{unit} is longer than {HORIZON_YEARS} years")
     if seconds < min_interval_seconds:
         raise ScheduleError(
             f"every {count}{unit} is shorter than the minimum interval of {min_interval_seconds} seconds"
@@ -151,6 +159,12 @@ def _parse_once(text: str, tz: ZoneInfo, now: datetime, check_past: bool) -> Sch
     when = when.replace(tzinfo=tz) if when.tzinfo is None else when
     if check_past and when <= now:
         raise ScheduleError(f"{text} is in the past")
+    try:
+        beyond = when - now > timedelta(seconds=HORIZON_SECONDS)
+    except OverflowError:  # at the edge of datetime's range (year 1 or 9999 in a far zone)
+        beyond = True
+    if beyond:
+        raise ScheduleError(f"{text} is more than {HORIZON_YEARS} years away")
     shown = when.astimezone(tz).strftime("%Y-%m-%d %H:%M")
     return Schedule(ScheduleKind.ONCE, when.isoformat(), DateTrigger(run_date=when, timezone=tz), f"once at {shown}")
 

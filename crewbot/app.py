@@ -23,7 +23,7 @@ from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.outbox import Outbox
 from core.settings import CancelScope, LLMProvider, ResultMode, Settings
-from core.store.messages import MessageStore
+from core.store.chats import ChatAddress
 from core.store.runs import RunStore
 from core.store.stores import Stores
 from core.store.turns import TurnStatus, TurnStore
@@ -62,16 +62,14 @@ class SubagentSystem(Protocol):
 class TurnRecorder:
     """The engine's TurnLifecycle: turns in the store, and the cascading cancel of an aborted turn."""
 
-    def __init__(self, turns: TurnStore, messages: MessageStore, scope: CancelScope, runs: RunControl | None) -> None:
+    def __init__(self, turns: TurnStore, scope: CancelScope, runs: RunControl | None) -> None:
         self._turns = turns
-        self._messages = messages
         self._scope = scope
         self.runs = runs
 
     async def turn_started(self, turn: Turn) -> None:
-        # The answer and the results of the turn's subagents reply to the message that asked.
-        turn.reply_to = await self._messages.platform_id_of(turn.trigger_id, turn.chat_id)
-        await self._turns.start(turn.id, turn.chat_id, reply_to=turn.reply_to)
+        # The results of the turn's subagents reply to the message that asked, as its answer does.
+        await self._turns.start(turn.id, turn.chat_id, trigger_message_id=turn.trigger_id)
 
     async def turn_ended(self, turn: Turn, status: TurnStatus) -> None:
         await self._turns.end(turn.id, status)
@@ -90,6 +88,29 @@ class TurnRecorder:
             log.exception("cascade_cancel_failed", turn_id=turn.id)
             return
         log.info("turn_aborted", turn_id=turn.id, chat_id=turn.chat_id, reason=reason, runs_cancelled=cancelled)
+
+
+class AllowedTopics:
+    """The chats store as the channel's directory, except that a topic of a chat the bot does not work in
+    gets no row: strangers' forums leave nothing behind (their messages are then refused by the router)."""
+
+    def __init__(self, app: App) -> None:
+        self._chats = app.stores.chats
+        self._app = app
+
+    async def resolve(self, platform_chat_id: int, thread_id: int | None, kind: str, title: str | None) -> int:
+        if thread_id is not None and not await self._app.conversation_allowed(platform_chat_id):
+            return platform_chat_id
+        return await self._chats.resolve(platform_chat_id, thread_id, kind, title)
+
+    async def address(self, chat_id: int) -> ChatAddress:
+        return await self._chats.address(chat_id)
+
+    async def conversations_of(self, platform_chat_id: int) -> list[int]:
+        return await self._chats.conversations_of(platform_chat_id)
+
+    async def migrate(self, old_platform_id: int, new_platform_id: int) -> list[int]:
+        return await self._chats.migrate(old_platform_id, new_platform_id)
 
 
 class App:
@@ -115,9 +136,10 @@ class App:
             settings,
             stores.db,
             spawner=subagents.spawner if subagents else None,
-            poster=ChatPoster(stores.messages, lambda chat_id: self.engine.notify(chat_id)),
+            poster=ChatPoster(stores.messages, lambda chat_id, row_id: self.engine.notify(chat_id, row_id)),
             notifier=self.delivery,
             is_admin=self._is_admin,
+            allowed=self.conversation_allowed,
         )
         self.announcer: Announcer | None = None
         if subagents is not None and settings.subagent_result_mode is ResultMode.ANNOUNCE:
@@ -141,7 +163,7 @@ class App:
             announcements=self.announcer.take if self.announcer else None,
         )
         control = subagents.control if subagents else None
-        self.recorder = TurnRecorder(stores.turns, stores.messages, settings.merge_cancel_scope, control)
+        self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
         self.engine = ChatEngine(self.agent, self.recorder, self.typing, settings.merge_window_seconds)
         self.commands = Commands(
             channel,
@@ -163,6 +185,13 @@ class App:
             delivery=self.delivery,
             flood=FloodGuard(),
         )
+
+    async def conversation_allowed(self, chat_id: int) -> bool:
+        """As the router decides for a message: the console, or any of the conversation's ids listed."""
+        chat = await self.stores.chats.get(chat_id)
+        if chat is not None and chat.kind == "console":
+            return True
+        return any(self.settings.chat_allowed(i) for i in await self.stores.chats.allow_list_ids(chat_id))
 
     async def _is_admin(self, chat_id: int, user_id: int) -> bool:
         """May manage every scheduled task of the chat: ADMIN_USER_IDS, or the chat's own admins."""
@@ -186,7 +215,7 @@ class App:
         # The channel first: re-attached runs show typing at once. Spawn requests that new turns write
         # meanwhile wait in their folders until recovery is done and the watcher starts.
         await self.channel.start(
-            self.router.handle, on_membership=self._membership_changed, directory=self.stores.chats
+            self.router.handle, on_membership=self._membership_changed, directory=AllowedTopics(self)
         )
         if self.subagents is not None:
             await self.subagents.start()
@@ -218,6 +247,8 @@ class App:
         )
 
     async def _membership_changed(self, chat_id: int, present: bool, reason: str) -> None:
+        if not await self.conversation_allowed(chat_id):
+            return  # a chat the bot does not work in: nothing of it is kept
         if present:
             log.info("chat_rejoined", chat_id=chat_id)
             return

@@ -133,6 +133,7 @@ def subagent_factory(
             max_per_chat=lambda: settings.max_subagents_per_chat,
             queued=service.queued_count,
             queue_limit=lambda: settings.subagent_queue_limit,
+            on_refused=lambda chat_cap: service.metrics.refused(chat_cap),
         )
         if config is not None:  # a cap or the queue limit raised live: waiting runs may start now
             config.watch(lambda _name: service.manager.drain_queue())

@@ -7,7 +7,8 @@ ALTER TABLE chats ADD COLUMN platform_chat_id INTEGER;
 ALTER TABLE chats ADD COLUMN thread_id INTEGER;
 CREATE UNIQUE INDEX chats_by_address ON chats (COALESCE(platform_chat_id, id), COALESCE(thread_id, 0));
 
--- Answers are replies: a turn remembers the message it answers (the latest trigger when it started),
--- and an outbox row the message its first part replies to (platform message ids).
-ALTER TABLE turns ADD COLUMN reply_to INTEGER;
+-- Answers are replies: a turn remembers the stored message it answers (messages.id; its platform id is
+-- looked up when a reply is sent, so an upgrade that retires the old ids leaves no stale target), and an
+-- outbox row the platform message its first part replies to.
+ALTER TABLE turns ADD COLUMN trigger_message_id INTEGER;
 ALTER TABLE outbox ADD COLUMN reply_to INTEGER;

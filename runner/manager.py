@@ -83,6 +83,7 @@ class TaskManager:
             delivery=delivery,
             may_start=lambda chat_id: admission.over_cap(chat_id).status is None,
             start=self._leave_queue,
+            on_cancelled=accounting.not_started,
         )
         self._closing = False
         self._stopping = False
@@ -100,7 +101,7 @@ class TaskManager:
         decision = await self._admission.cancelled_before_pickup(chat_id, request, picked_up_at)
         if decision.status is None:
             decision = self._admission.over_cap(chat_id)  # no await between this and the reservation below
-        waits = decision.status is RunStatus.REJECTED and self.waiting.has_room()  # over a cap: it may wait
+        waits = decision.status is RunStatus.REJECTED and self.waiting.has_room(chat_id)  # over a cap: it may wait
         if decision.status is not None:
             status, reason = (RunStatus.QUEUED, None) if waits else (decision.status, decision.reason)
             try:
@@ -149,6 +150,7 @@ class TaskManager:
     async def _start_waited(self, live: LiveRun) -> None:
         # A cancel that came first makes mark_running refuse it in _execute.
         if (record := await self._runs.get(live.id)) is not None:
+            live.created_at = record.created_at  # its queue wait counts from the request
             await self._execute(live, record.task, record.include_context, record)
 
     def recovered(self) -> None:

@@ -86,6 +86,10 @@ class RunMetrics:
         for direction in ("input", "output"):
             self.tokens.labels(direction=direction)
 
+    def refused(self, chat_cap: bool) -> None:
+        """A spawn refused before it became a request (the caps and the queue were full)."""
+        self.refusals.labels(cap=CapKind.CHAT if chat_cap else CapKind.GLOBAL).inc()
+
     def watch(
         self,
         *,

@@ -149,11 +149,11 @@ class SubagentService:
         chat = await self._stores.chats.by_folder(folder)
         if chat is None:
             return None
-        # A topic or an upgraded group is allowed by its platform chat, as the router allows its messages.
-        allowed = self._settings.chat_allowed
-        if chat.kind != "console" and not (allowed(chat.id) or allowed(chat.platform_id)):
-            return None
-        return chat.id
+        # A topic or an upgraded group is allowed by any of its ids, as the router allows its messages.
+        if chat.kind == "console":
+            return chat.id
+        ids = await self._stores.chats.allow_list_ids(chat.id)
+        return chat.id if any(self._settings.chat_allowed(i) for i in ids) else None
 
     async def start(self) -> None:
         """Reconcile with the engine before taking new work, then watch the IPC folders."""

@@ -47,8 +47,12 @@ class RunQueue:
     def __contains__(self, run_id: object) -> bool:
         return any(w.run_id == run_id for w in self.all())
 
-    def has_room(self) -> bool:
-        return len(self) < self._limit()
+    def has_room(self, chat_id: int) -> bool:
+        """Room for one more of this chat: within the limit, and within the chat's share of it (half,
+        rounded up), so one chat's burst cannot fill the queue and lock every other chat out."""
+        limit = self._limit()
+        share = max(1, -(-limit // 2))
+        return len(self) < limit and len(self._chats.get(chat_id, ())) < share
 
     def all(self) -> list[Waiting]:
         return sorted((w for q in self._chats.values() for w in q), key=lambda w: w.arrival)
@@ -99,18 +103,20 @@ class WaitingRuns:
         delivery: Delivery,
         may_start: Callable[[int], bool],
         start: Callable[[Waiting], None],
+        on_cancelled: Callable[[RunStatus, str], None] = lambda status, reason: None,
     ) -> None:
         self._queue = RunQueue(limit)
         self._runs = runs
         self._delivery = delivery
         self._may_start = may_start
         self._start = start
+        self._on_cancelled = on_cancelled  # counted like a run cancelled before it started
         # Queued requests of one chat that arrive together are told in one message, like refusals.
         self._notices = RejectionNotices(self._tell)
         self._first_ahead: dict[int, int] = {}
 
-    def has_room(self) -> bool:
-        return self._queue.has_room()
+    def has_room(self, chat_id: int) -> bool:
+        return self._queue.has_room(chat_id)
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -155,6 +161,7 @@ class WaitingRuns:
                 continue
             if await self._runs.finish(entry.run_id, RunStatus.CANCELLED, error=f"cancelled: {reason}"):
                 cancelled += 1
+                self._on_cancelled(RunStatus.CANCELLED, reason)
                 log.info("run_cancelled", run_id=entry.run_id, reason=reason, waiting=True)
         return cancelled
 

@@ -137,11 +137,14 @@ class MainAgent:
             return
         turn.begin_delivery()
         # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
-        message_id = await asyncio.shield(
-            self._delivery.post_answer(turn.chat_id, reply, kind=kind, reply_to=turn.reply_to)
-        )
+        message_id = await asyncio.shield(self._post_answer(turn, reply, kind))
         if self._on_answered is not None:
             self._on_answered(turn.id, message_id)
+
+    async def _post_answer(self, turn: Turn, reply: str, kind: str) -> int | None:
+        # A reply to the message that asked, looked up now: an upgrade meanwhile retires its old id.
+        asked = None if turn.trigger_id is None else await self._messages.platform_id_of(turn.trigger_id, turn.chat_id)
+        return await self._delivery.post_answer(turn.chat_id, reply, kind=kind, reply_to=asked)
 
 
 class _NoSpawner:

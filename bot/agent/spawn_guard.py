@@ -48,6 +48,7 @@ class CapCheckedSpawner:
         max_per_chat: Callable[[], int],
         queued: Callable[[], int] = lambda: 0,
         queue_limit: Callable[[], int] = lambda: 0,
+        on_refused: Callable[[bool], None] = lambda chat_cap: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inner = inner
@@ -57,6 +58,7 @@ class CapCheckedSpawner:
         self._max_per_chat = max_per_chat
         self._queued = queued  # requests waiting in the manager's queue for a slot
         self._queue_limit = queue_limit  # live too: SUBAGENT_QUEUE_LIMIT
+        self._on_refused = on_refused  # told of each refusal (True: the chat's cap), for the operator's counts
         self._clock = clock
         self._written: dict[str, tuple[int, float]] = {}  # run id -> (chat id, when written)
         # A model may call the tool several times at once: check and write one spawn at a time.
@@ -83,8 +85,10 @@ class CapCheckedSpawner:
             if queue_full and (total >= max_total or in_chat >= max_per_chat):
                 log.info("spawn_refused", chat_id=chat_id, running=self._running(None), not_picked_up=len(waiting))
             if total >= max_total and queue_full:
+                self._on_refused(False)
                 raise SpawnRefused(f"the limit of {_runs(max_total)} at once (all chats) is reached{full}. {RETRY}")
             if in_chat >= max_per_chat and queue_full:
+                self._on_refused(True)
                 raise SpawnRefused(f"this chat's limit of {_runs(max_per_chat)} at once is reached{full}. {RETRY}")
             run_id = await self._inner.spawn(chat_id, turn_id, task, label, include_context)
             self._written[run_id] = (chat_id, self._clock())

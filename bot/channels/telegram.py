@@ -317,7 +317,8 @@ class TelegramChannel:
                 return await self._send_to(address, chunk, reply)
             except ChatMigrated as exc:  # the group was upgraded and we had not seen the service message
                 await self._migrated(address.platform_chat_id, int(exc.new_chat_id))
-                return await self._send_to(ChatAddress(int(exc.new_chat_id), address.thread_id), chunk, reply)
+                # Sent plainly: the old group's message ids name other messages in the supergroup.
+                return await self._send_to(ChatAddress(int(exc.new_chat_id), address.thread_id), chunk, None)
         except TelegramError as exc:
             raise _delivery_error(exc) from exc
 

@@ -4,6 +4,8 @@ Every refusal is a `TaskRequestError` whose message says why, for the chat or th
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -98,7 +100,12 @@ class TaskBook:
         if await self._store.chat_kind(chat_id) == "console":
             minimum = min(minimum, CONSOLE_MIN_INTERVAL_SECONDS)
         try:
-            parsed = parse_schedule(schedule, zone, now=datetime.fromtimestamp(now, UTC), min_interval_seconds=minimum)
+            # In a thread: a cron that never comes due is searched for to the year 9999 (about half a second).
+            parsed = await asyncio.to_thread(
+                functools.partial(
+                    parse_schedule, schedule, zone, now=datetime.fromtimestamp(now, UTC), min_interval_seconds=minimum
+                )
+            )
         except ScheduleError as exc:
             raise TaskRequestError(str(exc)) from None
         first = parsed.next_due(None, datetime.fromtimestamp(now, UTC))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from bot.agent.deps import Spawner
@@ -53,6 +53,7 @@ class TaskFiring:
         notifier: Notifier,
         *,
         max_failures: int,
+        allowed: Callable[[int], Awaitable[bool]] | None = None,
         clock: Callable[[], float] = time.time,
         wait_retry_seconds: float = WAIT_RETRY_SECONDS,
         settle_poll_seconds: float = SETTLE_POLL_SECONDS,
@@ -62,6 +63,7 @@ class TaskFiring:
         self._poster = poster
         self._notifier = notifier
         self._max_failures = max_failures
+        self._allowed = allowed  # a chat taken off ALLOWED_CHAT_IDS gets no scheduled turns or runs
         self._clock = clock
         self._wait_retry_seconds = wait_retry_seconds
         self._settle_poll_seconds = settle_poll_seconds
@@ -92,6 +94,12 @@ class TaskFiring:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def run(self, fire: Fire, task: TaskRecord) -> None:
+        if self._allowed is not None and not await self._allowed(task.chat_id):
+            await self._store.move_fire(
+                fire.id, FireStatus.SKIPPED, only_from=PENDING_FIRES, detail="the chat is not in ALLOWED_CHAT_IDS"
+            )
+            log.info("task_fire_skipped", task_id=task.id, reason="chat not allowed")
+            return
         if task.mode is TaskMode.MESSAGE:
             await self._post(fire, task)
             return

@@ -90,7 +90,10 @@ class TaskScheduler:
         if pruned:
             log.info("task_history_pruned", fires=pruned)
         for task in await self._store.active():
-            self.plan(task)
+            try:
+                self.plan(task)
+            except (ValueError, OverflowError) as exc:  # stored before due times were bounded: leave it unplanned
+                log.error("task_not_planned", task_id=task.id, error=str(exc))
         await self._handler.resume()
         log.info("scheduler_started", tasks=len(scheduler.get_jobs()))
 

@@ -20,15 +20,15 @@ SCHEDULED_KIND = "scheduled"  # a message a mode=message task puts to the main a
 class ChatPoster:
     """mode=message: the prompt is stored as a triggering message of the chat, and its turn is asked for."""
 
-    def __init__(self, messages: MessageStore, notify: Callable[[int], None]) -> None:
+    def __init__(self, messages: MessageStore, notify: Callable[[int, int | None], None]) -> None:
         self._messages = messages
         self._notify = notify
 
     async def post(self, chat_id: int, sender_name: str, prompt: str) -> None:
-        await self._messages.add(
+        row_id = await self._messages.add(
             NewMessage(chat_id=chat_id, sender_name=sender_name, content=prompt, is_trigger=True, kind=SCHEDULED_KIND)
         )
-        self._notify(chat_id)
+        self._notify(chat_id, row_id)  # its turn's prompt ends at this message, which it answers
 
 
 class Schedules:
@@ -41,9 +41,12 @@ class Schedules:
         poster: ChatPoster,
         notifier: Notifier,
         is_admin: Callable[[int, int], Awaitable[bool]],
+        allowed: Callable[[int], Awaitable[bool]] | None = None,
     ) -> None:
         self.store = ScheduleStore(db)
-        self.firing = TaskFiring(self.store, spawner, poster, notifier, max_failures=settings.schedule_max_failures)
+        self.firing = TaskFiring(
+            self.store, spawner, poster, notifier, max_failures=settings.schedule_max_failures, allowed=allowed
+        )
         self.scheduler = TaskScheduler(
             self.store, self.firing, misfire_grace_seconds=settings.schedule_misfire_grace_seconds
         )

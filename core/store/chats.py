@@ -123,6 +123,16 @@ class ChatStore:
             return ChatAddress(chat_id)
         return ChatAddress(int(row[0]), None if row[1] is None else int(row[1]))
 
+    async def allow_list_ids(self, chat_id: int) -> set[int]:
+        """The ids ALLOWED_CHAT_IDS may name a conversation by: its own, its platform chat's, and the id of
+        that chat's whole-chat conversation (a group's old id after an upgrade, for a topic made since)."""
+        address = await self.address(chat_id)
+        ids = {chat_id, address.platform_chat_id}
+        whole = await self._by_address(address.platform_chat_id, None)
+        if whole is not None:
+            ids.add(whole)
+        return ids
+
     async def conversations_of(self, platform_chat_id: int) -> list[int]:
         """Every conversation in a platform chat: the chat itself and each of its topics."""
         async with self._db.conn.execute(
@@ -152,6 +162,11 @@ class ChatStore:
             # and kept they would make its new messages look like redeliveries of old ones.
             await conn.executemany(
                 "UPDATE messages SET platform_message_id = NULL WHERE chat_id = ? AND platform_message_id IS NOT NULL",
+                [(chat_id,) for chat_id in moved],
+            )
+            # What is owed would otherwise reply to whatever message of the supergroup now has that id.
+            await conn.executemany(
+                "UPDATE outbox SET reply_to = NULL WHERE chat_id = ? AND status = 'pending'",
                 [(chat_id,) for chat_id in moved],
             )
         return moved

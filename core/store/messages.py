@@ -107,16 +107,11 @@ class MessageStore:
             rows = await cursor.fetchall()
         return [_message(row) for row in reversed(list(rows))]
 
-    async def platform_id_of(self, row_id: int | None, chat_id: int) -> int | None:
-        """The platform id of a stored message (None: of the chat's latest trigger): what a turn answers."""
-        query = "SELECT platform_message_id FROM messages WHERE chat_id = ? AND is_trigger = 1 AND is_bot = 0 "
-        params: tuple[int, ...] = (chat_id,)
-        if row_id is None:
-            query += "ORDER BY id DESC LIMIT 1"
-        else:
-            query += "AND id = ?"
-            params = (chat_id, row_id)
-        async with self._db.conn.execute(query, params) as cursor:
+    async def platform_id_of(self, row_id: int, chat_id: int) -> int | None:
+        """The platform id of a stored message of the chat (None: it has none, or no longer has one)."""
+        async with self._db.conn.execute(
+            "SELECT platform_message_id FROM messages WHERE id = ? AND chat_id = ?", (row_id, chat_id)
+        ) as cursor:
             row = await cursor.fetchone()
         return None if row is None or row[0] is None else int(row[0])
 

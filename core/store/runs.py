@@ -28,8 +28,6 @@ class RunStatus(StrEnum):
     INTERRUPTED = "interrupted"
 
 
-# Telegram dates messages in whole seconds: a trigger can look up to this much later than its turn's start.
-TRIGGER_CLOCK_SLACK_SECONDS = 1.0
 LIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 FINAL_STATUSES = frozenset(set(RunStatus) - LIVE_STATUSES)
 
@@ -170,7 +168,9 @@ class RunStore:
     async def asked_by(self, run_id: str) -> int | None:
         """The platform message the run's turn answered: the run's result replies to it."""
         async with self._db.conn.execute(
-            "SELECT t.reply_to FROM subagent_runs AS r JOIN turns AS t ON t.id = r.turn_id WHERE r.id = ?", (run_id,)
+            "SELECT m.platform_message_id FROM subagent_runs AS r JOIN turns AS t ON t.id = r.turn_id "
+            "JOIN messages AS m ON m.id = t.trigger_message_id WHERE r.id = ?",
+            (run_id,),
         ) as cursor:
             row = await cursor.fetchone()
         return None if row is None or row[0] is None else int(row[0])
@@ -298,17 +298,15 @@ class RunStore:
         return str(row[0]) if row else None
 
     async def continued_run(self, turn_id: str | None) -> RunRecord | None:
-        """The run a turn continues: its trigger (the chat's latest before the turn started) replied to that
-        run's [Subagent] result. Derived from what is stored, so it holds for a request picked up after a restart."""
+        """The run a turn continues: the message the turn answers replied to that run's [Subagent] result.
+        Derived from what is stored, so it holds for a request picked up after a restart."""
         if turn_id is None:
             return None
         async with self._db.conn.execute(
-            "SELECT o.run_id FROM turns t "
-            "JOIN messages q ON q.id = (SELECT MAX(id) FROM messages WHERE chat_id = t.chat_id AND is_trigger = 1 "
-            "  AND timestamp <= t.started_at + ?) "
+            "SELECT o.run_id FROM turns t JOIN messages q ON q.id = t.trigger_message_id "
             "JOIN messages r ON r.chat_id = q.chat_id AND r.platform_message_id = q.reply_to AND r.kind = 'subagent' "
             "JOIN outbox o ON o.message_id = r.id AND o.run_id IS NOT NULL WHERE t.id = ?",
-            (TRIGGER_CLOCK_SLACK_SECONDS, turn_id),
+            (turn_id,),
         ) as cursor:
             row = await cursor.fetchone()
         return await self.get(str(row[0])) if row else None

@@ -21,20 +21,13 @@ class TurnStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def start(self, turn_id: str, chat_id: int, reply_to: int | None = None) -> None:
+    async def start(self, turn_id: str, chat_id: int, trigger_message_id: int | None = None) -> None:
         async with self._db.write() as conn:
             await conn.execute(
-                "INSERT INTO turns (id, chat_id, status, started_at, reply_to) VALUES (?, ?, 'running', ?, ?)",
-                (turn_id, chat_id, time.time(), reply_to),
+                "INSERT INTO turns (id, chat_id, status, started_at, trigger_message_id) "
+                "VALUES (?, ?, 'running', ?, ?)",
+                (turn_id, chat_id, time.time(), trigger_message_id),
             )
-
-    async def reply_to(self, turn_id: str | None) -> int | None:
-        """The platform message the turn answers: its subagents' results reply to it too."""
-        if turn_id is None:
-            return None
-        async with self._db.conn.execute("SELECT reply_to FROM turns WHERE id = ?", (turn_id,)) as cursor:
-            row = await cursor.fetchone()
-        return None if row is None or row[0] is None else int(row[0])
 
     async def end(self, turn_id: str, status: TurnStatus) -> bool:
         """Move a running turn to its final status; False if it already ended (first outcome wins)."""

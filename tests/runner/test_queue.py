@@ -101,16 +101,24 @@ async def test_the_per_chat_cap_holds_for_runs_leaving_the_queue(tmp_path: Path)
         await r.settled()
 
 
-async def test_beyond_the_queue_limit_requests_are_refused_as_before(tmp_path: Path) -> None:
+async def test_beyond_the_queue_limit_or_a_chats_share_of_it_requests_are_refused_as_before(tmp_path: Path) -> None:
     gates = Gates()
-    async with rig(tmp_path, gates.behaviour, MAX_CONCURRENT_SUBAGENTS=1, SUBAGENT_QUEUE_LIMIT=2) as r:
-        run_ids = [await r.spawn(f"job {i}") for i in range(5)]
-        assert [await r.status(i) for i in run_ids] == [RunStatus.QUEUED] * 3 + [RunStatus.REJECTED] * 2
+    async with rig(tmp_path, gates.behaviour, MAX_CONCURRENT_SUBAGENTS=1, SUBAGENT_QUEUE_LIMIT=3) as r:
+        first = await r.spawn("job a0")  # takes the slot
+        mine = [await r.spawn(f"job a{i}") for i in range(1, 4)]  # two wait (half the queue), one is refused
+        other = [await r.spawn(f"job b{i}", chat_id=OTHER_CHAT_ID) for i in range(2)]  # one waits: the queue is full
+        assert [await r.status(i) for i in [*mine, *other]] == [
+            RunStatus.QUEUED,
+            RunStatus.QUEUED,
+            RunStatus.REJECTED,
+            RunStatus.QUEUED,
+            RunStatus.REJECTED,
+        ]
         await r.until(lambda: any("not started" in t for t in r.texts()))
-        for run_id in run_ids:
+        for run_id in [first, *mine, *other]:
             gates.open(run_id)
         await r.settled()
-        assert started(r) == run_ids[:3]
+        assert sorted(started(r)) == sorted([first, mine[0], mine[1], other[0]])
 
 
 async def test_a_queued_run_cancelled_by_a_merge_or_a_cancel_never_starts(tmp_path: Path) -> None:

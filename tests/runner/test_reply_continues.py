@@ -61,12 +61,12 @@ async def finish(r: Rig, task: str, turn_id: str | None = None) -> str:
 
 async def reply_turn(r: Rig, turn_id: str, reply_to: int | None) -> None:
     """What the router and engine store for a trigger message (a reply or not) and the turn it starts."""
-    await r.stores.messages.add(
+    row_id = await r.stores.messages.add(
         NewMessage(
             chat_id=CHAT_ID, sender_name="Alice", content="now add the charts", is_trigger=True, reply_to=reply_to
         )
     )
-    await TurnStore(r.stores.db).start(turn_id, CHAT_ID)
+    await TurnStore(r.stores.db).start(turn_id, CHAT_ID, trigger_message_id=row_id)
 
 
 def platform_id_of(r: Rig, text: str) -> int:

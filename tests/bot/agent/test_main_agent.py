@@ -327,7 +327,7 @@ async def test_a_turn_answers_its_own_trigger_and_never_sees_a_later_one(env: En
     (first,) = [m for m in await env.stored() if m.is_trigger]
     await env.say("@crew a later question", trigger=True)  # stored while the turn was starting
     model = ScriptedModel()
-    turn = Turn(id="turn-1", chat_id=CHAT, started_at=0.0, trigger_id=first.id, reply_to=first.platform_message_id)
+    turn = Turn(id="turn-1", chat_id=CHAT, started_at=0.0, trigger_id=first.id)
 
     await env.agent(model)(turn)
 
