@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Callable
 
 from core.logging import get_logger
+from core.store.announcements import AnnouncementStore
 from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus, RunStore
 
 log = get_logger(__name__)
@@ -29,10 +30,12 @@ def announcement(run: RunRecord) -> str:
 
 
 class Announcer:
-    """Fed by the run store's watcher; `take(chat_id)` gives a turn the chat's finished runs, once."""
+    """Fed by the run store's watcher; `take(chat_id)` gives a turn the chat's finished runs, once. What
+    waits is also marked in the store, so a restart hands it over (`restore`) instead of losing it."""
 
-    def __init__(self, runs: RunStore, notify: Callable[[int], None]) -> None:
+    def __init__(self, runs: RunStore, pending: AnnouncementStore, notify: Callable[[int], None]) -> None:
         self._runs = runs
+        self._store = pending
         self._notify = notify  # starts a turn for the chat (the engine)
         self._pending: dict[int, list[RunRecord]] = {}
         self._lookups: set[asyncio.Task[None]] = set()
@@ -46,15 +49,27 @@ class Announcer:
         run = await self._runs.get(run_id)
         if run is None or run.status not in FINAL_STATUSES or run.status in SILENT_STATUSES:
             return
+        if not await self._store.add(run_id):
+            return  # already waiting or handed over: the store tells of a run more than once
         log.info("run_result_to_main_agent", run_id=run_id, chat_id=run.chat_id)
         self._pending.setdefault(run.chat_id, []).append(run)
         self._notify(run.chat_id)
 
-    def take(self, chat_id: int) -> str | None:
-        """The prompt's part for the chat's runs that finished since its last turn (None: none)."""
+    async def restore(self) -> None:
+        """At start: results an earlier process had not handed over yet get their turns now."""
+        for run in await self._store.pending():
+            log.info("run_result_to_main_agent", run_id=run.id, chat_id=run.chat_id, restored=True)
+            self._pending.setdefault(run.chat_id, []).append(run)
+        for chat_id in list(self._pending):
+            self._notify(chat_id)
+
+    async def take(self, chat_id: int) -> str | None:
+        """The prompt's part for the chat's runs that finished since its last turn (None: none); from here on
+        they are the turn's to tell (a crash during that turn's LLM call loses the announcement only)."""
         runs = self._pending.pop(chat_id, [])
         if not runs:
             return None
+        await self._store.done(run.id for run in runs)
         lines = [
             "Subagent runs have finished; the chat has not been told yet. Tell it the outcome in your own words,",
             f"briefly; if it needs no message at all, answer exactly {SKIP_MARKER}.",

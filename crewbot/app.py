@@ -23,6 +23,7 @@ from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.outbox import Outbox
 from core.settings import CancelScope, LLMProvider, ResultMode, Settings
+from core.store.announcements import AnnouncementStore
 from core.store.chats import ChatAddress
 from core.store.runs import RunStore
 from core.store.stores import Stores
@@ -143,7 +144,11 @@ class App:
         )
         self.announcer: Announcer | None = None
         if subagents is not None and settings.subagent_result_mode is ResultMode.ANNOUNCE:
-            self.announcer = Announcer(RunStore(stores.db), lambda chat_id: self.engine.notify(chat_id, merge=False))
+            self.announcer = Announcer(
+                RunStore(stores.db),
+                AnnouncementStore(stores.db),
+                lambda chat_id: self.engine.notify(chat_id, merge=False),
+            )
             subagents.watch_runs(self.announcer.run_changed)
         self.cards: StatusCards | None = None
         if subagents is not None and settings.status_card and isinstance(channel, CardChannel):
@@ -221,6 +226,8 @@ class App:
             await self.subagents.start()
         await self.schedules.start()  # after the subagents: a due time missed while down may start one now
         self.outbox.start()  # also sends whatever a crash left owed
+        if self.announcer is not None:
+            await self.announcer.restore()  # results a crash left unannounced get their turns
         log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
 
     async def _chat_unreachable(self, chat_id: int, reason: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.models import Model
@@ -70,7 +70,7 @@ class MainAgent:
         tasks: TaskBook | None = None,
         on_answered: Callable[[str, int | None], None] | None = None,
         desk: SubagentDesk | None = None,
-        announcements: Callable[[int], str | None] | None = None,
+        announcements: Callable[[int], Awaitable[str | None]] | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -105,7 +105,7 @@ class MainAgent:
             self._messages, turn.chat_id, self._history_window, self._assistant_name, up_to_id=turn.trigger_id
         )
         text = prompt.text
-        announced = self._announcements(turn.chat_id) if self._announcements is not None else None
+        announced = await self._announcements(turn.chat_id) if self._announcements is not None else None
         if announced:
             text = f"{text}\n\n{announced}"
         asker = next((m for m in reversed(prompt.window) if m.is_trigger and not m.is_bot), None)

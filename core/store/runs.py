@@ -76,7 +76,7 @@ class RunRecord:
     resource_samples: int = 0
 
 
-def _run(row: aiosqlite.Row) -> RunRecord:
+def run_from_row(row: aiosqlite.Row) -> RunRecord:
     return RunRecord(
         id=row["id"],
         chat_id=row["chat_id"],
@@ -178,7 +178,7 @@ class RunStore:
     async def get(self, run_id: str) -> RunRecord | None:
         async with self._db.conn.execute("SELECT * FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
             row = await cursor.fetchone()
-        return _run(row) if row else None
+        return run_from_row(row) if row else None
 
     async def for_chat(self, chat_id: int, limit: int) -> list[RunRecord]:
         async with self._db.conn.execute(
@@ -186,14 +186,14 @@ class RunStore:
             (chat_id, limit),
         ) as cursor:
             rows = await cursor.fetchall()
-        return [_run(row) for row in rows]
+        return [run_from_row(row) for row in rows]
 
     async def for_turn(self, turn_id: str) -> list[RunRecord]:
         async with self._db.conn.execute(
             "SELECT * FROM subagent_runs WHERE turn_id = ? ORDER BY created_at, rowid", (turn_id,)
         ) as cursor:
             rows = await cursor.fetchall()
-        return [_run(row) for row in rows]
+        return [run_from_row(row) for row in rows]
 
     async def created_since(self, since: float, chat_id: int | None = None) -> list[RunRecord]:
         """Runs requested at or after `since` (unix seconds), oldest first; one chat's, or all."""
@@ -202,7 +202,7 @@ class RunStore:
             query, params = query + " AND chat_id = ?", [since, chat_id]
         async with self._db.conn.execute(query + " ORDER BY created_at, rowid", params) as cursor:
             rows = await cursor.fetchall()
-        return [_run(row) for row in rows]
+        return [run_from_row(row) for row in rows]
 
     async def with_status(self, *statuses: str) -> list[RunRecord]:
         marks = ", ".join("?" for _ in statuses)
@@ -210,7 +210,7 @@ class RunStore:
             f"SELECT * FROM subagent_runs WHERE status IN ({marks}) ORDER BY created_at, rowid", statuses
         ) as cursor:
             rows = await cursor.fetchall()
-        return [_run(row) for row in rows]
+        return [run_from_row(row) for row in rows]
 
     async def mark_running(self, run_id: str, session_in: str | None) -> bool:
         async with self._db.write() as conn:
