@@ -23,6 +23,7 @@ from crewbot.startup import (
     check_data_dir,
     check_database,
     explain,
+    keep_private,
     keep_traceback,
     lock_data_dir,
     secrets_of,
@@ -46,6 +47,7 @@ def _log_file(settings: Settings, name: str) -> Path:
 def _prepare(settings: Settings) -> DataDirLock:
     """Checks before anything opens, then the DATA_DIR lock that the bot holds while it runs."""
     check_data_dir(settings.data_dir)
+    keep_private(settings.data_dir)
     check_database(settings.db_path)
     _log_file(settings, "").mkdir(parents=True, exist_ok=True)
     return lock_data_dir(settings.data_dir)

@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import stat
 import tempfile
 import traceback
 from dataclasses import dataclass
@@ -70,6 +71,14 @@ def check_data_dir(data_dir: Path) -> None:
             f"allow {MAX_UNIX_SOCKET_PATH_BYTES})",
             "use a shorter path (a relative one works)",
         )
+
+
+def keep_private(data_dir: Path) -> None:
+    """DATA_DIR holds every chat's history, sessions and results: other local users get no way in. Only
+    the folder itself needs closing (containers reach their parts through bind mounts, not through it)."""
+    mode = stat.S_IMODE(data_dir.stat().st_mode)
+    if mode & 0o077 and data_dir.stat().st_uid == os.geteuid():
+        data_dir.chmod(mode & 0o700)
 
 
 def check_database(db_path: Path) -> None:

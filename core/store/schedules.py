@@ -135,13 +135,16 @@ class ScheduleStore:
         self._db = db
 
     async def create(self, task: NewTask, max_open: int) -> TaskRecord:
-        """Record a task unless the chat already has `max_open` active or paused ones."""
+        """Record a task unless the chat already has `max_open` active or paused ones: a forum's topics
+        share one count (each topic is a conversation, but the limit is the chat's)."""
         task_id = secrets.token_hex(TASK_ID_BYTES)
         marks = ",".join("?" * len(OPEN_TASK_STATUSES))
         async with self._db.transaction() as conn:
             async with conn.execute(
-                f"SELECT COUNT(*) FROM scheduled_tasks WHERE chat_id = ? AND status IN ({marks})",
-                (task.chat_id, *OPEN_TASK_STATUSES),
+                "SELECT COUNT(*) FROM scheduled_tasks WHERE chat_id IN (SELECT id FROM chats WHERE "
+                "COALESCE(platform_chat_id, id) = (SELECT COALESCE(platform_chat_id, id) FROM chats WHERE id = ?) "
+                f"UNION SELECT ?) AND status IN ({marks})",
+                (task.chat_id, task.chat_id, *OPEN_TASK_STATUSES),
             ) as cursor:
                 row = await cursor.fetchone()
             if row is not None and row[0] >= max_open:

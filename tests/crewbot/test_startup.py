@@ -5,6 +5,7 @@ with real settings loading, a real DATA_DIR and the fake Telegram on a thread.""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from crewbot.startup import keep_private
 from tests.crewbot.cli_env import COMMAND_WAIT_SECONDS, SECRET_TOKEN, crewbot_env, run_crewbot
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -148,3 +150,13 @@ class running_console:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+
+
+def test_data_dir_is_closed_to_other_local_users(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o755)
+    data_dir.chmod(0o755)  # whatever the umask made of it
+    keep_private(data_dir)
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    keep_private(data_dir)  # already private: left alone
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
