@@ -41,7 +41,7 @@ class InboundRouter:
         # Any of its ids counts: a topic is allowed by its chat, an upgraded group by its old or its new id.
         if message.chat_kind == "console" or self._settings.chat_allowed(message.platform_id):
             return True
-        return any(self._settings.chat_allowed(i) for i in await self._chats.allow_list_ids(message.chat_id))
+        return await self._chats.allowed(message.chat_id, self._settings.chat_allowed)
 
     async def handle(self, message: InboundMessage) -> None:
         if not await self._allowed(message):

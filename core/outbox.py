@@ -130,8 +130,7 @@ class Outbox:
 
     async def _unreachable(self, chat_id: int, reason: str) -> None:
         """Nothing owed to the chat can arrive: give it all up at once (no retries), and tell the owner."""
-        given_up = await self._store.give_up_chat(chat_id, f"undeliverable: {reason}")
-        log.error("chat_unreachable", chat_id=chat_id, reason=reason, messages_given_up=given_up)
+        await self.give_up_chat(chat_id, reason)
         if self._on_unreachable is not None:
             try:
                 await self._on_unreachable(chat_id, reason)

@@ -193,10 +193,7 @@ class App:
 
     async def conversation_allowed(self, chat_id: int) -> bool:
         """As the router decides for a message: the console, or any of the conversation's ids listed."""
-        chat = await self.stores.chats.get(chat_id)
-        if chat is not None and chat.kind == "console":
-            return True
-        return any(self.settings.chat_allowed(i) for i in await self.stores.chats.allow_list_ids(chat_id))
+        return await self.stores.chats.allowed(chat_id, self.settings.chat_allowed)
 
     async def _is_admin(self, chat_id: int, user_id: int) -> bool:
         """May manage every scheduled task of the chat: ADMIN_USER_IDS, or the chat's own admins."""

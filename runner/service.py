@@ -150,10 +150,7 @@ class SubagentService:
         if chat is None:
             return None
         # A topic or an upgraded group is allowed by any of its ids, as the router allows its messages.
-        if chat.kind == "console":
-            return chat.id
-        ids = await self._stores.chats.allow_list_ids(chat.id)
-        return chat.id if any(self._settings.chat_allowed(i) for i in ids) else None
+        return chat.id if await self._stores.chats.allowed(chat.id, self._settings.chat_allowed) else None
 
     async def start(self) -> None:
         """Reconcile with the engine before taking new work, then watch the IPC folders."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiosqlite
@@ -123,15 +124,18 @@ class ChatStore:
             return ChatAddress(chat_id)
         return ChatAddress(int(row[0]), None if row[1] is None else int(row[1]))
 
-    async def allow_list_ids(self, chat_id: int) -> set[int]:
-        """The ids ALLOWED_CHAT_IDS may name a conversation by: its own, its platform chat's, and the id of
-        that chat's whole-chat conversation (a group's old id after an upgrade, for a topic made since)."""
+    async def allowed(self, chat_id: int, listed: Callable[[int], bool]) -> bool:
+        """Whether the allow-list (`listed`: ALLOWED_CHAT_IDS) lets a conversation in. The console always;
+        otherwise any id it may be named by: its own, its platform chat's, and the id of that chat's
+        whole-chat conversation (a group's old id after an upgrade, for a topic made since)."""
+        if listed(chat_id):
+            return True
+        chat = await self.get(chat_id)
+        if chat is not None and chat.kind == "console":
+            return True
         address = await self.address(chat_id)
-        ids = {chat_id, address.platform_chat_id}
         whole = await self._by_address(address.platform_chat_id, None)
-        if whole is not None:
-            ids.add(whole)
-        return ids
+        return listed(address.platform_chat_id) or (whole is not None and listed(whole))
 
     async def conversations_of(self, platform_chat_id: int) -> list[int]:
         """Every conversation in a platform chat: the chat itself and each of its topics."""
