@@ -27,10 +27,14 @@ LLM_CONNECT_RETRIES = 7
 
 
 @asynccontextmanager
-async def open_model(task: TaskSpec, socket_path: Path) -> AsyncIterator[Model]:
-    """The model `task` asks for, talking to the proxy on `socket_path`; closes the connection after."""
+async def open_model(
+    task: TaskSpec, socket_path: Path, transport: httpx2.AsyncBaseTransport | None = None
+) -> AsyncIterator[Model]:
+    """The model `task` asks for, talking to the proxy on `socket_path` (or through `transport`: the host
+    uses one to learn the run's first request); closes the connection after."""
     timeout = httpx2.Timeout(LLM_REQUEST_TIMEOUT_SECONDS, connect=LLM_CONNECT_TIMEOUT_SECONDS)
-    transport = httpx2.AsyncHTTPTransport(uds=str(socket_path), retries=LLM_CONNECT_RETRIES)
+    if transport is None:
+        transport = httpx2.AsyncHTTPTransport(uds=str(socket_path), retries=LLM_CONNECT_RETRIES)
     async with httpx2.AsyncClient(transport=transport, timeout=timeout) as http_client:
         yield _build_model(task, http_client, timeout)
 

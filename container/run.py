@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx2
 from pydantic_ai import UsageLimits
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.usage import RunUsage
@@ -20,12 +21,19 @@ MAX_ERROR_CAUSES = 3
 
 
 async def run_task(
-    task: TaskSpec, channel: RunChannel, socket_path: Path, workspace_dir: Path, log: Callable[[str], None]
+    task: TaskSpec,
+    channel: RunChannel,
+    socket_path: Path,
+    workspace_dir: Path,
+    log: Callable[[str], None],
+    *,
+    transport: httpx2.AsyncBaseTransport | None = None,
 ) -> RunResult:
-    """Run the agent on `task`; any failure becomes a `failed` result with a short reason."""
+    """Run the agent on `task`; any failure becomes a `failed` result with a short reason. The LLM calls
+    go to `socket_path`, or through `transport` (the host replays this code up to the first call)."""
     usage = RunUsage()
     try:
-        output = await _run(task, channel, socket_path, workspace_dir, usage, log)
+        output = await _run(task, channel, socket_path, workspace_dir, usage, log, transport)
     except UsageLimitExceeded:
         return _failed(f"step limit reached: {task.max_steps} model requests", usage)
     except Exception as exc:  # the run's outcome is the report: every error ends up in the result
@@ -45,6 +53,7 @@ async def _run(
     workspace_dir: Path,
     usage: RunUsage,
     log: Callable[[str], None],
+    transport: httpx2.AsyncBaseTransport | None,
 ) -> str:
     history, dropped = load_history(task.history)
     if dropped:
@@ -59,7 +68,7 @@ async def _run(
         f"run {task.run_id}: model {task.model} ({task.provider_kind}), "
         f"{len(history)} prior messages, at most {task.max_steps} steps"
     )
-    async with open_model(task, socket_path) as model:
+    async with open_model(task, socket_path, transport) as model:
         agent = build_agent(model, toolbox, log)
         result = await agent.run(
             build_prompt(task),

@@ -5,9 +5,9 @@ provider key, counts tokens and requests per run, and refuses (403) a run the ma
 live, checking before it forwards, while the upstream call is in flight, and when the answer comes back.
 Every body is rebuilt by the request policy (runner/llm_policy.py) with its output capped by what is left of
 the run's token budget once the calls already in flight have had theirs: parallel calls cannot each spend
-the whole remainder. A run out of budget gets 429, and `on_budget_exhausted` hears of it once.
-This module's job is that per-run serving and bookkeeping; talking to the provider is runner/llm_upstream.py
-and token counting runner/llm_usage.py.
+the whole remainder (runner/llm_budget.py). A run out of budget gets 429, and `on_budget_exhausted` hears
+of it once. Talking to the provider is runner/llm_upstream.py, token counting runner/llm_usage.py, a run's
+first call runner/llm_prefetch.py.
 
 Streaming is passed through: for `stream: true` the upstream's server-sent events are relayed as they
 arrive and the usage is read from the events as they pass (OpenAI chat completions get
@@ -24,14 +24,17 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
 from container.protocol import RUN_API_PREFIX
 from core.logging import get_logger
 from runner.capped_site import CappedUnixSite
+from runner.llm_budget import BudgetSpent, input_hold
+from runner.llm_call_log import CallLog
 from runner.llm_policy import RequestPolicy, Sanitized, parse_body, with_followups
+from runner.llm_prefetch import PrefetchedCall, PrefetchMark, body_key
 from runner.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
 from runner.llm_usage import Usage
 from runner.offline_subagent import OfflineSubagentModel
@@ -41,8 +44,6 @@ from runner.run_api import RunEndpoint, handle_run_api
 __all__ = ["LlmProxy", "RunGate", "Spent", "UpstreamConfig", "UsageSink"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
-# A request's input tokens, estimated from its size before it is sent (about 4 bytes of JSON a token).
-BODY_BYTES_PER_TOKEN = 4
 DEFAULT_MAX_REQUESTS_PER_RUN = 500
 GATE_POLL_SECONDS = 0.25
 # Handlers get this long to finish their answer (usually a 403) when a run's socket closes.
@@ -69,6 +70,7 @@ class UsageSink(Protocol):
         ...
 
 
+T = TypeVar("T")
 BudgetCallback = Callable[[str], Coroutine[Any, Any, None]]
 
 
@@ -99,7 +101,8 @@ class _Run:
     reserved: int = 0  # tokens the calls in flight may still spend: their estimated input and output cap
     budget_told: bool = False
     closed: bool = False
-    calls: set[asyncio.Task[Any]] = field(default_factory=set)
+    calls: set[asyncio.Future[Any]] = field(default_factory=set)
+    first_call: PrefetchedCall | None = None  # the host's own first call, kept for the container
 
 
 _RUN_KEY = web.AppKey("crewbot_run", _Run)
@@ -121,7 +124,9 @@ class LlmProxy:
         max_body_bytes: int = MAX_BODY_BYTES,
         gate_poll_seconds: float = GATE_POLL_SECONDS,
         offline_model: OfflineSubagentModel | None = None,
+        prefetch_mark: PrefetchMark | None = None,
     ) -> None:
+        self.prefetch_mark = prefetch_mark or PrefetchMark()
         self._upstream = Upstream(upstream, policy, offline_model)
         self._policy = policy
         self._max_tokens = max_tokens_per_run
@@ -134,6 +139,7 @@ class LlmProxy:
         self._gate_poll_seconds = gate_poll_seconds
         self._runs: dict[str, _Run] = {}
         self._log = get_logger(__name__)
+        self._calls = CallLog(upstream.provider.value)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -182,7 +188,8 @@ class LlmProxy:
             await run.runner.cleanup()
         with contextlib.suppress(FileNotFoundError):
             run.socket_path.unlink()
-        self._log.info("llm_socket_closed", run_id=run_id, requests=run.requests)
+        prefetched = None if run.first_call is None else run.first_call.used
+        self._log.info("llm_socket_closed", run_id=run_id, requests=run.requests, first_call_handed_over=prefetched)
 
     async def close(self) -> None:
         for run_id in list(self._runs):
@@ -208,7 +215,12 @@ class LlmProxy:
         if not self._live(run):
             return self._refuse(run, request, started)
         held = 0
+        prefetching = self.prefetch_mark.marks(request.headers)
+        keyed = prefetching or (run.first_call is not None and not run.first_call.used)
         try:
+            if prefetching and (run.first_call is not None or run.requests > 0):
+                # The container asked first (or this is a second one): the host's call would be wasted.
+                raise ProxyError(409, "first_call_too_late", "the run has made its first call")
             target = self._upstream.target(request)
             if run.requests >= self._max_requests:
                 raise ProxyError(
@@ -220,10 +232,10 @@ class LlmProxy:
             run.requests += 1  # every request read counts, refused or not: refusals cost the host work too
             held = self._hold_input(run, len(body))
             # Parsing and the policy's walk of up to 8 MB are CPU work: never on the event loop.
-            sanitized = await asyncio.to_thread(self._parse_and_sanitize, run, request.path, body, held)
+            sanitized, key = await asyncio.to_thread(self._parse_and_sanitize, run, request.path, body, held, keyed)
         except ProxyError as exc:
             run.reserved -= held
-            self._log_call(run, request, exc.status, None, started, error=exc.error_type)
+            self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
             return exc.response()
         if sanitized.dropped:
             self._log.warning("llm_request_fields_dropped", run_id=run.run_id, dropped=list(sanitized.dropped))
@@ -231,13 +243,40 @@ class LlmProxy:
             run.reserved -= held
             return self._refuse(run, request, started)
 
+        followups = self._gate.followups(run.run_id)
+        handed_over = await self._first_call_answer(run, request, key, len(followups), started)
+        if handed_over is not None:
+            run.reserved -= held
+            return handed_over
+        if prefetching and key is not None:
+            run.first_call = PrefetchedCall(request.path, key, len(followups))
         run.reserved += sanitized.output_cap
+        response: web.StreamResponse | None = None
         try:
-            payload = with_followups(sanitized.payload, self._gate.followups(run.run_id))
-            return await self._call(run, request, target, payload, started)
+            response = await self._call(run, request, target, with_followups(sanitized.payload, followups), started)
+            return response
         finally:
+            if prefetching and run.first_call is not None:
+                run.first_call.keep(response)
             # Released only after _call recorded the tokens: never a moment when the call counts for nothing.
             run.reserved -= held + sanitized.output_cap
+
+    async def _first_call_answer(
+        self, run: _Run, request: web.Request, key: str | None, followups: int, started: float
+    ) -> web.StreamResponse | None:
+        """The answer the host's first call got, if this is the container asking the same; else None."""
+        first = run.first_call
+        if first is None or not first.matches(request.path, key, followups):
+            return None
+        first.used = True
+        try:
+            kept = await self._guarded(run, asyncio.shield(first.answer))
+        except _RunClosed:
+            return self._refuse(run, request, started)
+        if kept is None:
+            return None  # the first call failed: the container asks the provider itself
+        self._calls.call(run.run_id, request.path, kept.status, None, started, first_call=True)
+        return kept.response()
 
     async def _call(
         self, run: _Run, request: web.Request, target: str, payload: dict[str, Any], started: float
@@ -250,45 +289,33 @@ class LlmProxy:
             await self._record(run, call.usage)
             if call.stream is not None:
                 return await self._end_stream(run, request, call.stream, error, call.usage, started)
-            self._log_call(run, request, error.status, None, started, error=error.error_type)
+            self._calls.call(run.run_id, request.path, error.status, None, started, error=error.error_type)
             return error.response()
 
         await self._record(run, call.usage)
         if call.stream is None and not self._live(run):
             # The answer came back after the run was closed: the tokens are spent (recorded) but not delivered.
             return self._refuse(run, request, started)
-        self._log_call(run, request, response.status, call.usage, started, stream=call.stream is not None)
+        self._calls.call(run.run_id, request.path, response.status, call.usage, started, stream=call.stream is not None)
         return response
 
     def _hold_input(self, run: _Run, body_bytes: int) -> int:
-        """Hold the call's estimated input tokens against what is left of the run's budget, before it is
-        forwarded: parallel calls cannot each spend a whole remaining budget on their prompts."""
-        estimate = max(1, body_bytes // BODY_BYTES_PER_TOKEN)
-        spent_left = self._max_tokens - run.tokens
-        if spent_left <= 0 or (run.reserved == 0 and estimate >= spent_left):
+        try:
+            estimate = input_hold(self._max_tokens, run.tokens, run.reserved, body_bytes)
+        except BudgetSpent:
             self._tell_budget_exhausted(run)
-            raise ProxyError(
-                429,
-                "run_token_budget",
-                f"this run has used its token budget (SUBAGENT_MAX_TOKENS={self._max_tokens}), or this "
-                "request alone would go over it",
-            )
-        if estimate >= spent_left - run.reserved:
-            # Not exhausted: the calls in flight may well spend less than they may. The SDKs retry a 429.
-            raise ProxyError(
-                429,
-                "run_token_budget_in_flight",
-                "the rest of this run's token budget (SUBAGENT_MAX_TOKENS) is held by its LLM calls in flight; "
-                "retry when they have finished",
-            )
+            raise
         run.reserved += estimate
         return estimate
 
-    def _parse_and_sanitize(self, run: _Run, path: str, body: bytes, held: int) -> Sanitized:
+    def _parse_and_sanitize(
+        self, run: _Run, path: str, body: bytes, held: int, keyed: bool
+    ) -> tuple[Sanitized, str | None]:
         """In a worker thread: the policy's copy of the request, its output capped by what is left of the
-        budget after the calls in flight and this call's own input."""
+        budget after the calls in flight and this call's own input; and the body's key for the first call."""
         left = self._max_tokens - run.tokens - run.reserved
-        return self._policy.sanitize(path, parse_body(body), max(1, left))
+        payload = parse_body(body)
+        return self._policy.sanitize(path, payload, max(1, left)), body_key(payload) if keyed else None
 
     def _tell_budget_exhausted(self, run: _Run) -> None:
         # Once per run: the manager ends it; the 429 the policy raises tells the container why.
@@ -317,9 +344,9 @@ class LlmProxy:
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
 
-    async def _guarded(self, run: _Run, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+    async def _guarded(self, run: _Run, work: Awaitable[T]) -> T:
         """Run the call as a task the run owns; cancel it as soon as the run stops being live."""
-        task: asyncio.Task[web.StreamResponse] = asyncio.ensure_future(work)
+        task: asyncio.Future[T] = asyncio.ensure_future(work)
         run.calls.add(task)
         try:
             while not task.done():
@@ -339,7 +366,7 @@ class LlmProxy:
 
     def _refuse(self, run: _Run, request: web.Request, started: float) -> web.Response:
         error = _closed_error(run.run_id)
-        self._log_call(run, request, error.status, None, started, error=error.error_type)
+        self._calls.call(run.run_id, request.path, error.status, None, started, error=error.error_type)
         return error.response()
 
     async def _end_stream(
@@ -355,7 +382,8 @@ class LlmProxy:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await stream.write(self._upstream.stream_error_event(error).encode())
             await stream.write_eof()
-        self._log_call(run, request, stream.status, usage, started, error=f"{error.error_type}_mid_stream", stream=True)
+        error_type = f"{error.error_type}_mid_stream"
+        self._calls.call(run.run_id, request.path, stream.status, usage, started, error=error_type, stream=True)
         return stream
 
     async def _record(self, run: _Run, usage: Usage) -> None:
@@ -370,31 +398,3 @@ class LlmProxy:
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
             )
-
-    def _log_call(
-        self,
-        run: _Run,
-        request: web.Request,
-        status: int,
-        usage: Usage | None,
-        started: float,
-        *,
-        error: str | None = None,
-        stream: bool = False,
-    ) -> None:
-        fields: dict[str, Any] = {
-            "run_id": run.run_id,
-            "path": request.path,
-            "status": status,
-            "duration_ms": round((time.monotonic() - started) * 1000),
-            "provider": self._upstream.config.provider.value,
-        }
-        if usage is not None:
-            fields.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
-        if stream:
-            fields["stream"] = True
-        if error is not None:
-            fields["error"] = error
-            self._log.warning("llm_call", **fields)
-        else:
-            self._log.info("llm_call", **fields)

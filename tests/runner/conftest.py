@@ -3,11 +3,12 @@ liveness gate and usage sink, and `make_proxy`, which opens RUN's socket at tmp_
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.models import override_allow_model_requests
 
 from runner.llm_policy import RequestPolicy
 from runner.llm_proxy import LlmProxy, Spent
@@ -24,6 +25,14 @@ from tests.runner.llm_proxy_helpers import (
     ProxyFactory,
     Sink,
 )
+
+
+@pytest.fixture
+def allow_model_requests() -> Iterator[None]:
+    """The suite forbids pydantic-ai's model requests; the host's copy of a container's code (runner/first_call.py)
+    needs them, though they reach only a capturing transport (and the containers only a fake behind the proxy)."""
+    with override_allow_model_requests(True):
+        yield
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import structlog
 
+from runner.llm_budget import BODY_BYTES_PER_TOKEN
 from runner.llm_policy import DEFAULT_MAX_OUTPUT_TOKENS
-from runner.llm_proxy import BODY_BYTES_PER_TOKEN, Spent
+from runner.llm_proxy import Spent
 from tests.fakes.llm_server import FakeLLM, openai_text
 from tests.runner.llm_proxy_helpers import CHAT, RUN, ProxyFactory, Sink, fake_openai, post
 
