@@ -1,8 +1,10 @@
 """The real app for benchmarks (real PTB, SQLite, task manager, Docker), with timing taps at its edges.
 
 The taps observe, they do not change behaviour: `TimedDockerRuntime` is the product's Docker runtime
-noting when a container's start returned and when a kill was asked for, and `FirstCallProbe` notes when a
-run's first request reached the LLM proxy (the proxy asks the run gate `is_live` before anything else).
+noting when a container's start returned and when a kill was asked for, `FirstCallProbe` notes when a
+run's first request reached the LLM proxy (the proxy asks the run gate `is_live` before anything else;
+with SUBAGENT_EARLY_FIRST_CALL that is the host's early call), and `HandOverProbe` when the container's own
+first request was answered with that early call.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic_ai.models import Model
 
@@ -25,6 +28,7 @@ from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded
 from runner.docker_runtime import DockerRuntime
 from runner.live_runs import LiveRuns
+from runner.llm_proxy import LlmProxy
 from runner.runtime import ContainerSpec
 from runner.service import SubagentService
 
@@ -77,6 +81,25 @@ class FirstCallProbe:
             except TimeoutError:
                 continue
         return self.first[run_id]
+
+
+class HandOverProbe:
+    """When each run's container asked for its first LLM call and was answered with the host's early one
+    (perf_counter as the proxy took up the parsed request: its arrival, plus reading and parsing)."""
+
+    _HOOK = "_first_call_answer"  # the proxy's step that hands the early answer over
+
+    def __init__(self, proxy: LlmProxy) -> None:
+        self._answer = getattr(proxy, self._HOOK)
+        self.at: dict[str, float] = {}
+        setattr(proxy, self._HOOK, self._timed)
+
+    async def _timed(self, run: Any, request: Any, key: str | None, followups: int, started: float) -> Any:
+        arrived = time.perf_counter()
+        answer = await self._answer(run, request, key, followups, started)
+        if getattr(answer, "status", None) == 200:
+            self.at.setdefault(run.run_id, arrived)
+        return answer
 
 
 @dataclass(slots=True)
