@@ -105,8 +105,9 @@ class FirstCalls:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def learn_soon(self, spec: TaskSpec) -> asyncio.Task[FirstRequest | None] | None:
-        """Start learning the run's first request (None when the setting is off)."""
-        if not self._enabled():
+        """Start learning the run's first request (None when the setting is off, or the containers' first
+        requests stopped matching the host's copies)."""
+        if not self._enabled() or not self._mark.trusted:
             return None
         return asyncio.create_task(self._learn(spec), name=f"learn-first-call-{spec.run_id}")
 

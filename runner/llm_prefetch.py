@@ -20,8 +20,16 @@ from typing import Any
 
 from aiohttp import web
 
+from core.logging import get_logger
+
 PREFETCH_HEADER = "X-Crewbot-Prefetch"
 PREFETCH_TOKEN_BYTES = 16
+# Containers whose first request differs from the host's copy, one after another, before the host stops
+# sending early calls: their image runs other agent code than the host's checkout, and each call is wasted.
+MISSES_BEFORE_OFF = 3
+REBUILD_HINT = "is the subagent image older than this checkout? rebuild it: python -m runner.image"
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +58,17 @@ class PrefetchedCall:
     answer: asyncio.Future[KeptAnswer | None] = field(default_factory=_new_future)
     used: bool = False
 
-    def matches(self, path: str, key: str | None, followups: int) -> bool:
-        return not self.used and key is not None and (path, key, followups) == (self.path, self.key, self.followups)
+    def take(self, path: str, key: str, followups: int, mark: PrefetchMark, run_id: str) -> bool:
+        """Whether the container's request gets the kept answer: only its first may, and only if it is the
+        same request and the chat has said nothing more since (else the answer would not have heard it)."""
+        if self.used:
+            return False
+        self.used = True
+        if followups != self.followups:
+            return False
+        same = (path, key) == (self.path, self.key)
+        mark.outcome(run_id, handed_over=same)
+        return same
 
     def keep(self, response: web.StreamResponse | None) -> None:
         """Keep a whole 200 answer; anything else (a stream, an error) leaves the container to ask itself."""
@@ -64,14 +81,31 @@ class PrefetchedCall:
 
 
 class PrefetchMark:
-    """The header value that marks the host's own first calls; containers never see it."""
+    """The header value that marks the host's own first calls (containers never see it), and whether the
+    containers' first requests still match the host's copies."""
 
     def __init__(self, token: str | None = None) -> None:
         self.token = token or secrets.token_hex(PREFETCH_TOKEN_BYTES)
+        self.misses_in_a_row = 0
 
     def marks(self, headers: Mapping[str, str]) -> bool:
         value = headers.get(PREFETCH_HEADER)
         return value is not None and hmac.compare_digest(value.encode(), self.token.encode())
+
+    @property
+    def trusted(self) -> bool:
+        """False once MISSES_BEFORE_OFF containers in a row asked otherwise: no early calls until a restart."""
+        return self.misses_in_a_row < MISSES_BEFORE_OFF
+
+    def outcome(self, run_id: str, *, handed_over: bool) -> None:
+        """How a container's first request compared with the host's copy."""
+        if handed_over:
+            self.misses_in_a_row = 0
+            return
+        self.misses_in_a_row += 1
+        log.warning("first_call_mismatch", run_id=run_id, misses_in_a_row=self.misses_in_a_row, hint=REBUILD_HINT)
+        if self.misses_in_a_row == MISSES_BEFORE_OFF:
+            log.error("early_first_calls_off", misses=MISSES_BEFORE_OFF, hint=REBUILD_HINT)
 
 
 def body_key(payload: dict[str, Any]) -> str:

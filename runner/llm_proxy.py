@@ -266,9 +266,8 @@ class LlmProxy:
     ) -> web.StreamResponse | None:
         """The answer the host's first call got, if this is the container asking the same; else None."""
         first = run.first_call
-        if first is None or not first.matches(request.path, key, followups):
+        if first is None or key is None or not first.take(request.path, key, followups, self.prefetch_mark, run.run_id):
             return None
-        first.used = True
         try:
             kept = await self._guarded(run, asyncio.shield(first.answer))
         except _RunClosed:

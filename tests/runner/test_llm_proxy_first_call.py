@@ -9,6 +9,10 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+import structlog
+
+from container.protocol import TaskSpec
+from runner.first_call import FirstCalls
 from runner.llm_prefetch import PREFETCH_HEADER
 from runner.llm_proxy import LlmProxy
 from tests.fakes.faults import Fault
@@ -153,3 +157,33 @@ async def test_a_run_closed_while_its_container_waits_for_the_first_call_gets_40
 
     assert (await container)[0] == 403
     assert (await host)[0] == 403
+
+
+async def first_runs(proxy: LlmProxy, gate: Gate, tmp_path: Path, container_bodies: list[Mapping[str, object]]) -> None:
+    """One run per body: the host's early call, then the container's first request with that body."""
+    for i, body in enumerate(container_bodies):
+        run_id, socket = f"run-first-{i:02d}", tmp_path / f"first-{i}.sock"
+        gate.live.add(run_id)
+        await proxy.open_run(run_id, socket)
+        await post(socket, PATH, FIRST, headers=marked(proxy))
+        await post(socket, PATH, body)
+        await proxy.close_run(run_id)
+
+
+async def test_containers_that_keep_asking_otherwise_turn_early_calls_off_with_the_reason(
+    fake_llm: FakeLLM, make_proxy: ProxyFactory, gate: Gate, tmp_path: Path
+) -> None:
+    proxy = await make_proxy(fake_openai(fake_llm))
+    first_calls = FirstCalls(proxy.prefetch_mark, lambda: True)
+    spec = TaskSpec(run_id="run-next-01", task="anything", label="next")
+
+    with structlog.testing.capture_logs() as logs:
+        await first_runs(proxy, gate, tmp_path, [CHAT, CHAT, FIRST, CHAT, CHAT])  # a hand-over resets the count
+        assert proxy.prefetch_mark.trusted
+        await first_runs(proxy, gate, tmp_path, [CHAT])
+
+    assert not proxy.prefetch_mark.trusted
+    assert first_calls.learn_soon(spec) is None  # the image runs other agent code: every call would be wasted
+    off = [e for e in logs if e["event"] == "early_first_calls_off"]
+    assert len(off) == 1 and "python -m runner.image" in off[0]["hint"]
+    assert len([e for e in logs if e["event"] == "first_call_mismatch"]) == 5
