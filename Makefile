@@ -19,9 +19,10 @@ setup: $(STAMP)
 engine:
 	bash scripts/docker-engine.sh
 
-# The subagent image, built only when missing (with a local debootstrap base when no registry answers).
+# The subagent image, built when missing or stale (its agent code or packages changed; cached layers make
+# that quick), with a local debootstrap base when no registry answers.
 image: setup engine
-	$(PY) -m runner.image --if-missing
+	$(PY) -m runner.image
 
 # What the tests need besides the engine and the image (a static busybox for the Docker runtime tests).
 test-deps:
@@ -39,7 +40,7 @@ test: lint image test-deps
 
 # Subagents need the engine and the image; without them the bot still answers and says why spawns fail.
 run: setup
-	@bash scripts/docker-engine.sh && $(PY) -m runner.image --if-missing \
+	@bash scripts/docker-engine.sh && $(PY) -m runner.image \
 	  || echo "crewbot: no Docker engine or subagent image: the bot runs, subagents will fail until there is one"
 	$(PY) -m crewbot run
 
