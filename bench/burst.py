@@ -2,8 +2,12 @@
 
 The full app with the offline provider and real containers (`$ sleep 2` each), a fresh app per scenario:
 - ten chats (five requests each), MAX_CONCURRENT_SUBAGENTS 3 and then 10, MAX_SUBAGENTS_PER_CHAT 10 (so
-  only the global cap binds and no chat gets more rejection notices than Telegram's per-group burst);
-- one chat, all 50, with the default caps (3 and 3): what a single busy group sees.
+  only the global cap binds and no chat gets more rejection notices than Telegram's per-group burst), with
+  SUBAGENT_QUEUE_LIMIT=0: over-cap requests are refused at once, so the runs are one wave of the cap;
+- the same with cap 10 and the default queue (20): three waves;
+- one chat, all 50, with the default caps (3 and 3) and queue (20, of which one chat gets half): what a
+  single busy group sees.
+Every scenario runs with the product's defaults otherwise (SUBAGENT_EARLY_FIRST_CALL on).
 
 Reported per scenario: the most containers of these chats the engine ever reported running (sampled
 every 75 ms), requests accepted / rejected / lost (lost: no run record at the end), the time from the
@@ -19,6 +23,8 @@ import contextlib
 import secrets
 import time
 from dataclasses import dataclass
+
+from pydantic_ai.models import override_allow_model_requests
 
 from bench.apps import BenchApp, bench_app
 from bench.common import BenchContext, bench_settings, poll_until
@@ -43,11 +49,13 @@ class Scenario:
     cap: int
     per_chat_cap: int
     requests: int
+    queue_limit: int = 0  # SUBAGENT_QUEUE_LIMIT; 0: over-cap requests are refused at once
 
     @property
     def label(self) -> str:
         where = "one chat" if self.chats == 1 else f"{self.chats} chats"
-        return f"{self.requests} requests at once, {where}, cap {self.cap}"
+        queue = f", queue {self.queue_limit}" if self.queue_limit else ""
+        return f"{self.requests} requests at once, {where}, cap {self.cap}{queue}"
 
 
 class _Sampler:
@@ -111,6 +119,7 @@ async def _scenario(ctx: BenchContext, scenario: Scenario, chat_offset: int) -> 
             ALLOWED_CHAT_IDS=",".join(str(c) for c in chat_ids),
             MAX_CONCURRENT_SUBAGENTS=scenario.cap,
             MAX_SUBAGENTS_PER_CHAT=scenario.per_chat_cap,
+            SUBAGENT_QUEUE_LIMIT=scenario.queue_limit,
             SUBAGENT_TIMEOUT_SECONDS=120,
         )
         ipc_root = data_dir / "ipc"
@@ -216,12 +225,17 @@ async def run(ctx: BenchContext) -> list[Row]:
     scenarios = [
         Scenario("ten-chats-cap3", chats=10, cap=3, per_chat_cap=10, requests=REQUESTS),
         Scenario("ten-chats-cap10", chats=10, cap=10, per_chat_cap=10, requests=REQUESTS),
+        # The default queue (20, at most half of it one chat's): 30 runs in three waves of the cap.
+        Scenario("ten-chats-cap10-queue", chats=10, cap=10, per_chat_cap=10, requests=REQUESTS, queue_limit=20),
         # Quick runs keep the rejection notices within Telegram's per-group burst (20), so they stay quick.
-        Scenario("one-chat", chats=1, cap=3, per_chat_cap=3, requests=ctx.scaled(REQUESTS, 20)),
+        Scenario("one-chat", chats=1, cap=3, per_chat_cap=3, requests=ctx.scaled(REQUESTS, 20), queue_limit=20),
     ]
     rows: list[Row] = []
     offset = 0
-    for scenario in scenarios:
-        rows += await _scenario(ctx, scenario, offset)
-        offset += scenario.chats
+    # The bench's loopback guard forbids pydantic-ai's model requests; the host's early first calls make one
+    # each, to a capturing transport (runner/first_call.py).
+    with override_allow_model_requests(True):
+        for scenario in scenarios:
+            rows += await _scenario(ctx, scenario, offset)
+            offset += scenario.chats
     return rows
