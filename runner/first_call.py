@@ -7,7 +7,8 @@ on the run's socket itself, marked as the host's (runner/llm_prefetch.py). The m
 container starts, and the container's identical first request is answered with what that call got.
 
 The request is learned in a worker thread with its own event loop: building the agent and its tool
-schemas is CPU work that must not stall the bot.
+schemas is CPU work that must not stall the bot. The threads are their own (the first learn imports the
+provider's SDK, seconds under load), so the host's other thread work never waits behind them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ log = get_logger(__name__)
 
 # Learning the request takes milliseconds; a run that makes no call within this never will.
 CAPTURE_TIMEOUT_SECONDS = 20.0
+LEARN_THREADS = 2
 # The host's own copy of the first call waits for the provider as long as the container would.
 SEND_TIMEOUT_SECONDS = 900.0
 # Headers the container's client would send that belong to its own connection, not to the request.
@@ -103,6 +106,7 @@ class FirstCalls:
         self._mark = mark
         self._enabled = enabled
         self._tasks: set[asyncio.Task[None]] = set()
+        self._executor = ThreadPoolExecutor(max_workers=LEARN_THREADS, thread_name_prefix="first-call")
 
     def learn_soon(self, spec: TaskSpec) -> asyncio.Task[FirstRequest | None] | None:
         """Start learning the run's first request (None when the setting is off, or the containers' first
@@ -114,7 +118,8 @@ class FirstCalls:
     async def _learn(self, spec: TaskSpec) -> FirstRequest | None:
         started = time.monotonic()
         try:
-            learned = await asyncio.to_thread(learn_first_request, spec)
+            loop = asyncio.get_running_loop()
+            learned = await loop.run_in_executor(self._executor, learn_first_request, spec)
             log.info("first_call_learned", run_id=spec.run_id, duration_ms=round((time.monotonic() - started) * 1000))
             return learned
         except Exception as exc:  # the container will make its call itself: nothing is lost
@@ -151,3 +156,4 @@ class FirstCalls:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)  # a learn under way ends within its timeout
