@@ -36,6 +36,7 @@ log = get_logger(__name__)
 # Learning the request takes milliseconds; a run that makes no call within this never will.
 CAPTURE_TIMEOUT_SECONDS = 20.0
 LEARN_THREADS = 2
+URL_PART_SUFFIX = "-url"  # pydantic-ai's kinds of files given by URL: image-url, document-url, audio-url, ...
 # The host's own copy of the first call waits for the provider as long as the container would.
 SEND_TIMEOUT_SECONDS = 900.0
 # Headers the container's client would send that belong to its own connection, not to the request.
@@ -91,8 +92,28 @@ async def _learn(spec: TaskSpec, workspace_dir: Path) -> FirstRequest:
 
 def learn_first_request(spec: TaskSpec, workspace_dir: Path = Path(WORKSPACE_DIR)) -> FirstRequest:
     """The first request `spec`'s container (its workspace at `workspace_dir`, as the prompt says) will send.
-    Raises FirstRequestUnknown when its code makes none. Blocking: run it in a worker thread."""
+    Raises FirstRequestUnknown when its code makes none, or when building it would fetch a URL. Blocking: run
+    it in a worker thread."""
+    if _refers_to_urls(spec.history):
+        # pydantic-ai downloads such files while it builds the request: on the host that would fetch, for a
+        # session a container wrote, whatever the URL names (the host's own network included).
+        raise FirstRequestUnknown("the prior session refers to files by URL; only the container may fetch them")
     return asyncio.run(_learn(spec, workspace_dir))
+
+
+def _refers_to_urls(history: list[Any]) -> bool:
+    """Whether any part of the serialized history is a file by URL (`image-url`, `document-url`, ...)."""
+    pending: list[Any] = list(history)
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            kind = item.get("kind")
+            if isinstance(kind, str) and kind.endswith(URL_PART_SUFFIX):
+                return True
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def _quiet(line: str) -> None:

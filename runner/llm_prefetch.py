@@ -3,24 +3,29 @@
 The host sends a run's first call itself as soon as the container has started (runner/first_call.py),
 so the model works while the container's Python starts. That call comes in on the run's own socket like
 any other, marked with a header only the host knows, and goes through the proxy's gate, budget and
-policy as usual; its answer is kept here. When the container's own first request arrives with the same
-path and the same JSON body, it gets that answer instead of a second call. Anything else (another body,
-a follow-up from the chat in between, a failed first call) goes to the provider as usual.
+policy as usual; its answer is kept here. When the container's first request arrives with the same path
+and the same JSON body, it gets that answer instead of a second call, and holds no budget for it.
+Anything else (another body, a follow-up from the chat in between, a failed first call) goes to the
+provider as usual. Which request plays which part is decided as it arrives, before its body is read, so
+no ordering of the two can make the same first call be paid twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from aiohttp import web
 
 from core.logging import get_logger
+from runner.llm_upstream import ProxyError
 
 PREFETCH_HEADER = "X-Crewbot-Prefetch"
 PREFETCH_TOKEN_BYTES = 16
@@ -30,6 +35,14 @@ MISSES_BEFORE_OFF = 3
 REBUILD_HINT = "is the subagent image older than this checkout? rebuild it: python -m runner.image"
 
 log = get_logger(__name__)
+
+
+class Role(Enum):
+    """What a request on a run's socket is, as far as the first call goes."""
+
+    HOST = "host"  # the host's early first call
+    CANDIDATE = "candidate"  # the container's first request after it: may get its answer
+    OTHER = "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,40 +57,59 @@ class KeptAnswer:
         return web.Response(status=self.status, body=self.body, headers={"Content-Type": self.content_type})
 
 
-def _new_future() -> asyncio.Future[KeptAnswer | None]:
+def _future() -> asyncio.Future[Any]:
     return asyncio.get_running_loop().create_future()
 
 
 @dataclass(eq=False, slots=True)
-class PrefetchedCall:
-    """The first call of a run: what it asked, and its answer once it has one (None: none to hand over)."""
+class EarlyCall:
+    """The host's first call of a run: what it asked (path, body key, follow-ups) once parsed, and its answer
+    once it has one. Either is None when there is none to compare with or hand over."""
 
     path: str
-    key: str
-    followups: int
-    answer: asyncio.Future[KeptAnswer | None] = field(default_factory=_new_future)
-    used: bool = False
+    asked: asyncio.Future[tuple[str, int] | None] = field(default_factory=_future)
+    answer: asyncio.Future[KeptAnswer | None] = field(default_factory=_future)
 
-    def take(self, path: str, key: str, followups: int, mark: PrefetchMark, run_id: str) -> bool:
-        """Whether the container's request gets the kept answer: only its first may, and only if it is the
-        same request and the chat has said nothing more since (else the answer would not have heard it)."""
-        if self.used:
-            return False
-        self.used = True
-        if followups != self.followups:
-            return False
-        same = (path, key) == (self.path, self.key)
-        mark.outcome(run_id, handed_over=same)
-        return same
-
-    def keep(self, response: web.StreamResponse | None) -> None:
-        """Keep a whole 200 answer; anything else (a stream, an error) leaves the container to ask itself."""
+    def settle(self, response: web.StreamResponse | None) -> None:
+        """The host's call is over: keep a whole 200 answer; anything else (a stream, an error, a refusal
+        before it was parsed) leaves the container to ask itself."""
+        if not self.asked.done():
+            self.asked.set_result(None)
         if self.answer.done():
             return
         kept = None
         if isinstance(response, web.Response) and response.status == 200 and isinstance(response.body, bytes):
             kept = KeptAnswer(response.status, response.body, response.content_type)
         self.answer.set_result(kept)
+
+
+@dataclass(slots=True)
+class FirstCallSlot:
+    """One run's first-call bookkeeping: requests begun, the host's early call, and how it ended."""
+
+    begun: int = 0
+    early: EarlyCall | None = None
+    candidate_taken: bool = False
+    handed_over: bool | None = None  # None: no early call; then whether the container got its answer
+
+    def enter(self, path: str, marked: bool) -> Role:
+        """The part of a request that has just arrived (its body not read yet). Raises 409 for a host call
+        that comes after the run's first request: it would be wasted."""
+        self.begun += 1
+        if marked:
+            if self.begun > 1:
+                raise ProxyError(409, "first_call_too_late", "the run has made its first call")
+            self.early = EarlyCall(path)
+            self.handed_over = False
+            return Role.HOST
+        if self.early is not None and not self.candidate_taken:
+            self.candidate_taken = True  # only the container's first request may get the early answer
+            return Role.CANDIDATE
+        return Role.OTHER
+
+    def handed(self) -> None:
+        self.handed_over = True
+        self.early = None  # the answer is delivered: nothing of it need stay in memory
 
 
 class PrefetchMark:
@@ -97,9 +129,9 @@ class PrefetchMark:
         """False once MISSES_BEFORE_OFF containers in a row asked otherwise: no early calls until a restart."""
         return self.misses_in_a_row < MISSES_BEFORE_OFF
 
-    def outcome(self, run_id: str, *, handed_over: bool) -> None:
+    def outcome(self, run_id: str, *, same: bool) -> None:
         """How a container's first request compared with the host's copy."""
-        if handed_over:
+        if same:
             self.misses_in_a_row = 0
             return
         self.misses_in_a_row += 1
@@ -108,6 +140,8 @@ class PrefetchMark:
             log.error("early_first_calls_off", misses=MISSES_BEFORE_OFF, hint=REBUILD_HINT)
 
 
-def body_key(payload: dict[str, Any]) -> str:
-    """The body as canonical JSON: the same request compares equal whatever its key order or spacing."""
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def body_key(path: str, payload: dict[str, Any]) -> str:
+    """A digest of the path and the body as canonical JSON: the same request gives the same key whatever its
+    key order or spacing, and a kept key costs 64 bytes whatever the body's size."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(f"{path}\n{canonical}".encode()).hexdigest()

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -31,10 +31,10 @@ from aiohttp import web
 from container.protocol import RUN_API_PREFIX
 from core.logging import get_logger
 from runner.capped_site import CappedUnixSite
-from runner.llm_budget import BudgetSpent, input_hold
+from runner.llm_budget import BudgetCallback, BudgetNotices, BudgetSpent, input_hold
 from runner.llm_call_log import CallLog
 from runner.llm_policy import RequestPolicy, Sanitized, parse_body, with_followups
-from runner.llm_prefetch import PrefetchedCall, PrefetchMark, body_key
+from runner.llm_prefetch import FirstCallSlot, PrefetchMark, Role, body_key
 from runner.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
 from runner.llm_usage import Usage
 from runner.offline_subagent import OfflineSubagentModel
@@ -71,7 +71,6 @@ class UsageSink(Protocol):
 
 
 T = TypeVar("T")
-BudgetCallback = Callable[[str], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +101,7 @@ class _Run:
     budget_told: bool = False
     closed: bool = False
     calls: set[asyncio.Future[Any]] = field(default_factory=set)
-    first_call: PrefetchedCall | None = None  # the host's own first call, kept for the container
+    first: FirstCallSlot = field(default_factory=FirstCallSlot)  # the host's early first call, if any
 
 
 _RUN_KEY = web.AppKey("crewbot_run", _Run)
@@ -130,8 +129,7 @@ class LlmProxy:
         self._upstream = Upstream(upstream, policy, offline_model)
         self._policy = policy
         self._max_tokens = max_tokens_per_run
-        self._on_budget_exhausted = on_budget_exhausted
-        self._budget_tasks: set[asyncio.Task[None]] = set()
+        self._budget_notices = BudgetNotices(on_budget_exhausted)
         self._gate = run_gate
         self._sink = usage_sink
         self._max_requests = max_requests_per_run
@@ -188,15 +186,14 @@ class LlmProxy:
             await run.runner.cleanup()
         with contextlib.suppress(FileNotFoundError):
             run.socket_path.unlink()
-        prefetched = None if run.first_call is None else run.first_call.used
-        self._log.info("llm_socket_closed", run_id=run_id, requests=run.requests, first_call_handed_over=prefetched)
+        self._log.info(
+            "llm_socket_closed", run_id=run_id, requests=run.requests, first_call_handed_over=run.first.handed_over
+        )
 
     async def close(self) -> None:
         for run_id in list(self._runs):
             await self.close_run(run_id)
-        for task in list(self._budget_tasks):
-            task.cancel()  # shutting down: every run stops anyway
-        await asyncio.gather(*self._budget_tasks, return_exceptions=True)
+        await self._budget_notices.close()
         await self._upstream.close()
 
     def open_runs(self) -> list[str]:
@@ -214,13 +211,23 @@ class LlmProxy:
         started = time.monotonic()
         if not self._live(run):
             return self._refuse(run, request, started)
-        held = 0
-        prefetching = self.prefetch_mark.marks(request.headers)
-        keyed = prefetching or (run.first_call is not None and not run.first_call.used)
         try:
-            if prefetching and (run.first_call is not None or run.requests > 0):
-                # The container asked first (or this is a second one): the host's call would be wasted.
-                raise ProxyError(409, "first_call_too_late", "the run has made its first call")
+            role = run.first.enter(request.path, self.prefetch_mark.marks(request.headers))
+        except ProxyError as exc:
+            self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
+            return exc.response()
+        early = run.first.early if role is Role.HOST else None
+        response: web.StreamResponse | None = None
+        try:
+            response = await self._serve(run, request, role, started)
+            return response
+        finally:
+            if early is not None:
+                early.settle(response)  # whatever happened: a container waiting for it goes on
+
+    async def _serve(self, run: _Run, request: web.Request, role: Role, started: float) -> web.StreamResponse:
+        held = 0
+        try:
             target = self._upstream.target(request)
             if run.requests >= self._max_requests:
                 raise ProxyError(
@@ -230,9 +237,17 @@ class LlmProxy:
                 )
             body = await self._read_body(request)
             run.requests += 1  # every request read counts, refused or not: refusals cost the host work too
+            payload: dict[str, Any] | None = None
+            if role is Role.CANDIDATE:  # matched before it holds any budget: a handed-over answer costs none
+                payload, candidate_key = await asyncio.to_thread(_parse_and_key, request.path, body)
+                handed_over = await self._first_call_answer(run, request, candidate_key, started)
+                if handed_over is not None:
+                    return handed_over
             held = self._hold_input(run, len(body))
             # Parsing and the policy's walk of up to 8 MB are CPU work: never on the event loop.
-            sanitized, key = await asyncio.to_thread(self._parse_and_sanitize, run, request.path, body, held, keyed)
+            sanitized, key = await asyncio.to_thread(
+                self._parse_and_sanitize, run, request.path, payload or body, role is Role.HOST
+            )
         except ProxyError as exc:
             run.reserved -= held
             self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
@@ -242,38 +257,34 @@ class LlmProxy:
         if not self._live(run):
             run.reserved -= held
             return self._refuse(run, request, started)
-
         followups = self._gate.followups(run.run_id)
-        handed_over = await self._first_call_answer(run, request, key, len(followups), started)
-        if handed_over is not None:
-            run.reserved -= held
-            return handed_over
-        if prefetching and key is not None:
-            run.first_call = PrefetchedCall(request.path, key, len(followups))
+        if role is Role.HOST and run.first.early is not None and key is not None:
+            run.first.early.asked.set_result((key, len(followups)))
         run.reserved += sanitized.output_cap
-        response: web.StreamResponse | None = None
         try:
-            response = await self._call(run, request, target, with_followups(sanitized.payload, followups), started)
-            return response
+            return await self._call(run, request, target, with_followups(sanitized.payload, followups), started)
         finally:
-            if prefetching and run.first_call is not None:
-                run.first_call.keep(response)
             # Released only after _call recorded the tokens: never a moment when the call counts for nothing.
             run.reserved -= held + sanitized.output_cap
 
     async def _first_call_answer(
-        self, run: _Run, request: web.Request, key: str | None, followups: int, started: float
+        self, run: _Run, request: web.Request, key: str, started: float
     ) -> web.StreamResponse | None:
-        """The answer the host's first call got, if this is the container asking the same; else None."""
-        first = run.first_call
-        if first is None or key is None or not first.take(request.path, key, followups, self.prefetch_mark, run.run_id):
+        """The answer the host's early call got, if the container asks the same; else None (it asks itself)."""
+        early = run.first.early
+        if early is None:
             return None
         try:
-            kept = await self._guarded(run, asyncio.shield(first.answer))
+            asked = await self._guarded(run, asyncio.shield(early.asked))
+            if asked is None or asked[1] != len(self._gate.followups(run.run_id)):
+                return None  # the early call failed, or the chat said more since: its answer did not hear it
+            self.prefetch_mark.outcome(run.run_id, same=asked[0] == key)
+            kept = await self._guarded(run, asyncio.shield(early.answer)) if asked[0] == key else None
         except _RunClosed:
             return self._refuse(run, request, started)
         if kept is None:
-            return None  # the first call failed: the container asks the provider itself
+            return None
+        run.first.handed()
         self._calls.call(run.run_id, request.path, kept.status, None, started, first_call=True)
         return kept.response()
 
@@ -302,37 +313,21 @@ class LlmProxy:
         try:
             estimate = input_hold(self._max_tokens, run.tokens, run.reserved, body_bytes)
         except BudgetSpent:
-            self._tell_budget_exhausted(run)
+            if not run.budget_told:  # once per run: the manager ends it; the 429 tells the container why
+                run.budget_told = True
+                self._budget_notices.tell(run.run_id)
             raise
         run.reserved += estimate
         return estimate
 
     def _parse_and_sanitize(
-        self, run: _Run, path: str, body: bytes, held: int, keyed: bool
+        self, run: _Run, path: str, body: bytes | dict[str, Any], keyed: bool
     ) -> tuple[Sanitized, str | None]:
         """In a worker thread: the policy's copy of the request, its output capped by what is left of the
         budget after the calls in flight and this call's own input; and the body's key for the first call."""
         left = self._max_tokens - run.tokens - run.reserved
-        payload = parse_body(body)
-        return self._policy.sanitize(path, payload, max(1, left)), body_key(payload) if keyed else None
-
-    def _tell_budget_exhausted(self, run: _Run) -> None:
-        # Once per run: the manager ends it; the 429 the policy raises tells the container why.
-        if run.budget_told or self._on_budget_exhausted is None:
-            return
-        run.budget_told = True
-        task = asyncio.create_task(
-            self._budget_exhausted(self._on_budget_exhausted, run.run_id), name=f"budget-{run.run_id}"
-        )
-        self._budget_tasks.add(task)
-        task.add_done_callback(self._budget_tasks.discard)
-
-    async def _budget_exhausted(self, callback: BudgetCallback, run_id: str) -> None:
-        try:
-            await callback(run_id)
-        except Exception:
-            # Nobody awaits this task: without the log a run that was not stopped would go unexplained.
-            self._log.exception("budget_exhausted_callback_failed", run_id=run_id)
+        payload = parse_body(body) if isinstance(body, bytes) else body
+        return self._policy.sanitize(path, payload, max(1, left)), body_key(path, payload) if keyed else None
 
     async def _read_body(self, request: web.Request) -> bytes:
         too_large = ProxyError(413, "request_too_large", f"request body is over {self._max_body_bytes} bytes")
@@ -397,3 +392,8 @@ class LlmProxy:
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
             )
+
+
+def _parse_and_key(path: str, body: bytes) -> tuple[dict[str, Any], str]:
+    payload = parse_body(body)
+    return payload, body_key(path, payload)
