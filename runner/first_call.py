@@ -132,7 +132,7 @@ class FirstCalls:
     def learn_soon(self, spec: TaskSpec) -> asyncio.Task[FirstRequest | None] | None:
         """Start learning the run's first request (None when the setting is off, or the containers' first
         requests stopped matching the host's copies)."""
-        if not self._enabled() or not self._mark.trusted:
+        if not self._enabled() or not self._mark.allows_early_call():
             return None
         return asyncio.create_task(self._learn(spec), name=f"learn-first-call-{spec.run_id}")
 

@@ -17,7 +17,8 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -32,6 +33,8 @@ PREFETCH_TOKEN_BYTES = 16
 # Containers whose first request differs from the host's copy, one after another, before the host stops
 # sending early calls: their image runs other agent code than the host's checkout, and each call is wasted.
 MISSES_BEFORE_OFF = 3
+# Then it tries one again after this long: a rebuilt image, or containers that only pretended, turn it back on.
+OFF_SECONDS = 900.0
 REBUILD_HINT = "is the subagent image older than this checkout? rebuild it: python -m runner.image"
 
 log = get_logger(__name__)
@@ -116,18 +119,26 @@ class PrefetchMark:
     """The header value that marks the host's own first calls (containers never see it), and whether the
     containers' first requests still match the host's copies."""
 
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(self, token: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.token = token or secrets.token_hex(PREFETCH_TOKEN_BYTES)
         self.misses_in_a_row = 0
+        self._clock = clock
+        self._off_until: float | None = None
 
     def marks(self, headers: Mapping[str, str]) -> bool:
         value = headers.get(PREFETCH_HEADER)
         return value is not None and hmac.compare_digest(value.encode(), self.token.encode())
 
-    @property
-    def trusted(self) -> bool:
-        """False once MISSES_BEFORE_OFF containers in a row asked otherwise: no early calls until a restart."""
-        return self.misses_in_a_row < MISSES_BEFORE_OFF
+    def allows_early_call(self) -> bool:
+        """False for OFF_SECONDS once MISSES_BEFORE_OFF containers in a row asked otherwise; then one more
+        early call is tried, and one more miss turns them off again."""
+        if self._off_until is None:
+            return True
+        if self._clock() < self._off_until:
+            return False
+        self._off_until = None
+        self.misses_in_a_row = MISSES_BEFORE_OFF - 1
+        return True
 
     def outcome(self, run_id: str, *, same: bool) -> None:
         """How a container's first request compared with the host's copy."""
@@ -136,8 +147,9 @@ class PrefetchMark:
             return
         self.misses_in_a_row += 1
         log.warning("first_call_mismatch", run_id=run_id, misses_in_a_row=self.misses_in_a_row, hint=REBUILD_HINT)
-        if self.misses_in_a_row == MISSES_BEFORE_OFF:
-            log.error("early_first_calls_off", misses=MISSES_BEFORE_OFF, hint=REBUILD_HINT)
+        if self.misses_in_a_row >= MISSES_BEFORE_OFF:
+            self._off_until = self._clock() + OFF_SECONDS
+            log.error("early_first_calls_off", misses=self.misses_in_a_row, seconds=OFF_SECONDS, hint=REBUILD_HINT)
 
 
 def body_key(path: str, payload: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ import structlog
 
 from container.protocol import TaskSpec
 from runner.first_call import FirstCalls
-from runner.llm_prefetch import PREFETCH_HEADER
+from runner.llm_prefetch import OFF_SECONDS, PREFETCH_HEADER, PrefetchMark
 from runner.llm_proxy import LlmProxy
 from tests.fakes.faults import Fault
 from tests.fakes.llm_server import FakeLLM
@@ -170,20 +170,28 @@ async def first_runs(proxy: LlmProxy, gate: Gate, tmp_path: Path, container_bodi
         await proxy.close_run(run_id)
 
 
-async def test_containers_that_keep_asking_otherwise_turn_early_calls_off_with_the_reason(
+async def test_containers_that_keep_asking_otherwise_turn_early_calls_off_for_a_while_with_the_reason(
     fake_llm: FakeLLM, make_proxy: ProxyFactory, gate: Gate, tmp_path: Path
 ) -> None:
-    proxy = await make_proxy(fake_openai(fake_llm))
+    now = [1_000.0]
+    proxy = await make_proxy(fake_openai(fake_llm), prefetch_mark=PrefetchMark(clock=lambda: now[0]))
     first_calls = FirstCalls(proxy.prefetch_mark, lambda: True)
     spec = TaskSpec(run_id="run-next-01", task="anything", label="next")
 
     with structlog.testing.capture_logs() as logs:
         await first_runs(proxy, gate, tmp_path, [CHAT, CHAT, FIRST, CHAT, CHAT])  # a hand-over resets the count
-        assert proxy.prefetch_mark.trusted
+        assert proxy.prefetch_mark.allows_early_call()
         await first_runs(proxy, gate, tmp_path, [CHAT])
 
-    assert not proxy.prefetch_mark.trusted
+    assert not proxy.prefetch_mark.allows_early_call()
     assert first_calls.learn_soon(spec) is None  # the image runs other agent code: every call would be wasted
     off = [e for e in logs if e["event"] == "early_first_calls_off"]
     assert len(off) == 1 and "python -m runner.image" in off[0]["hint"]
     assert len([e for e in logs if e["event"] == "first_call_mismatch"]) == 5
+
+    now[0] += OFF_SECONDS - 1
+    assert not proxy.prefetch_mark.allows_early_call()
+    now[0] += 2
+    assert proxy.prefetch_mark.allows_early_call()  # one more try after the pause...
+    await first_runs(proxy, gate, tmp_path, [CHAT])
+    assert not proxy.prefetch_mark.allows_early_call()  # ...and one more miss is enough to stop again
