@@ -28,20 +28,36 @@ class FloodGuard:
         self._clock = clock
         self._recent: dict[int, deque[float]] = {}
         self._noticed_at: dict[int, float] = {}
+        self._swept_at = clock()
+
+    def tracked_chats(self) -> int:
+        """Chats with a trigger or a notice inside the window (the others are forgotten)."""
+        return len(self._recent.keys() | self._noticed_at.keys())
 
     def should_notice(self, chat_id: int) -> bool:
         """Record one triggering message; True the first time the chat goes over the limit in a window."""
         now = self._clock()
+        self._sweep(now)
         recent = self._recent.setdefault(chat_id, deque())
         recent.append(now)
         while recent and recent[0] <= now - self._window_seconds:
             recent.popleft()
         if len(recent) <= self._max_triggers:
-            if not recent:
-                self._recent.pop(chat_id, None)
             return False
         last = self._noticed_at.get(chat_id)
         if last is not None and now - last < self._window_seconds:
             return False
         self._noticed_at[chat_id] = now
         return True
+
+    def _sweep(self, now: float) -> None:
+        """Once a window, forget chats whose triggers and notice have all left it: what a chat that went
+        quiet leaves behind would otherwise be kept for good, for every chat the bot ever heard from."""
+        if now - self._swept_at < self._window_seconds:
+            return
+        self._swept_at = now
+        horizon = now - self._window_seconds
+        for chat_id in [c for c, recent in self._recent.items() if recent[-1] <= horizon]:
+            del self._recent[chat_id]
+        for chat_id in [c for c, noticed in self._noticed_at.items() if noticed <= horizon]:
+            del self._noticed_at[chat_id]

@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from core.logging import get_logger
@@ -64,6 +65,14 @@ class Sender(Protocol):
     async def send_text(self, chat_id: int, text: str) -> list[int]: ...
 
 
+@dataclass(slots=True)
+class _ChatLock:
+    """A chat's send lock and how many hold it or wait for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 class Outbox:
     def __init__(
         self,
@@ -77,7 +86,7 @@ class Outbox:
         self._channel = channel
         self._clock = clock
         self._on_unreachable = on_unreachable
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._locks: dict[int, _ChatLock] = {}  # only while a chat is being sent to (or waits to be)
         self._wake = asyncio.Event()
         self._flushes: set[asyncio.Task[bool]] = set()
         self._unstored: dict[int, asyncio.Task[None]] = {}
@@ -88,9 +97,8 @@ class Outbox:
 
     async def flush(self, chat_id: int) -> bool:
         """Send the chat's due rows in order; True when nothing is left pending for it."""
-        lock = self._locks.setdefault(chat_id, asyncio.Lock())
         done = True
-        async with lock:
+        async with self._chat_lock(chat_id):
             for row in await self._store.pending(chat_id):
                 if row.next_attempt_at > self._clock() or not await self._deliver(row):
                     done = False
@@ -99,6 +107,26 @@ class Outbox:
             # The dispatcher leaves a chat alone while it is being sent: tell it when the chat is due again.
             self._wake.set()
         return done
+
+    def chats_in_flight(self) -> int:
+        """Chats being sent to or waiting to be (the outbox keeps nothing in memory for the others)."""
+        return len(self._locks)
+
+    @contextlib.asynccontextmanager
+    async def _chat_lock(self, chat_id: int) -> AsyncIterator[None]:
+        """One sender per chat at a time. The lock is dropped when nobody holds or waits for it: a bot in
+        thousands of chats keeps one only for the chats it is sending to."""
+        held = self._locks.get(chat_id)
+        if held is None:
+            held = self._locks[chat_id] = _ChatLock()
+        held.users += 1
+        try:
+            async with held.lock:
+                yield
+        finally:
+            held.users -= 1
+            if held.users == 0:
+                del self._locks[chat_id]
 
     async def _deliver(self, row: OutboxRow) -> bool:
         parts = self._channel.split(row.text)
@@ -139,7 +167,7 @@ class Outbox:
 
     async def chat_unreachable(self, chat_id: int, reason: str) -> None:
         """The platform said so before any send failed (the bot was removed from the chat)."""
-        async with self._locks.setdefault(chat_id, asyncio.Lock()):
+        async with self._chat_lock(chat_id):
             await self._unreachable(chat_id, reason)
 
     async def give_up_chat(self, chat_id: int, reason: str) -> None:
@@ -205,8 +233,8 @@ class Outbox:
         now = self._clock()
         wait_seconds = IDLE_CHECK_SECONDS
         for chat_id, due_at in heads:
-            lock = self._locks.get(chat_id)
-            if chat_id in self._dispatched or (lock is not None and lock.locked()):
+            held = self._locks.get(chat_id)
+            if chat_id in self._dispatched or (held is not None and held.lock.locked()):
                 continue  # being sent: its flush wakes the dispatcher if it leaves the chat waiting
             if due_at > now:
                 wait_seconds = min(wait_seconds, due_at - now)

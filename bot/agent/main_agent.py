@@ -101,6 +101,19 @@ class MainAgent:
         return self._agent
 
     async def __call__(self, turn: Turn) -> None:
+        reply, kind = await self._answer(turn)
+        if reply == SKIP_MARKER:
+            log.info("turn_skipped", turn_id=turn.id)  # an announcement the chat need not hear of
+            return
+        turn.begin_delivery()
+        # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
+        message_id = await asyncio.shield(self._post_answer(turn, reply, kind))
+        if self._on_answered is not None:
+            self._on_answered(turn.id, message_id)
+
+    async def _answer(self, turn: Turn) -> tuple[str, str]:
+        """The reply and its kind. A frame of its own: the prompt, its window and the agent's run are
+        freed before the send, which can wait on Telegram's rate limits (bench: memory)."""
         prompt = await build_prompt(
             self._messages, turn.chat_id, self._history_window, self._assistant_name, up_to_id=turn.trigger_id
         )
@@ -124,22 +137,13 @@ class MainAgent:
                     deps=deps,
                     usage_limits=UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN),
                 )
-            reply = result.output.strip() or "(no answer)"
-            kind = "reply"
+            return result.output.strip() or "(no answer)", "reply"
         except TimeoutError:
             log.error("llm_timeout", timeout_seconds=self._timeout_seconds)
-            reply, kind = APOLOGY, "notice"
+            return APOLOGY, "notice"
         except Exception as exc:  # any provider failure: apologise, keep the bot running
             log.error("llm_failed", error_type=type(exc).__name__, error=str(exc)[:500])
-            reply, kind = APOLOGY, "notice"
-        if reply == SKIP_MARKER:
-            log.info("turn_skipped", turn_id=turn.id)  # an announcement the chat need not hear of
-            return
-        turn.begin_delivery()
-        # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
-        message_id = await asyncio.shield(self._post_answer(turn, reply, kind))
-        if self._on_answered is not None:
-            self._on_answered(turn.id, message_id)
+            return APOLOGY, "notice"
 
     async def _post_answer(self, turn: Turn, reply: str, kind: str) -> int | None:
         # A reply to the message that asked, looked up now: an upgrade meanwhile retires its old id.

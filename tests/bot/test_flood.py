@@ -29,3 +29,16 @@ def test_chats_are_counted_apart_and_a_steady_pace_is_fine() -> None:
         clock.now += 4  # at most three in any ten seconds
         assert not guard.should_notice(1)
         assert not guard.should_notice(2)
+
+
+def test_a_chat_that_went_quiet_is_forgotten_and_then_counted_afresh() -> None:
+    clock = Clock()
+    guard = FloodGuard(max_triggers=3, window_seconds=10, clock=clock)
+    for chat_id in range(1, 101):
+        guard.should_notice(chat_id)
+    assert [guard.should_notice(7) for _ in range(3)] == [False, False, True]
+    assert guard.tracked_chats() == 100
+    clock.now += 11
+    assert not guard.should_notice(1)  # a window later: only the chat that spoke since is kept
+    assert guard.tracked_chats() == 1
+    assert [guard.should_notice(7) for _ in range(4)] == [False, False, False, True]

@@ -243,3 +243,20 @@ async def test_dispatcher_sleeps_while_a_due_chat_is_being_sent(db: Database, st
     await channel.wait_for(lambda: len(channel.sent) == 1)
     await outbox.close()
     assert reads <= 1, f"the dispatcher read the outbox {reads} times while one send was in flight"
+
+
+async def test_flushes_of_one_chat_go_one_at_a_time_and_leave_nothing_behind(store: OutboxStore) -> None:
+    channel = GatedChannel()
+    outbox = Outbox(store, channel)
+    await store.add(outgoing("first"))
+    first = asyncio.create_task(outbox.flush(CHAT))
+    await channel.wait_for(lambda: channel.in_flight == 1)
+    await store.add(outgoing("second"))
+    second = asyncio.create_task(outbox.flush(CHAT))  # waits for the first: never two sends to a chat at once
+    await asyncio.sleep(SETTLE_SECONDS)
+    assert channel.in_flight == 1 and outbox.chats_in_flight() == 1
+
+    channel.gate.set()
+    assert await first and await second
+    assert channel.sent == [(CHAT, "Crew: first"), (CHAT, "Crew: second")]
+    assert outbox.chats_in_flight() == 0  # a chat that is not being sent to keeps no lock
