@@ -37,6 +37,9 @@ log = get_logger(__name__)
 CAPTURE_TIMEOUT_SECONDS = 20.0
 LEARN_THREADS = 2
 URL_PART_SUFFIX = "-url"  # pydantic-ai's kinds of files given by URL: image-url, document-url, audio-url, ...
+# JSON values in a prior session the host builds a first request from: 200 ordinary messages have about
+# 6,000; building one costs about 0.25 ms a value, all of it before the capture's time limit can act.
+MAX_HISTORY_NODES = 20_000
 # The host's own copy of the first call waits for the provider as long as the container would.
 SEND_TIMEOUT_SECONDS = 900.0
 # Headers the container's client would send that belong to its own connection, not to the request.
@@ -94,26 +97,33 @@ def learn_first_request(spec: TaskSpec, workspace_dir: Path = Path(WORKSPACE_DIR
     """The first request `spec`'s container (its workspace at `workspace_dir`, as the prompt says) will send.
     Raises FirstRequestUnknown when its code makes none, or when building it would fetch a URL. Blocking: run
     it in a worker thread."""
-    if _refers_to_urls(spec.history):
-        # pydantic-ai downloads such files while it builds the request: on the host that would fetch, for a
-        # session a container wrote, whatever the URL names (the host's own network included).
-        raise FirstRequestUnknown("the prior session refers to files by URL; only the container may fetch them")
+    reason = _unsuitable(spec.history)
+    if reason is not None:
+        raise FirstRequestUnknown(reason)
     return asyncio.run(_learn(spec, workspace_dir))
 
 
-def _refers_to_urls(history: list[Any]) -> bool:
-    """Whether any part of the serialized history is a file by URL (`image-url`, `document-url`, ...)."""
+def _unsuitable(history: list[Any]) -> str | None:
+    """Why the host must not build a request from this prior session (a container wrote it), or None."""
     pending: list[Any] = list(history)
+    nodes = 0
     while pending:
         item = pending.pop()
+        nodes += 1
+        if nodes > MAX_HISTORY_NODES:
+            # Building a request costs CPU and memory per item, in one go (no time limit can stop it): the
+            # container, within its own limits, builds one that large itself.
+            return f"the prior session has over {MAX_HISTORY_NODES} items"
         if isinstance(item, dict):
             kind = item.get("kind")
             if isinstance(kind, str) and kind.endswith(URL_PART_SUFFIX):
-                return True
+                # pydantic-ai downloads such files while it builds the request: on the host that would fetch
+                # whatever the URL names, the host's own network included.
+                return "the prior session refers to files by URL; only the container may fetch them"
             pending.extend(item.values())
         elif isinstance(item, list):
             pending.extend(item)
-    return False
+    return None
 
 
 def _quiet(line: str) -> None:

@@ -127,7 +127,8 @@ class PrefetchMark:
 
     def marks(self, headers: Mapping[str, str]) -> bool:
         value = headers.get(PREFETCH_HEADER)
-        return value is not None and hmac.compare_digest(value.encode(), self.token.encode())
+        # A container sends whatever bytes it likes: only ASCII can be the token (and encode without error).
+        return value is not None and value.isascii() and hmac.compare_digest(value.encode(), self.token.encode())
 
     def allows_early_call(self) -> bool:
         """False for OFF_SECONDS once MISSES_BEFORE_OFF containers in a row asked otherwise; then one more
