@@ -246,7 +246,7 @@ class LlmProxy:
             held = self._hold_input(run, len(body))
             # Parsing and the policy's walk of up to 8 MB are CPU work: never on the event loop.
             sanitized, key = await asyncio.to_thread(
-                self._parse_and_sanitize, run, request.path, payload or body, role is Role.HOST
+                self._parse_and_sanitize, run, request.path, body if payload is None else payload, role is Role.HOST
             )
         except ProxyError as exc:
             run.reserved -= held
