@@ -39,3 +39,46 @@ async def test_connections_over_the_cap_are_closed_and_the_held_ones_still_serve
         for _, writer in held:
             writer.close()
         await runner.cleanup()
+
+
+async def test_a_burst_of_connections_at_once_gets_no_more_than_the_cap(tmp_path: Path) -> None:
+    """The loop accepts connections in bursts, making every handler before any is connected: the cap holds
+    for a burst as well as for connections made one by one."""
+    served = 0
+    release = asyncio.Event()
+
+    async def hold(request: web.Request) -> web.Response:
+        nonlocal served
+        served += 1
+        await release.wait()
+        return web.Response(text="hi")
+
+    app = web.Application()
+    app.router.add_get("/", hold)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    socket = tmp_path / "run.sock"
+    await CappedUnixSite(runner, str(socket), max_connections=CAP).start()
+    burst = 25 * CAP
+
+    async def ask() -> bytes:
+        """The answer, or b"" for a connection closed unanswered (reset, when the request was sent first)."""
+        reader, writer = await asyncio.open_unix_connection(str(socket))
+        try:
+            writer.write(b"GET / HTTP/1.1\r\nHost: run\r\nConnection: close\r\n\r\n")
+            return await asyncio.wait_for(reader.read(), 5)
+        except ConnectionError:
+            return b""
+        finally:
+            writer.close()
+
+    try:
+        asking = [asyncio.create_task(ask()) for _ in range(burst)]
+        await asyncio.sleep(0.5)
+        assert served == CAP  # the others were closed as they came
+        release.set()
+        answers = await asyncio.gather(*asking)
+    finally:
+        await runner.cleanup()
+    assert sum(a.startswith(b"HTTP/1.1 200") for a in answers) == CAP
+    assert answers.count(b"") == burst - CAP
