@@ -28,6 +28,9 @@ CHANNEL_ORIGIN = "http://run"  # any host: the transport goes to the socket
 CHANNEL_TIMEOUT_SECONDS = 30.0
 # Connecting is retried about 30 s in all: the socket refuses while the host restarts.
 CHANNEL_CONNECT_RETRIES = 7
+# The host closes connections to a run's socket beyond 16 at once (runner/capped_site.py). The channel and
+# the LLM client keep 4 each, so requests sent all at once (parallel tool calls) wait their turn instead.
+CHANNEL_MAX_CONNECTIONS = 4
 
 
 class ChannelRefused(Exception):
@@ -36,7 +39,11 @@ class ChannelRefused(Exception):
 
 class RunChannel:
     def __init__(self, socket_path: Path) -> None:
-        transport = httpx2.AsyncHTTPTransport(uds=str(socket_path), retries=CHANNEL_CONNECT_RETRIES)
+        transport = httpx2.AsyncHTTPTransport(
+            uds=str(socket_path),
+            retries=CHANNEL_CONNECT_RETRIES,
+            limits=httpx2.Limits(max_connections=CHANNEL_MAX_CONNECTIONS),
+        )
         self._client = httpx2.AsyncClient(transport=transport, base_url=CHANNEL_ORIGIN, timeout=CHANNEL_TIMEOUT_SECONDS)
 
     async def __aenter__(self) -> RunChannel:

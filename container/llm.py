@@ -24,6 +24,7 @@ LLM_SDK_MAX_RETRIES = 1
 # Connecting is retried apart from that, after 0, 0.5, 1, 2, 4, 8 and 16 s (about 30 s in all): the
 # socket is missing or refuses while the host restarts, and the run must outlive a normal restart.
 LLM_CONNECT_RETRIES = 7
+LLM_MAX_CONNECTIONS = 4  # with the channel's 4, well under the host's 16 a run (container/channel.py)
 
 
 @asynccontextmanager
@@ -34,7 +35,9 @@ async def open_model(
     uses one to learn the run's first request); closes the connection after."""
     timeout = httpx2.Timeout(LLM_REQUEST_TIMEOUT_SECONDS, connect=LLM_CONNECT_TIMEOUT_SECONDS)
     if transport is None:
-        transport = httpx2.AsyncHTTPTransport(uds=str(socket_path), retries=LLM_CONNECT_RETRIES)
+        transport = httpx2.AsyncHTTPTransport(
+            uds=str(socket_path), retries=LLM_CONNECT_RETRIES, limits=httpx2.Limits(max_connections=LLM_MAX_CONNECTIONS)
+        )
     async with httpx2.AsyncClient(transport=transport, timeout=timeout) as http_client:
         yield _build_model(task, http_client, timeout)
 
