@@ -94,9 +94,9 @@ class HandOverProbe:
         self.at: dict[str, float] = {}
         setattr(proxy, self._HOOK, self._timed)
 
-    async def _timed(self, run: Any, request: Any, key: str | None, followups: int, started: float) -> Any:
+    async def _timed(self, run: Any, *args: Any) -> Any:
         arrived = time.perf_counter()
-        answer = await self._answer(run, request, key, followups, started)
+        answer = await self._answer(run, *args)
         if getattr(answer, "status", None) == 200:
             self.at.setdefault(run.run_id, arrived)
         return answer
