@@ -23,21 +23,11 @@ import pytest
 import structlog
 
 from runner.llm_policy import RequestPolicy, Sanitized
-from runner.llm_prefetch import PREFETCH_HEADER
-from runner.llm_proxy import LlmProxy
 from tests.fakes.faults import Fault
 from tests.fakes.llm_server import FakeLLM
-from tests.runner.llm_proxy_helpers import RUN, ProxyFactory, fake_openai, post
+from tests.runner.llm_proxy_helpers import FIRST, FIRST_PATH, RUN, ProxyFactory, fake_openai, marked, post
 
-PATH = "/v1/chat/completions"
-FIRST = {
-    "model": "gpt-test",
-    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
-}
-
-
-def marked(proxy: LlmProxy) -> dict[str, str]:
-    return {PREFETCH_HEADER: proxy.prefetch_mark.token, "Content-Type": "application/json"}
+PATH = FIRST_PATH
 
 
 async def test_a_container_request_under_way_when_the_hosts_call_comes_costs_one_provider_call(

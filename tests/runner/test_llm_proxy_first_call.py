@@ -17,17 +17,20 @@ from runner.llm_prefetch import OFF_SECONDS, PREFETCH_HEADER, PrefetchMark
 from runner.llm_proxy import LlmProxy
 from tests.fakes.faults import Fault
 from tests.fakes.llm_server import FakeLLM
-from tests.runner.llm_proxy_helpers import CHAT, RUN, Gate, ProxyFactory, Sink, fake_openai, post
+from tests.runner.llm_proxy_helpers import (
+    CHAT,
+    FIRST,
+    FIRST_PATH,
+    RUN,
+    Gate,
+    ProxyFactory,
+    Sink,
+    fake_openai,
+    marked,
+    post,
+)
 
-PATH = "/v1/chat/completions"
-FIRST = {
-    "model": "gpt-test",
-    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
-}
-
-
-def marked(proxy: LlmProxy) -> dict[str, str]:
-    return {PREFETCH_HEADER: proxy.prefetch_mark.token, "Content-Type": "application/json"}
+PATH = FIRST_PATH
 
 
 def reordered(body: Mapping[str, object]) -> bytes:
