@@ -1,8 +1,11 @@
-"""Fixtures of the LlmProxy tests (test_llm_proxy_*.py): a scripted upstream, FakeLLM as the provider, the
-liveness gate and usage sink, and `make_proxy`, which opens RUN's socket at tmp_path / "llm.sock"."""
+"""Fixtures of the runner tests. For the LlmProxy tests (test_llm_proxy_*.py): a scripted upstream, FakeLLM as
+the provider, the liveness gate and usage sink, and `make_proxy`, which opens RUN's socket at
+tmp_path / "llm.sock". For the engine tests: `run_label`. For the host's early first call:
+`allow_model_requests`."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from runner.llm_policy import RequestPolicy
 from runner.llm_proxy import LlmProxy, Spent
 from runner.llm_upstream import UpstreamConfig
 from tests.fakes.llm_server import FakeLLM, anthropic_text, openai_text
+from tests.runner.docker_helpers import remove_labelled
 from tests.runner.llm_proxy_helpers import (
     API_KEY,
     MODEL,
@@ -25,6 +29,14 @@ from tests.runner.llm_proxy_helpers import (
     ProxyFactory,
     Sink,
 )
+
+
+@pytest.fixture
+def run_label() -> Iterator[str]:
+    """A label value unique to one test; every container it starts carries it and is removed afterwards."""
+    value = uuid.uuid4().hex[:12]
+    yield value
+    remove_labelled(value)
 
 
 @pytest.fixture

@@ -23,13 +23,13 @@ from runner.docker_runtime import (
     parse_docker_time,
 )
 from runner.runtime import LABEL_APP, ContainerSpec, ContainerStartError, Mount, RuntimeUnavailable
+from tests.runner.docker_helpers import TEST_LABEL
 
 TEST_IMAGE = "crewbot-test-busybox:latest"
 # Built from Debian's busybox-static, which `make test` installs (scripts/test-deps.sh). No fallback to
 # another image: the project's images have an entrypoint that ignores the command these tests run.
 STATIC_BUSYBOX = Path("/bin/busybox")
 BUSYBOX_APPLETS = ("sh", "sleep", "echo", "cat", "id", "ls", "touch", "true", "false", "grep")
-TEST_LABEL = "crewbot.test"
 CONTAINER_USER = "1000:1000"
 SIGKILL_EXIT_CODE = 137
 MIB = 1024 * 1024
@@ -88,19 +88,6 @@ def sh_image(docker_engine: None) -> str:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason} (CI=true: Docker tests must not skip)")
     pytest.skip(reason)
-
-
-@pytest.fixture
-def run_label() -> Iterator[str]:
-    """A label value unique to one test; every container it starts carries it and is removed afterwards."""
-    value = uuid.uuid4().hex[:12]
-    yield value
-    client = docker.from_env()
-    try:
-        for container in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={value}"}):
-            container.remove(force=True)
-    finally:
-        client.close()
 
 
 @pytest.fixture

@@ -4,20 +4,18 @@ nothing once it has exited (the engine forgets them: why the supervisor samples 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
-import docker
 import pytest
 
 from runner.docker_runtime import DockerRuntime
 from runner.runtime import ContainerSpec
+from tests.runner.docker_helpers import TEST_LABEL
 
 pytestmark = pytest.mark.docker
 
 MIB = 1024 * 1024
 HELD_MIB = 80
-TEST_LABEL = "crewbot.test"
 CONTAINER_USER = "1000:1000"
 WAIT_SECONDS = 60.0
 # Writes every page of HELD_MIB (so they are resident), burns some CPU, says so, then holds it all.
@@ -32,18 +30,6 @@ async def runtime(docker_engine: None) -> AsyncIterator[DockerRuntime]:
     rt = DockerRuntime(max_concurrency=2)
     yield rt
     await rt.close()
-
-
-@pytest.fixture
-def run_label() -> Iterator[str]:
-    value = uuid.uuid4().hex[:12]
-    yield value
-    client = docker.from_env()
-    try:
-        for container in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={value}"}):
-            container.remove(force=True)
-    finally:
-        client.close()
 
 
 async def test_usage_while_running_and_none_after_exit(
