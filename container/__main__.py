@@ -12,7 +12,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 from container.channel import ChannelRefused, RunChannel
 from container.paths import ContainerPaths
@@ -23,10 +24,14 @@ EXIT_COMPLETED = 0
 EXIT_FAILED = 1
 EXIT_BAD_TASK = 2
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-# A finished run keeps offering its result this long while the host is away (a restart, an upgrade).
-REPORT_RETRY_SECONDS = 900.0
-REPORT_FIRST_RETRY_SECONDS = 1.0
-REPORT_MAX_RETRY_SECONDS = 30.0
+# The container waits this long for a host that is away (a restart, an upgrade) to take its task request or
+# its result: a request in flight when the host died fails at once, and the socket refuses until it is back.
+HOST_AWAY_SECONDS = 900.0
+HOST_FIRST_RETRY_SECONDS = 1.0
+HOST_MAX_RETRY_SECONDS = 30.0
+
+
+T = TypeVar("T")
 
 
 class ResultSink(Protocol):
@@ -61,7 +66,7 @@ async def run_main(paths: ContainerPaths) -> int:
     """The whole run; returns the exit code. Awaitable in-process, which the tests do."""
     async with RunChannel(paths.channel_socket) as channel:
         try:
-            task = await channel.task()
+            task = await while_host_away(channel.task, "the task")
         except (ChannelRefused, OSError, ValueError) as exc:
             log(f"no usable task from the run channel: {describe_error(exc)}")
             return EXIT_BAD_TASK
@@ -82,22 +87,28 @@ async def run_main(paths: ContainerPaths) -> int:
 async def report(channel: ResultSink, result: RunResult, run_id: str) -> bool:
     """Hand the result over, waiting out a host that is restarting (its socket comes back): the host's
     time limit, not this loop, decides how long a finished run may wait. A refusal is final."""
-    deadline = time.monotonic() + REPORT_RETRY_SECONDS
-    delay = REPORT_FIRST_RETRY_SECONDS
+    try:
+        await while_host_away(lambda: channel.report(result), f"run {run_id}: the result")
+    except Exception as exc:
+        log(f"run {run_id}: the result could not be reported: {describe_error(exc)}")
+        return False
+    return True
+
+
+async def while_host_away(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """`call()`, tried again with a growing pause while the channel does not answer (ConnectionError) for up
+    to HOST_AWAY_SECONDS; then, or on any other error, the error is raised."""
+    deadline = time.monotonic() + HOST_AWAY_SECONDS
+    delay = HOST_FIRST_RETRY_SECONDS
     while True:
         try:
-            await channel.report(result)
-            return True
-        except ConnectionError as exc:
+            return await call()
+        except ConnectionError:
             if time.monotonic() + delay > deadline:
-                log(f"run {run_id}: the result could not be reported: {describe_error(exc)}")
-                return False
-            log(f"run {run_id}: the host is not answering; trying again in {delay:g} s")
+                raise
+            log(f"{what}: the host is not answering; trying again in {delay:g} s")
             await asyncio.sleep(delay)
-            delay = min(delay * 2, REPORT_MAX_RETRY_SECONDS)
-        except Exception as exc:
-            log(f"run {run_id}: the result could not be reported: {describe_error(exc)}")
-            return False
+            delay = min(delay * 2, HOST_MAX_RETRY_SECONDS)
 
 
 def main() -> int:

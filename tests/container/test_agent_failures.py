@@ -104,8 +104,10 @@ async def test_channel_without_a_task_exits_bad_task(paths: ContainerPaths) -> N
 async def test_missing_channel_exits_bad_task(
     paths: ContainerPaths, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The real channel retries connecting for about 30 s (a host restart); one attempt says the same.
+    # The real channel retries connecting for about 30 s and the agent waits up to 15 minutes for a host
+    # that restarts; one attempt and no wait say the same.
     monkeypatch.setattr("container.channel.CHANNEL_CONNECT_RETRIES", 0)
+    monkeypatch.setattr("container.__main__.HOST_AWAY_SECONDS", 0.0)
 
     assert await run_main(paths) == EXIT_BAD_TASK
 
@@ -123,3 +125,30 @@ async def test_channel_that_comes_up_late_is_waited_for(paths: ContainerPaths) -
         assert await asyncio.wait_for(run, timeout=30) == EXIT_COMPLETED
 
     assert [r.result for r in host.results] == ["late but fine"]
+
+
+async def test_host_dying_with_the_task_request_in_flight_is_waited_for(
+    paths: ContainerPaths, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host is killed while GET /run/task is unanswered (the request fails with a read error, which is
+    no connect error the transport retries): the agent asks again once the host is back, and runs."""
+    monkeypatch.setattr("container.__main__.HOST_FIRST_RETRY_SECONDS", 0.05)
+    asked = asyncio.Event()
+
+    async def die_on_first_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        asked.set()
+        writer.transport.abort()  # like a SIGKILL: no answer, the connection reset
+
+    dying = await asyncio.start_unix_server(die_on_first_request, path=str(paths.channel_socket))
+    run = asyncio.create_task(run_main(paths))
+    await asyncio.wait_for(asked.wait(), timeout=10)
+    dying.close()
+    await dying.wait_closed()
+    paths.channel_socket.unlink(missing_ok=True)
+
+    async with scripted_host(paths, [TextReply("after the restart")]) as host:
+        assert await asyncio.wait_for(run, timeout=30) == EXIT_COMPLETED
+
+    assert [r.result for r in host.results] == ["after the restart"]
+    assert "the task: the host is not answering; trying again" in capsys.readouterr().out

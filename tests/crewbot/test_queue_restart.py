@@ -69,10 +69,17 @@ async def test_sigkill_with_requests_waiting_in_the_queue(
 
         await until("four results", lambda: len(results()) == 4, bot)
         rows = query(
-            db, "SELECT id, status, created_at, started_at, finished_at FROM subagent_runs ORDER BY started_at"
+            db,
+            "SELECT id, status, error, created_at, started_at, finished_at FROM subagent_runs ORDER BY started_at",
         )
         assert [r["id"] for r in rows] == [r["id"] for r in before]  # started in the order they came
-        assert [r["status"] for r in rows] == ["completed"] * 4
+        statuses = [r["status"] for r in rows]
+        if statuses != ["completed"] * 4:  # say why, with the bot's own account of the failed run
+            failed = [r for r in rows if r["status"] != "completed"]
+            log_lines = bot.log_path.read_text(errors="replace").splitlines()
+            told = [line for line in log_lines if any(r["id"] in line for r in failed) or '"error"' in line]
+            errors = [(r["id"], r["status"], r["error"]) for r in failed]
+            raise AssertionError(f"runs not completed: {errors}\nlog lines about them:\n" + "\n".join(told[-40:]))
         for n in range(4):
             assert len([t for t in results() if f"{token}-{100 + n}" in t]) == 1
         await until("containers removed", lambda: not chat_containers([chat_id]), bot, timeout_seconds=30)
