@@ -14,9 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
-
-from pydantic_ai.models import Model
+from typing import TYPE_CHECKING, Any
 
 from bot.channels.telegram import TelegramChannel
 from core.delivery import Delivery
@@ -31,6 +29,9 @@ from runner.live_runs import LiveRuns
 from runner.llm_proxy import LlmProxy
 from runner.runtime import ContainerSpec
 from runner.service import SubagentService
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
 
 POLL_TIMEOUT_SECONDS = 1  # short long-polls keep the app's shutdown quick
 

@@ -6,13 +6,19 @@ mention through the real PTB path, which runs one main-agent turn per chat (prom
 reply stored and sent). Measured with `ru_maxrss` (peak resident set of this worker process, which runs
 nothing else) and VmRSS from /proc/self/status for the current size. Baseline: the same process right
 after the app started, before any chat existed.
+
+"Just started" is also measured as an operator sees it: `python -m crewbot run` as a process of its own
+(VmHWM once it logged `crewbot_started`), whose memory holds only what the bot itself imported; this worker
+process has the benchmark's and the test fakes' imports too. Baseline: a bare interpreter's VmHWM.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -20,15 +26,27 @@ from bench.apps import bench_app
 from bench.common import BenchContext, bench_settings, poll_until
 from bench.report import Measure, Row
 from bench.tg_process import TelegramProcess
+from core.settings import Settings
 from core.store.messages import NewMessage, insert_params
 
 NAME = "memory"
 HISTORY_PER_CHAT = 19  # plus the mention: 20 stored user messages per chat
 WAIT_SECONDS = 240.0
+START_WAIT_SECONDS = 60.0
+SETTLE_SECONDS = 2.0  # after `crewbot_started`: the first getUpdates and the watcher's first scan are done
+STOP_WAIT_SECONDS = 20.0
 _INSERT = (
     "INSERT INTO messages (chat_id, platform_message_id, sender_id, sender_name, content, timestamp, "
     "is_bot, is_trigger, reply_to, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def status_mib(pid: int | str, field: str) -> float:
+    """A memory figure (VmHWM, VmRSS) of a process from /proc, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def peak_rss_mib() -> float:
@@ -36,16 +54,84 @@ def peak_rss_mib() -> float:
 
 
 def current_rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return status_mib("self", "VmRSS")
+
+
+def _bot_env(tg: TelegramProcess, data_dir: Path) -> dict[str, str]:
+    """This process's environment minus any crewbot setting, plus the fake's address and the offline model."""
+    names = {field.alias.upper() for field in Settings.model_fields.values() if field.alias}
+    env = {key: value for key, value in os.environ.items() if key.upper() not in names}
+    env.update(
+        TELEGRAM_BOT_TOKEN=tg.token,
+        TELEGRAM_API_BASE_URL=tg.base_url,
+        DATA_DIR=str(data_dir),
+        LLM_PROVIDER="offline",
+        ALLOW_ALL_CHATS="true",
+        SUBAGENT_NETWORK="none",
+        LOG_FORMAT="json",
+        LOG_LEVEL="INFO",
+    )
+    return env
+
+
+async def _peak_of(command: list[str], env: dict[str, str], cwd: Path, ready: bytes | None) -> float:
+    """VmHWM (MiB) of `command` once it printed `ready` (or at once) and settled; then it is stopped."""
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        env=env,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    drain: asyncio.Task[bytes] | None = None
+    try:
+        async with asyncio.timeout(START_WAIT_SECONDS):
+            while ready is not None:
+                line = await process.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"{command} exited before it printed {ready!r}")
+                if ready in line:
+                    break
+        drain = asyncio.create_task(process.stdout.read())  # its later log lines must not fill the pipe
+        await asyncio.sleep(SETTLE_SECONDS)
+        return status_mib(process.pid, "VmHWM")
+    finally:
+        if process.returncode is None:
+            process.terminate()  # our own child
+            try:
+                await asyncio.wait_for(process.wait(), STOP_WAIT_SECONDS)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        if drain is not None:
+            await drain
+
+
+async def _process_rows(ctx: BenchContext, tg: TelegramProcess) -> list[Row]:
+    data_dir = ctx.work_dir / "data-process"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = _bot_env(tg, data_dir)
+    bot = await _peak_of([sys.executable, "-m", "crewbot", "run"], env, data_dir, b'"crewbot_started"')
+    bare = await _peak_of([sys.executable, "-c", "import time; time.sleep(5)"], env, data_dir, None)
+    return [
+        Row(
+            bench=NAME,
+            metric="host RSS just started: `python -m crewbot run` (peak, VmHWM), Telegram connected, no message yet",
+            unit="MiB",
+            result=Measure.figure(bot),
+            baseline_label="bare Python interpreter (VmHWM)",
+            baseline=Measure.figure(bare),
+        )
+    ]
 
 
 async def run(ctx: BenchContext) -> list[Row]:
     chats = ctx.scaled(1_000, 200)
     chat_ids = [ctx.chat_id(i) for i in range(chats)]
     async with TelegramProcess() as tg:
+        process_rows = await _process_rows(ctx, tg)
         settings = bench_settings(ctx.work_dir / "data", token=tg.token, base_url=tg.base_url, ALLOW_ALL_CHATS=True)
         async with bench_app(settings, with_subagents=True) as bench:
             stores = bench.app.stores
@@ -89,6 +175,7 @@ async def run(ctx: BenchContext) -> list[Row]:
         f"(the replies go through Telegram's 30/s overall limit); RSS at idle {idle_now:.1f} MiB, after {after:.1f} MiB"
     )
     return [
+        *process_rows,
         Row(
             bench=NAME,
             metric=f"host peak RSS (ru_maxrss), {chats:,} chats with history, each had a turn",

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Protocol
-
-from pydantic_ai.models import Model
+from typing import TYPE_CHECKING, Protocol
 
 from bot.agent.deps import SubagentDesk
 from bot.agent.llm import build_main_model
@@ -29,6 +28,9 @@ from core.store.runs import RunStore
 from core.store.stores import Stores
 from core.store.turns import TurnStatus, TurnStore
 from core.typing_indicator import TypingIndicator
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
 
 log = get_logger(__name__)
 
@@ -155,7 +157,7 @@ class App:
             self.cards = StatusCards(channel, RunStore(stores.db))
             subagents.watch_runs(self.cards.run_changed)
         self.agent = MainAgent(
-            model or build_main_model(settings),
+            (lambda: model) if model is not None else functools.partial(build_main_model, settings),
             stores.messages,
             self.delivery,
             subagents.spawner if subagents else None,

@@ -54,9 +54,9 @@ def _prepare(settings: Settings) -> DataDirLock:
 
 
 def _quiet_pydantic_ai() -> None:
-    import pydantic_ai
-
-    pydantic_ai.BANNER_ENABLED = False  # its first-run banner would land in the middle of the chat
+    # Its first-run banner would land in the middle of the chat. The variable, not pydantic_ai.BANNER_ENABLED:
+    # pydantic-ai is imported on the first turn, not at start (bot/agent/main_agent.py).
+    os.environ.setdefault("PYDANTIC_AI_NO_BANNER", "1")
 
 
 def _intro(settings: Settings, log_file: Path, why: str | None) -> list[str]:

@@ -27,7 +27,6 @@ import httpx2
 
 from container.channel import RunChannel
 from container.protocol import WORKSPACE_DIR, TaskSpec
-from container.run import run_task
 from core.logging import get_logger
 from runner.llm_prefetch import PREFETCH_HEADER, PrefetchMark
 
@@ -76,6 +75,8 @@ class _CapturingTransport(httpx2.AsyncBaseTransport):
 
 
 async def _learn(spec: TaskSpec, workspace_dir: Path) -> FirstRequest:
+    from container.run import run_task  # pydantic-ai: imported by the first run, not at the host's start
+
     captured: asyncio.Future[FirstRequest] = asyncio.get_running_loop().create_future()
     transport = _CapturingTransport(captured)
     async with RunChannel(_UNUSED_SOCKET) as channel:  # the tools are not called before the first request

@@ -11,18 +11,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-from pydantic import ValidationError
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelMessagesTypeAdapter,
-    ModelRequest,
-    SystemPromptPart,
-    UserPromptPart,
-)
 
 from container.protocol import MAX_SESSION_BYTES, write_bytes_atomic
 
@@ -31,40 +21,16 @@ class SessionRejected(Exception):
     """The uploaded history is not usable; the message says why."""
 
 
-def trim(messages: list[ModelMessage], max_messages: int) -> list[ModelMessage]:
-    """The last `max_messages`, starting at a user prompt so no tool result is left without its call."""
-    if max_messages <= 0:
-        return []
-    kept = messages[-max_messages:]
-    for index, message in enumerate(kept):
-        if isinstance(message, ModelRequest) and any(isinstance(part, UserPromptPart) for part in message.parts):
-            return kept[index:]
-    return []
-
-
-def without_instructions(messages: list[ModelMessage]) -> list[ModelMessage]:
-    """The history minus system prompts and instructions: the next run gets ours, never ones a run wrote
-    into its own session (that would turn a one-off prompt injection into a standing one)."""
-    kept: list[ModelMessage] = []
-    for message in messages:
-        if isinstance(message, ModelRequest):
-            parts = [part for part in message.parts if not isinstance(part, SystemPromptPart)]
-            if not parts:
-                continue
-            message = replace(message, parts=parts, instructions=None)
-        kept.append(message)
-    return kept
-
-
 def clean(data: bytes, max_messages: int) -> bytes:
     """Validate an uploaded history and return it trimmed, re-encoded by us. Blocking: run in a thread."""
     if len(data) > MAX_SESSION_BYTES:
         raise SessionRejected(f"the session is over {MAX_SESSION_BYTES} bytes")
+    from runner.session_history import HistoryInvalid, clean_history  # pydantic-ai: on first use
+
     try:
-        messages = ModelMessagesTypeAdapter.validate_json(data)
-    except ValidationError as exc:
-        raise SessionRejected(f"not a message history ({exc.error_count()} errors)") from None
-    return ModelMessagesTypeAdapter.dump_json(trim(without_instructions(messages), max_messages))
+        return clean_history(data, max_messages)
+    except HistoryInvalid as exc:
+        raise SessionRejected(str(exc)) from None
 
 
 class SessionFiles:

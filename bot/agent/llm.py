@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from pydantic_ai.models import Model
+from typing import TYPE_CHECKING
 
-from bot.agent.offline import offline_main_model
 from core.settings import LLMProvider, Settings
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
 
 LLM_MAX_RETRIES = 3  # 429s and 5xx are retried this often, with the SDK's backoff (honouring retry-after)
 
 
 def build_main_model(settings: Settings) -> Model:
+    """Called on the main agent's first turn (bot/agent/main_agent.py), not at start."""
     # Each provider's SDK is imported only when it is the configured one: the anthropic SDK alone is
     # about 3,000 modules and 50 MiB of the process, which a bot on another provider never uses.
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
@@ -30,4 +33,6 @@ def build_main_model(settings: Settings) -> Model:
 
         anthropic = AsyncAnthropic(api_key=key, base_url=settings.llm_base_url, max_retries=LLM_MAX_RETRIES)
         return AnthropicModel(model_name, provider=AnthropicProvider(anthropic_client=anthropic))
+    from bot.agent.offline import offline_main_model
+
     return offline_main_model(settings.assistant_name)

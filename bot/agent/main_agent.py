@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-
-from pydantic_ai import Agent, RunContext, Tool
-from pydantic_ai.models import Model
-from pydantic_ai.usage import UsageLimits
+from typing import TYPE_CHECKING
 
 from bot.agent.deps import Spawner, SubagentDesk, TurnDeps
-from bot.agent.prompt import build_prompt, instructions_for
-from bot.agent.subagents_tool import subagents
-from bot.agent.task_tools import TASK_TOOLS
+from bot.agent.prompt import build_prompt
 from bot.announce import SKIP_MARKER
 from bot.engine import Turn
 from bot.schedules.book import TaskBook
@@ -20,38 +15,15 @@ from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.messages import MessageStore
 
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.models import Model
+
 log = get_logger(__name__)
 
-__all__ = ["APOLOGY", "MainAgent", "Spawner", "TurnDeps", "spawn_subagent"]
+__all__ = ["APOLOGY", "MainAgent", "Spawner", "TurnDeps"]
 
-MAX_MODEL_REQUESTS_PER_TURN = 8
 APOLOGY = "Sorry, I could not answer just now (the language model did not respond). Please try again."
-
-
-async def spawn_subagent(
-    ctx: RunContext[TurnDeps], task: str, label: str | None = None, include_context: bool = False
-) -> str:
-    """Start a subagent in a sandboxed container for long work or anything that needs running code.
-
-    Returns at once with the run id; the result is posted to the chat when the subagent finishes. When
-    all slots are busy it waits in a queue and starts as soon as one frees (the chat is told its place).
-
-    Args:
-        task: Complete instructions for the subagent; it cannot ask questions back.
-        label: A short name for the task, shown with its result.
-        include_context: Also give the subagent the chat's recent messages.
-    """
-    deps = ctx.deps
-    try:
-        run_id = await deps.spawner.spawn(deps.chat_id, deps.turn.id, task, label, include_context)
-    except Exception as exc:
-        log.error("spawn_failed", error=str(exc))
-        return f"Could not start the subagent: {exc}"
-    shown = f" ({label})" if label else ""
-    return (
-        f"Started subagent run {run_id}{shown}. Its result will be posted here when it finishes; "
-        f"/subagents {run_id} shows its output so far."
-    )
 
 
 class MainAgent:
@@ -59,7 +31,7 @@ class MainAgent:
 
     def __init__(
         self,
-        model: Model,
+        model: Callable[[], Model],
         messages: MessageStore,
         delivery: Delivery,
         spawner: Spawner | None,
@@ -82,23 +54,28 @@ class MainAgent:
         self._timeout_seconds = timeout_seconds
         self._tasks = tasks
         self._on_answered = on_answered  # the status card replies to the answer (turn id, platform id)
-        tools: list[Tool[TurnDeps]] = [Tool(spawn_subagent)] if spawner is not None else []
-        if desk is not None:
-            tools.append(Tool(subagents))
-        if tasks is not None:
-            tools += [Tool(tool) for tool in TASK_TOOLS]
-        self._agent: Agent[TurnDeps, str] = Agent(
-            model,
-            deps_type=TurnDeps,
-            instructions=instructions_for(
-                assistant_name, can_spawn=spawner is not None, can_schedule=tasks is not None
-            ),
-            tools=tools,
-        )
+        self._model = model
+        self._agent: Agent[TurnDeps, str] | None = None
+        self._loading = asyncio.Lock()
 
-    @property
-    def agent(self) -> Agent[TurnDeps, str]:
-        return self._agent
+    async def llm_agent(self) -> Agent[TurnDeps, str]:
+        """The pydantic-ai agent, built on first use: its import (about a second of CPU) runs in a thread,
+        so the first turn does not stall the event loop and a bot that is never asked never pays it."""
+        async with self._loading:
+            if self._agent is None:
+                self._agent = await asyncio.to_thread(self._build)
+            return self._agent
+
+    def _build(self) -> Agent[TurnDeps, str]:
+        from bot.agent.llm_agent import build_llm_agent
+
+        return build_llm_agent(
+            self._model(),
+            assistant_name=self._assistant_name,
+            can_spawn=self._spawner is not None,
+            with_desk=self._desk is not None,
+            can_schedule=self._tasks is not None,
+        )
 
     async def __call__(self, turn: Turn) -> None:
         reply, kind = await self._answer(turn)
@@ -131,13 +108,12 @@ class MainAgent:
             desk=self._desk,
         )
         try:
+            agent = await self.llm_agent()
+            from bot.agent.llm_agent import run_turn  # loaded by llm_agent()
+
             async with asyncio.timeout(self._timeout_seconds):
-                result = await self._agent.run(
-                    text,
-                    deps=deps,
-                    usage_limits=UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN),
-                )
-            return result.output.strip() or "(no answer)", "reply"
+                output = await run_turn(agent, text, deps)
+            return output.strip() or "(no answer)", "reply"
         except TimeoutError:
             log.error("llm_timeout", timeout_seconds=self._timeout_seconds)
             return APOLOGY, "notice"

@@ -68,7 +68,7 @@ def tool_calls(*calls: dict[str, Any]) -> tuple[FunctionModel, list[str]]:
 
 def agent_for(r: Rig, model: FunctionModel) -> MainAgent:
     return MainAgent(
-        model,
+        lambda: model,
         r.stores.messages,
         r.delivery,
         r.service.spawner,

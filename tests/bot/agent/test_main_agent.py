@@ -99,7 +99,7 @@ class Env:
         timeout_seconds: float = 10.0,
     ) -> MainAgent:
         return MainAgent(
-            FunctionModel(model),
+            lambda: FunctionModel(model),
             self.messages,
             self.delivery,
             self.spawner if with_spawner else None,
@@ -333,3 +333,20 @@ async def test_a_turn_answers_its_own_trigger_and_never_sees_a_later_one(env: En
 
     assert "first question" in model.prompt.partition(LATEST_MARKER)[2]
     assert "later question" not in model.prompt
+
+
+async def test_the_llm_agent_is_built_once_on_first_use(env: Env) -> None:
+    """Not at construction (the bot starts without the LLM stack); two first turns at once build it once."""
+    built: list[FunctionModel] = []
+
+    def build() -> FunctionModel:
+        built.append(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("hi")])))
+        return built[-1]
+
+    agent = MainAgent(
+        build, env.messages, env.delivery, None, assistant_name=NAME, history_window=50, timeout_seconds=10.0
+    )
+    assert built == []
+    first, second = await asyncio.gather(agent.llm_agent(), agent.llm_agent())
+    assert first is second and len(built) == 1
+    assert first.model is built[0]

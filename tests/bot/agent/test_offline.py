@@ -6,7 +6,8 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 
-from bot.agent.main_agent import MainAgent, TurnDeps, spawn_subagent
+from bot.agent.llm_agent import spawn_subagent
+from bot.agent.main_agent import MainAgent, TurnDeps
 from bot.agent.offline import offline_main_model
 from bot.agent.prompt import build_prompt, instructions_for
 from bot.engine import Turn
@@ -158,7 +159,7 @@ async def test_offline_model_behind_main_agent_replies_in_the_chat(offline: Offl
     await offline.say("@crew hello bot")
     channel = RecordingChannel()
     agent = MainAgent(
-        offline_main_model(NAME),
+        lambda: offline_main_model(NAME),
         offline.messages,
         make_delivery(offline.db, channel, NAME),
         offline.spawner,

@@ -133,7 +133,7 @@ async def test_the_chat_hears_the_refusal_instead_of_started(
     channel = RecordingChannel()
     delivery = make_delivery(db, channel)
     agent = MainAgent(
-        offline_main_model("Crew"),
+        lambda: offline_main_model("Crew"),
         messages,
         delivery,
         engine.guard(max_per_chat=1),

@@ -1,0 +1,68 @@
+"""The main agent's pydantic-ai side: the Agent with its tools, and one turn's run of it.
+
+Imported on the first turn, not at start: pydantic-ai and the provider's SDK are most of a just-started
+bot's memory (bench: memory), and a bot may sit idle for long.
+"""
+
+from __future__ import annotations
+
+from pydantic_ai import Agent, RunContext, Tool
+from pydantic_ai.models import Model
+from pydantic_ai.usage import UsageLimits
+
+from bot.agent.deps import TurnDeps
+from bot.agent.prompt import instructions_for
+from bot.agent.subagents_tool import subagents
+from bot.agent.task_tools import TASK_TOOLS
+from core.logging import get_logger
+
+log = get_logger(__name__)
+
+MAX_MODEL_REQUESTS_PER_TURN = 8
+
+
+async def spawn_subagent(
+    ctx: RunContext[TurnDeps], task: str, label: str | None = None, include_context: bool = False
+) -> str:
+    """Start a subagent in a sandboxed container for long work or anything that needs running code.
+
+    Returns at once with the run id; the result is posted to the chat when the subagent finishes. When
+    all slots are busy it waits in a queue and starts as soon as one frees (the chat is told its place).
+
+    Args:
+        task: Complete instructions for the subagent; it cannot ask questions back.
+        label: A short name for the task, shown with its result.
+        include_context: Also give the subagent the chat's recent messages.
+    """
+    deps = ctx.deps
+    try:
+        run_id = await deps.spawner.spawn(deps.chat_id, deps.turn.id, task, label, include_context)
+    except Exception as exc:
+        log.error("spawn_failed", error=str(exc))
+        return f"Could not start the subagent: {exc}"
+    shown = f" ({label})" if label else ""
+    return (
+        f"Started subagent run {run_id}{shown}. Its result will be posted here when it finishes; "
+        f"/subagents {run_id} shows its output so far."
+    )
+
+
+def build_llm_agent(
+    model: Model, *, assistant_name: str, can_spawn: bool, with_desk: bool, can_schedule: bool
+) -> Agent[TurnDeps, str]:
+    tools: list[Tool[TurnDeps]] = [Tool(spawn_subagent)] if can_spawn else []
+    if with_desk:
+        tools.append(Tool(subagents))
+    if can_schedule:
+        tools += [Tool(tool) for tool in TASK_TOOLS]
+    return Agent(
+        model,
+        deps_type=TurnDeps,
+        instructions=instructions_for(assistant_name, can_spawn=can_spawn, can_schedule=can_schedule),
+        tools=tools,
+    )
+
+
+async def run_turn(agent: Agent[TurnDeps, str], text: str, deps: TurnDeps) -> str:
+    result = await agent.run(text, deps=deps, usage_limits=UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN))
+    return result.output
