@@ -101,14 +101,14 @@ def _session_bytes(limit: int) -> bytes:
 async def _act(command: dict[str, Any], session: bytes, progress: str, result: str) -> dict[str, Any]:
     """One run's container: task, every progress message at once, the session, the result."""
     from container.channel import ChannelRefused, RunChannel
-    from container.protocol import ProgressMessage, RunResult
+    from container.task import RunResult
 
     count = int(command["messages"])
     started = time.monotonic()
     async with RunChannel(Path(command["socket"])) as channel:
         await channel.task()
         answers = await asyncio.gather(
-            *(channel.send_message(ProgressMessage(message_id=f"p{i:07d}", text=progress)) for i in range(count)),
+            *(channel.send_message(f"p{i:07d}", progress) for i in range(count)),
             return_exceptions=True,
         )
         messages_done = time.monotonic()

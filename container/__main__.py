@@ -11,27 +11,17 @@ import os
 import signal
 import sys
 import threading
-import time
-from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import Protocol
 
-from container.channel import ChannelRefused, RunChannel
+from container.channel import ChannelRefused, RunChannel, while_host_away
 from container.paths import ContainerPaths
-from container.protocol import RunResult, TaskSpec
 from container.run import describe_error, run_task
+from container.task import RunResult, Task
 
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1
 EXIT_BAD_TASK = 2
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-# The container waits this long for a host that is away (a restart, an upgrade) to take its task request or
-# its result: a request in flight when the host died fails at once, and the socket refuses until it is back.
-HOST_AWAY_SECONDS = 900.0
-HOST_FIRST_RETRY_SECONDS = 1.0
-HOST_MAX_RETRY_SECONDS = 30.0
-
-
-T = TypeVar("T")
 
 
 class ResultSink(Protocol):
@@ -42,9 +32,9 @@ def log(line: str) -> None:
     print(f"crewbot-agent: {line}", flush=True)
 
 
-async def _run_until_signal(task: TaskSpec, channel: RunChannel, paths: ContainerPaths) -> RunResult:
+async def _run_until_signal(task: Task, channel: RunChannel, paths: ContainerPaths) -> RunResult:
     # As PID 1 the process ignores SIGTERM unless it handles it: stop the run and still report.
-    work = asyncio.create_task(run_task(task, channel, paths.channel_socket, paths.workspace_dir, log))
+    work = asyncio.create_task(run_task(task, channel, paths.workspace_dir, log))
     loop = asyncio.get_running_loop()
     handle_signals = threading.current_thread() is threading.main_thread()
     if handle_signals:
@@ -64,9 +54,9 @@ async def _run_until_signal(task: TaskSpec, channel: RunChannel, paths: Containe
 
 async def run_main(paths: ContainerPaths) -> int:
     """The whole run; returns the exit code. Awaitable in-process, which the tests do."""
-    async with RunChannel(paths.channel_socket) as channel:
+    async with RunChannel(paths.channel_socket, log) as channel:
         try:
-            task = await while_host_away(channel.task, "the task")
+            task = await while_host_away(channel.task, "the task", log)
         except (ChannelRefused, OSError, ValueError) as exc:
             log(f"no usable task from the run channel: {describe_error(exc)}")
             return EXIT_BAD_TASK
@@ -88,27 +78,11 @@ async def report(channel: ResultSink, result: RunResult, run_id: str) -> bool:
     """Hand the result over, waiting out a host that is restarting (its socket comes back): the host's
     time limit, not this loop, decides how long a finished run may wait. A refusal is final."""
     try:
-        await while_host_away(lambda: channel.report(result), f"run {run_id}: the result")
+        await while_host_away(lambda: channel.report(result), f"run {run_id}: the result", log)
     except Exception as exc:
         log(f"run {run_id}: the result could not be reported: {describe_error(exc)}")
         return False
     return True
-
-
-async def while_host_away(call: Callable[[], Awaitable[T]], what: str) -> T:
-    """`call()`, tried again with a growing pause while the channel does not answer (ConnectionError) for up
-    to HOST_AWAY_SECONDS; then, or on any other error, the error is raised."""
-    deadline = time.monotonic() + HOST_AWAY_SECONDS
-    delay = HOST_FIRST_RETRY_SECONDS
-    while True:
-        try:
-            return await call()
-        except ConnectionError:
-            if time.monotonic() + delay > deadline:
-                raise
-            log(f"{what}: the host is not answering; trying again in {delay:g} s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, HOST_MAX_RETRY_SECONDS)
 
 
 def main() -> int:

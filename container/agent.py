@@ -1,18 +1,23 @@
-"""The subagent itself: instructions, the task prompt and the tools, as one pydantic-ai Agent."""
+"""The subagent's loop: the conversation goes to the host one model step at a time, its tool calls run
+here, until the model answers with text.
+
+The conversation is pydantic-ai's message history as JSON, so a session continues across runs and the
+host validates and reads it with pydantic-ai; the agent itself needs only the standard library. Each
+step offers the model the same tools and instructions (no spawn tool: subagents do not nest).
+"""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
-from pydantic_ai import Agent, Tool
-from pydantic_ai.models import Model
+from container.task import Task
+from container.tool_specs import ArgumentsInvalid, ToolSpec, tool_specs
+from container.tools import Toolbox, ToolFailed
 
-from container.protocol import TaskSpec
-from container.tools import Toolbox
-
-# Tool arguments that fail validation go back to the model this many times before the run fails.
+# Tool arguments that fail the check go back to the model this many times (per tool) before the run fails.
 TOOL_ARGUMENT_RETRIES = 3
 LOGGED_ARGUMENT_CHARS = 200
 
@@ -30,29 +35,42 @@ When you are done, reply with the result for the chat: complete but concise, pla
 blocks are fine). It is posted to the chat as it is. If you could not finish, say what is missing and why.
 """
 
-ToolFunction = Callable[..., Awaitable[str]]
+
+class StepLimitReached(Exception):
+    """The model still called tools after the task's last allowed step."""
 
 
-def build_agent(model: Model, toolbox: Toolbox, log: Callable[[str], None]) -> Agent[None, str]:
-    """An agent on `model` with the toolbox's tools (no spawn tool: subagents do not nest)."""
-    tool_functions: list[ToolFunction] = [
-        toolbox.bash,
-        toolbox.read_file,
-        toolbox.write_file,
-        toolbox.edit_file,
-        toolbox.list_files,
-        toolbox.send_message,
-    ]
-    return Agent(
-        model,
-        output_type=str,
-        instructions=INSTRUCTIONS.format(workspace=toolbox.workspace_dir),
-        tools=[Tool(_logged(function, log), takes_ctx=False, docstring_format="google") for function in tool_functions],
-        retries=TOOL_ARGUMENT_RETRIES,
-    )
+class ModelGaveUp(Exception):
+    """The model kept calling a tool with arguments that do not fit it."""
 
 
-def build_prompt(task: TaskSpec) -> str:
+class ModelSteps(Protocol):
+    async def model_step(self, step: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+
+    def add(self, response: dict[str, Any]) -> None:
+        self.requests += 1
+        usage = response.get("usage")
+        if isinstance(usage, dict):
+            self.input_tokens += _count(usage.get("input_tokens"))
+            self.output_tokens += _count(usage.get("output_tokens"))
+
+
+@dataclass
+class Conversation:
+    """The messages so far (prior session first) and the final answer once there is one."""
+
+    messages: list[Any] = field(default_factory=list)
+    output: str | None = None
+
+
+def build_prompt(task: Task) -> str:
     """The user prompt: the task, and the recent chat lines when the main agent passed them on."""
     parts = [f"Task ({task.label}):\n{task.task}"]
     if task.context:
@@ -60,14 +78,95 @@ def build_prompt(task: TaskSpec) -> str:
     return "\n\n".join(parts)
 
 
-def _logged(function: ToolFunction, log: Callable[[str], None]) -> ToolFunction:
-    # functools.wraps keeps the signature and docstring, which pydantic-ai turns into the tool's schema.
-    @functools.wraps(function)
-    async def wrapper(*args: Any, **kwargs: Any) -> str:
-        shown = ", ".join([repr(value) for value in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-        if len(shown) > LOGGED_ARGUMENT_CHARS:
-            shown = shown[:LOGGED_ARGUMENT_CHARS] + "..."
-        log(f"tool {function.__name__}({shown})")
-        return await function(*args, **kwargs)
+async def run_agent(
+    task: Task,
+    history: list[Any],
+    steps: ModelSteps,
+    toolbox: Toolbox,
+    usage: Usage,
+    log: Callable[[str], None],
+) -> Conversation:
+    """Steps until the model answers with text; raises StepLimitReached after `task.max_steps` requests."""
+    specs = tool_specs()
+    tools = [spec.as_json() for spec in specs.values()]
+    instructions = INSTRUCTIONS.format(workspace=toolbox.workspace_dir)
+    conversation = Conversation(messages=[*history, _request([_user_prompt(build_prompt(task))], instructions)])
+    retries: dict[str, int] = {}
+    for _ in range(task.max_steps):
+        response = await steps.model_step({"messages": conversation.messages, "tools": tools})
+        usage.add(response)
+        conversation.messages.append(response)
+        parts = response.get("parts")
+        calls = (
+            [p for p in parts if isinstance(p, dict) and p.get("part_kind") == "tool-call"]
+            if isinstance(parts, list)
+            else []
+        )
+        if not calls:
+            texts = [p.get("content") for p in parts or [] if isinstance(p, dict) and p.get("part_kind") == "text"]
+            conversation.output = "".join(text for text in texts if isinstance(text, str))
+            return conversation
+        returns = [await _call(call, specs, toolbox, retries, log) for call in calls]
+        conversation.messages.append(_request(returns, instructions))
+    raise StepLimitReached(task.max_steps)
 
-    return wrapper
+
+async def _call(
+    call: dict[str, Any],
+    specs: dict[str, ToolSpec],
+    toolbox: Toolbox,
+    retries: dict[str, int],
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """The tool-return part for one tool call: its output, its failure, or what to fix in its arguments."""
+    name = str(call.get("tool_name", ""))
+    call_id = str(call.get("tool_call_id", ""))
+    spec = specs.get(name)
+    try:
+        if spec is None:
+            raise ArgumentsInvalid(f"unknown tool {name[:64]!r}; the tools are {', '.join(specs)}")
+        arguments = spec.check(call.get("args"))
+    except ArgumentsInvalid as exc:
+        retries[name] = retries.get(name, 0) + 1
+        if retries[name] > TOOL_ARGUMENT_RETRIES:
+            raise ModelGaveUp(
+                f"tool {name[:64]!r}: arguments did not fit {TOOL_ARGUMENT_RETRIES + 1} times: {exc}"
+            ) from None
+        retry = {"cause": "validation_error", "attempt": retries[name], "max_retries": TOOL_ARGUMENT_RETRIES}
+        return _tool_return(name, call_id, str(exc), "retried") | {"retry": retry}
+    shown = ", ".join(f"{key}={value!r}" for key, value in arguments.items())
+    if len(shown) > LOGGED_ARGUMENT_CHARS:
+        shown = shown[:LOGGED_ARGUMENT_CHARS] + "..."
+    log(f"tool {name}({shown})")
+    function: Callable[..., Awaitable[str]] = getattr(toolbox, name)
+    try:
+        return _tool_return(name, call_id, await function(**arguments), "success")
+    except ToolFailed as exc:
+        return _tool_return(name, call_id, str(exc), "failed")
+
+
+def _request(parts: list[dict[str, Any]], instructions: str) -> dict[str, Any]:
+    return {"kind": "request", "parts": parts, "instructions": instructions, "timestamp": _now()}
+
+
+def _user_prompt(text: str) -> dict[str, Any]:
+    return {"part_kind": "user-prompt", "content": text, "timestamp": _now()}
+
+
+def _tool_return(name: str, call_id: str, content: str, outcome: str) -> dict[str, Any]:
+    return {
+        "part_kind": "tool-return",
+        "tool_name": name,
+        "tool_call_id": call_id,
+        "content": content,
+        "outcome": outcome,
+        "timestamp": _now(),
+    }
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

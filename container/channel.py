@@ -1,50 +1,78 @@
-"""The container's end of its run channel: task in; progress messages, session and result out.
+"""The container's end of its run channel: task in; model steps, progress messages, session and result out.
 
-One small HTTP client on the run's Unix socket (the host's LLM proxy serves the same socket). The host
-answers every request with a `ChannelAnswer`; a refusal (over budget, run cancelled) comes back as
-`ChannelRefused` with the host's reason, which the agent's tools show to the model. A channel that does not
-answer at all (after the connect retries) raises `ConnectionError`, an `OSError` like any other I/O failure.
+Plain `http.client` over the run's Unix socket, each request in a daemon thread of its own: the agent
+starts without an HTTP library to import, and a request still blocked when the run stops does not hold
+the process up. The host answers with a `ChannelAnswer` JSON; a refusal (over budget, run cancelled)
+becomes `ChannelRefused` with the host's reason, which the agent's tools show to the model. A channel that
+does not answer at all (after the connect retries) raises `ConnectionError`, an `OSError` like any other.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any, TypeVar
 
-import httpx2
+from container.contract import MESSAGE_PATH, MODEL_PATH, RESULT_PATH, SESSION_PATH, TASK_PATH
+from container.task import RunResult, Task
 
-from container.protocol import (
-    MESSAGE_PATH,
-    RESULT_PATH,
-    SESSION_PATH,
-    TASK_PATH,
-    ChannelAnswer,
-    ProgressMessage,
-    RunResult,
-    TaskSpec,
-)
+T = TypeVar("T")
 
-CHANNEL_ORIGIN = "http://run"  # any host: the transport goes to the socket
 CHANNEL_TIMEOUT_SECONDS = 30.0
-# Connecting is retried about 30 s in all: the socket refuses while the host restarts.
-CHANNEL_CONNECT_RETRIES = 7
-# The host closes connections to a run's socket beyond 16 at once (runner/capped_site.py). The channel and
-# the LLM client keep 4 each, so requests sent all at once (parallel tool calls) wait their turn instead.
-CHANNEL_MAX_CONNECTIONS = 4
+# A model step waits for the provider (the host gives it 600 s, and one retry) and the host's budget queue.
+STEP_TIMEOUT_SECONDS = 1_500.0
+# Connecting is tried again after these pauses (about 30 s in all): the socket is missing or refuses while
+# the host restarts, and the run must outlive a normal restart.
+CONNECT_RETRY_DELAYS_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+# The host closes connections to a run's socket beyond 16 at once (runner/capped_site.py): requests sent
+# all at once wait their turn here instead.
+MAX_CONNECTIONS = 4
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # the task (its prior session) or a model response; the host's are smaller
+# The container waits this long for a host that is away (a restart, an upgrade) to answer its task request,
+# a model step or its result: a request in flight when the host died fails at once, and the socket refuses
+# until it is back.
+HOST_AWAY_SECONDS = 900.0
+HOST_FIRST_RETRY_SECONDS = 1.0
+HOST_MAX_RETRY_SECONDS = 30.0
 
 
 class ChannelRefused(Exception):
     """The host refused the request; the message is its reason."""
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, socket_path: Path, timeout: float) -> None:
+        super().__init__("run", timeout=timeout)
+        self._socket_path = socket_path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(str(self._socket_path))
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _silent(line: str) -> None:
+    """No log: a channel whose owner keeps none."""
+
+
 class RunChannel:
-    def __init__(self, socket_path: Path) -> None:
-        transport = httpx2.AsyncHTTPTransport(
-            uds=str(socket_path),
-            retries=CHANNEL_CONNECT_RETRIES,
-            limits=httpx2.Limits(max_connections=CHANNEL_MAX_CONNECTIONS),
-        )
-        self._client = httpx2.AsyncClient(transport=transport, base_url=CHANNEL_ORIGIN, timeout=CHANNEL_TIMEOUT_SECONDS)
+    def __init__(self, socket_path: Path, log: Callable[[str], None] = _silent) -> None:
+        self._socket_path = socket_path
+        self._log = log
+        self._connections = asyncio.Semaphore(MAX_CONNECTIONS)
 
     async def __aenter__(self) -> RunChannel:
         return self
@@ -52,43 +80,126 @@ class RunChannel:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._client.aclose()
+        return None
 
-    async def task(self) -> TaskSpec:
-        response = await self._request("GET", TASK_PATH)
-        if response.status_code != 200:
-            raise ChannelRefused(_reason(response))
-        return TaskSpec.model_validate_json(response.content)
+    async def task(self) -> Task:
+        status, body = await self._request("GET", TASK_PATH)
+        if status != 200:
+            raise ChannelRefused(_reason(status, body))
+        return Task.from_json(body)
 
-    async def send_message(self, message: ProgressMessage) -> str:
-        return await self._post(MESSAGE_PATH, message.model_dump_json().encode())
+    async def model_step(self, step: dict[str, Any]) -> dict[str, Any]:
+        """The model's response (a pydantic-ai ModelResponse as JSON) to the conversation in `step`."""
+        body_out = json.dumps(step).encode()
+        status, body = await while_host_away(
+            lambda: self._request("POST", MODEL_PATH, body_out, STEP_TIMEOUT_SECONDS), "a model step", self._log
+        )
+        if status != 200:
+            raise ChannelRefused(_reason(status, body))
+        try:
+            response = json.loads(body)["response"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ChannelRefused(f"the host's model step answer is not usable: {exc}") from None
+        if not isinstance(response, dict):
+            raise ChannelRefused("the host's model step answer is not usable: not an object")
+        return response
+
+    async def send_message(self, message_id: str, text: str) -> str:
+        return await self._post(MESSAGE_PATH, json.dumps({"message_id": message_id, "text": text}).encode())
 
     async def save_session(self, history_json: bytes) -> str:
         return await self._post(SESSION_PATH, history_json)
 
     async def report(self, result: RunResult) -> str:
-        return await self._post(RESULT_PATH, result.model_dump_json().encode())
+        return await self._post(RESULT_PATH, result.to_json())
 
     async def _post(self, path: str, body: bytes) -> str:
-        response = await self._request("POST", path, body)
-        if response.status_code != 200:
-            raise ChannelRefused(_reason(response))
-        return ChannelAnswer.model_validate_json(response.content).detail
-
-    async def _request(self, method: str, path: str, body: bytes | None = None) -> httpx2.Response:
-        # httpx2's transport errors are not OSErrors: without this, callers that handle a failed send (the
-        # send_message tool, the session upload) would see an unexpected exception and fail the whole run.
-        headers = {"Content-Type": "application/json"} if body is not None else None
+        status, answer = await self._request("POST", path, body)
+        if status != 200:
+            raise ChannelRefused(_reason(status, answer))
         try:
-            return await self._client.request(method, path, content=body, headers=headers)
-        except httpx2.TransportError as exc:
-            raise ConnectionError(
-                f"the run channel did not answer {method} {path}: {type(exc).__name__}: {exc}"
-            ) from exc
+            detail = json.loads(answer).get("detail", "")
+        except (ValueError, AttributeError):
+            return ""
+        return detail if isinstance(detail, str) else ""
+
+    async def _request(
+        self, method: str, path: str, body: bytes | None = None, wait_seconds: float = CHANNEL_TIMEOUT_SECONDS
+    ) -> tuple[int, bytes]:
+        async with self._connections:
+            return await _in_daemon_thread(lambda: self._blocking_request(method, path, body, wait_seconds))
+
+    def _blocking_request(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        last_error: OSError | None = None
+        for delay in (0.0, *CONNECT_RETRY_DELAYS_SECONDS):
+            time.sleep(delay)
+            connection = _UnixConnection(self._socket_path, timeout)
+            try:
+                try:
+                    connection.connect()
+                except OSError as exc:  # missing or refusing while the host restarts
+                    last_error = exc
+                    continue
+                try:
+                    connection.request(method, path, body=body, headers=headers)
+                    response = connection.getresponse()
+                    return response.status, response.read(MAX_ANSWER_BYTES)
+                except (OSError, http.client.HTTPException) as exc:
+                    raise ConnectionError(
+                        f"the run channel did not answer {method} {path}: {type(exc).__name__}: {exc}"
+                    ) from exc
+            finally:
+                connection.close()
+        raise ConnectionError(f"the run channel did not answer {method} {path}: {last_error}")
 
 
-def _reason(response: httpx2.Response) -> str:
+async def while_host_away(call: Callable[[], Awaitable[T]], what: str, log: Callable[[str], None]) -> T:
+    """`call()`, tried again with a growing pause while the channel does not answer (ConnectionError) for up
+    to HOST_AWAY_SECONDS; then, or on any other error, the error is raised."""
+    deadline = time.monotonic() + HOST_AWAY_SECONDS
+    delay = HOST_FIRST_RETRY_SECONDS
+    while True:
+        try:
+            return await call()
+        except ConnectionError:
+            if time.monotonic() + delay > deadline:
+                raise
+            log(f"{what}: the host is not answering; trying again in {delay:g} s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, HOST_MAX_RETRY_SECONDS)
+
+
+async def _in_daemon_thread(work: Callable[[], T]) -> T:
+    """`work()` in a daemon thread: unlike the default executor's, it never delays the process's exit."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not done.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            value = work()
+        except BaseException as exc:
+            error = exc
+            _call_soon(loop, lambda: settle(lambda: done.set_exception(error)))
+        else:
+            _call_soon(loop, lambda: settle(lambda: done.set_result(value)))
+
+    threading.Thread(target=run, daemon=True, name="run-channel").start()
+    return await done
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this answer any more
+        loop.call_soon_threadsafe(callback)
+
+
+def _reason(status: int, body: bytes) -> str:
     try:
-        return ChannelAnswer.model_validate_json(response.content).detail or f"HTTP {response.status_code}"
-    except ValueError:
-        return f"HTTP {response.status_code}: {response.text[:200]}"
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    return detail if isinstance(detail, str) and detail else f"HTTP {status}: {body[:200].decode(errors='replace')}"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from container.protocol import CHANNEL_DIR, CHANNEL_SOCKET_FILE, WORKSPACE_DIR
+from container.contract import CHANNEL_DIR, CHANNEL_SOCKET_FILE, WORKSPACE_DIR
 
 CHANNEL_SOCKET_ENV = "CREWBOT_CHANNEL_SOCKET"
 WORKSPACE_DIR_ENV = "CREWBOT_WORKSPACE_DIR"

@@ -3,8 +3,9 @@
 A container has two mounts: its chat's workspace (read-write, never read by the host) and its run
 channel (read-only: one Unix socket the host listens on). Everything else travels over that channel as
 bounded, typed requests: the task and the prior session come in (`GET /run/task`), progress messages,
-the session and the result go out, and LLM calls go to the provider's own paths, which the host's
-proxy serves. The socket is the run's identity: nothing a container sends names its run or chat.
+the session and the result go out, and each of the agent's model requests goes to `POST /run/model`: the
+host builds the provider's request and sends it through its LLM proxy, which also serves the provider's
+own paths. The socket is the run's identity: nothing a container sends names its run or chat.
 
 The channel is transport-neutral: a remote runtime can serve the same paths over TCP with a per-run
 token. Spawn requests (`SpawnRequest`) are the main agent's, written by the host into its IPC folder,
@@ -21,26 +22,72 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-CHANNEL_DIR = "/crewbot/channel"
-CHANNEL_SOCKET_FILE = "run.sock"
-WORKSPACE_DIR = "/workspace"
-IPC_TASKS_DIR = "tasks"
-
-# The run API on the channel; LLM calls use the provider's paths (/v1/chat/completions, /v1/messages).
-TASK_PATH = "/run/task"
-MESSAGE_PATH = "/run/message"
-SESSION_PATH = "/run/session"
-RESULT_PATH = "/run/result"
-RUN_API_PREFIX = "/run/"
-
-ID_PATTERN = r"^[A-Za-z0-9_-]{6,64}$"
-MAX_TASK_CHARS = 100_000
-MAX_LABEL_CHARS = 200
-MAX_PROGRESS_CHARS = 4_000  # one progress message: about one Telegram message
-MAX_RESULT_CHARS = 100_000  # on the wire; the host keeps less (runner.outcome)
-MAX_ERROR_CHARS = 4_000
-MAX_SESSION_BYTES = 4 * 1024 * 1024  # a session upload; the host trims what it keeps
-MAX_RUN_BODY_BYTES = 512 * 1024  # a message or a result, JSON-encoded
+from container.contract import (  # re-exported: the host imports the contract from here
+    CHANNEL_DIR as CHANNEL_DIR,
+)
+from container.contract import (
+    CHANNEL_SOCKET_FILE as CHANNEL_SOCKET_FILE,
+)
+from container.contract import (
+    ID_PATTERN as ID_PATTERN,
+)
+from container.contract import (
+    IPC_TASKS_DIR as IPC_TASKS_DIR,
+)
+from container.contract import (
+    MAX_ERROR_CHARS as MAX_ERROR_CHARS,
+)
+from container.contract import (
+    MAX_LABEL_CHARS as MAX_LABEL_CHARS,
+)
+from container.contract import (
+    MAX_PROGRESS_CHARS as MAX_PROGRESS_CHARS,
+)
+from container.contract import (
+    MAX_RESULT_CHARS as MAX_RESULT_CHARS,
+)
+from container.contract import (
+    MAX_RUN_BODY_BYTES as MAX_RUN_BODY_BYTES,
+)
+from container.contract import (
+    MAX_SESSION_BYTES as MAX_SESSION_BYTES,
+)
+from container.contract import (
+    MAX_STEP_BYTES as MAX_STEP_BYTES,
+)
+from container.contract import (
+    MAX_TASK_CHARS as MAX_TASK_CHARS,
+)
+from container.contract import (
+    MAX_TOOL_DESCRIPTION_CHARS as MAX_TOOL_DESCRIPTION_CHARS,
+)
+from container.contract import (
+    MAX_TOOL_NAME_CHARS as MAX_TOOL_NAME_CHARS,
+)
+from container.contract import (
+    MAX_TOOLS as MAX_TOOLS,
+)
+from container.contract import (
+    MESSAGE_PATH as MESSAGE_PATH,
+)
+from container.contract import (
+    MODEL_PATH as MODEL_PATH,
+)
+from container.contract import (
+    RESULT_PATH as RESULT_PATH,
+)
+from container.contract import (
+    RUN_API_PREFIX as RUN_API_PREFIX,
+)
+from container.contract import (
+    SESSION_PATH as SESSION_PATH,
+)
+from container.contract import (
+    TASK_PATH as TASK_PATH,
+)
+from container.contract import (
+    WORKSPACE_DIR as WORKSPACE_DIR,
+)
 
 
 class _Strict(BaseModel):
@@ -92,6 +139,22 @@ class RunResult(_Strict):
     error: str | None = Field(default=None, max_length=MAX_ERROR_CHARS)
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
+
+
+class ToolSpec(_Strict):
+    """A tool the agent offers the model: its name, what it does, its arguments' JSON schema."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(max_length=MAX_TOOL_DESCRIPTION_CHARS)
+    parameters: dict[str, Any]
+
+
+class ModelStep(_Strict):
+    """POST /run/model: the conversation so far (pydantic-ai messages as JSON) and the tools on offer. The
+    host answers `{"response": <a pydantic-ai ModelResponse as JSON>}` (runner/model_step.py)."""
+
+    messages: list[Any] = Field(min_length=1)
+    tools: list[ToolSpec] = Field(default_factory=list, max_length=MAX_TOOLS)
 
 
 class ChannelAnswer(_Strict):

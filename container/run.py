@@ -1,41 +1,30 @@
-"""One subagent run: history in, agent loop against the proxy, history out, and the RunResult to report."""
+"""One subagent run: history in, the agent's loop through the host's model steps, history out, and the
+RunResult to report."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx2
-from pydantic_ai import UsageLimits
-from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.usage import RunUsage
-
-from container.agent import build_agent, build_prompt
+from container.agent import ModelGaveUp, StepLimitReached, Usage, run_agent
 from container.channel import ChannelRefused, RunChannel
-from container.llm import open_model
-from container.protocol import MAX_ERROR_CHARS, MAX_RESULT_CHARS, RunResult, TaskSpec
+from container.contract import MAX_ERROR_CHARS, MAX_RESULT_CHARS
 from container.session import dump_history, load_history
+from container.task import RunResult, Task
 from container.tools import Toolbox
 
 MAX_ERROR_CAUSES = 3
 
 
-async def run_task(
-    task: TaskSpec,
-    channel: RunChannel,
-    socket_path: Path,
-    workspace_dir: Path,
-    log: Callable[[str], None],
-    *,
-    transport: httpx2.AsyncBaseTransport | None = None,
-) -> RunResult:
-    """Run the agent on `task`; any failure becomes a `failed` result with a short reason. The LLM calls
-    go to `socket_path`, or through `transport` (the host replays this code up to the first call)."""
-    usage = RunUsage()
+async def run_task(task: Task, channel: RunChannel, workspace_dir: Path, log: Callable[[str], None]) -> RunResult:
+    """Run the agent on `task`; any failure becomes a `failed` result with a short reason."""
+    usage = Usage()
     try:
-        output = await _run(task, channel, socket_path, workspace_dir, usage, log, transport)
-    except UsageLimitExceeded:
+        output = await _run(task, channel, workspace_dir, usage, log)
+    except StepLimitReached:
         return _failed(f"step limit reached: {task.max_steps} model requests", usage)
+    except ModelGaveUp as exc:
+        return _failed(str(exc), usage)
     except Exception as exc:  # the run's outcome is the report: every error ends up in the result
         return _failed(describe_error(exc), usage)
     return RunResult(
@@ -46,15 +35,7 @@ async def run_task(
     )
 
 
-async def _run(
-    task: TaskSpec,
-    channel: RunChannel,
-    socket_path: Path,
-    workspace_dir: Path,
-    usage: RunUsage,
-    log: Callable[[str], None],
-    transport: httpx2.AsyncBaseTransport | None,
-) -> str:
+async def _run(task: Task, channel: RunChannel, workspace_dir: Path, usage: Usage, log: Callable[[str], None]) -> str:
     history, dropped = load_history(task.history)
     if dropped:
         log(f"run {task.run_id}: {dropped}")
@@ -64,20 +45,10 @@ async def _run(
         bash_timeout_seconds=task.bash_timeout_seconds,
         output_cap_chars=task.output_cap_chars,
     )
-    log(
-        f"run {task.run_id}: model {task.model} ({task.provider_kind}), "
-        f"{len(history)} prior messages, at most {task.max_steps} steps"
-    )
-    async with open_model(task, socket_path, transport) as model:
-        agent = build_agent(model, toolbox, log)
-        result = await agent.run(
-            build_prompt(task),
-            message_history=history or None,
-            usage_limits=UsageLimits(request_limit=task.max_steps),
-            usage=usage,
-        )
-    await _save_session(channel, dump_history(result.all_messages()), task.run_id, log)
-    return result.output
+    log(f"run {task.run_id}: {len(history)} prior messages, at most {task.max_steps} steps")
+    conversation = await run_agent(task, history, channel, toolbox, usage, log)
+    await _save_session(channel, dump_history(conversation.messages), task.run_id, log)
+    return conversation.output or ""
 
 
 async def _save_session(channel: RunChannel, history_json: bytes, run_id: str, log: Callable[[str], None]) -> None:
@@ -98,7 +69,7 @@ def fit_result(output: str) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
-    """`Type: message`, following the chain to the root cause (an SDK error wraps the socket's)."""
+    """`Type: message`, following the chain to the root cause."""
     parts: list[str] = []
     current: BaseException | None = exc
     while current is not None and len(parts) < MAX_ERROR_CAUSES:
@@ -109,7 +80,7 @@ def describe_error(exc: BaseException) -> str:
     return message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 3] + "..."
 
 
-def _failed(error: str, usage: RunUsage) -> RunResult:
+def _failed(error: str, usage: Usage) -> RunResult:
     return RunResult(
         status="failed",
         error=error,

@@ -1,8 +1,8 @@
 """The subagent's tools: a shell, files in the workspace, and progress messages to the chat.
 
-Each public coroutine of `Toolbox` is registered as a tool as it is: its docstring is the description
-the model reads. Failures raise `ToolFailed`, which the model sees as a failed tool result (the run
-goes on); only a bug escapes as another exception.
+Each public coroutine of `Toolbox` is offered to the model as it is (container/tool_specs.py): its
+docstring is the description the model reads. Failures raise `ToolFailed`, which the model sees as a
+failed tool result (the run goes on); only a bug escapes as another exception.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import ValidationError
-from pydantic_ai import ToolFailed
-
 from container.bash import run_command
 from container.channel import ChannelRefused
+from container.contract import MAX_PROGRESS_CHARS
 from container.output import cap_text
-from container.protocol import MAX_PROGRESS_CHARS, ProgressMessage
 
 READ_FILE_MAX_BYTES = 10_000_000
 BINARY_SNIFF_BYTES = 8_192
@@ -26,10 +23,14 @@ LIST_MAX_ENTRIES = 500
 MESSAGE_ID_BYTES = 8
 
 
+class ToolFailed(Exception):
+    """The tool call is done and failed; the model sees the message and adapts."""
+
+
 class MessageSender(Protocol):
     """The run channel's side that carries progress messages to the chat."""
 
-    async def send_message(self, message: ProgressMessage) -> str: ...
+    async def send_message(self, message_id: str, text: str) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +165,7 @@ class Toolbox:
         if len(text) > MAX_PROGRESS_CHARS:
             raise ToolFailed(f"the message has {len(text)} characters; the limit is {MAX_PROGRESS_CHARS}")
         try:
-            message = ProgressMessage(message_id=secrets.token_hex(MESSAGE_ID_BYTES), text=text)
-        except ValidationError as exc:
-            raise ToolFailed(f"the message is not valid: {exc.errors()[0]['msg']}") from exc
-        try:
-            detail = await self.channel.send_message(message)
+            detail = await self.channel.send_message(secrets.token_hex(MESSAGE_ID_BYTES), text)
         except ChannelRefused as exc:
             raise ToolFailed(f"the message was not sent: {exc}") from exc
         except OSError as exc:

@@ -231,6 +231,7 @@ class TaskManager:
         live.inbox = RunInbox(
             live,
             spec,
+            socket_path=self._socket_path(live),
             runs=self._runs,
             delivery=self._delivery,
             max_messages=self._settings.subagent_max_messages,

@@ -16,7 +16,9 @@ from pydantic import BaseModel, ValidationError
 from container.protocol import (
     MAX_RUN_BODY_BYTES,
     MAX_SESSION_BYTES,
+    MAX_STEP_BYTES,
     MESSAGE_PATH,
+    MODEL_PATH,
     RESULT_PATH,
     SESSION_PATH,
     TASK_PATH,
@@ -30,7 +32,7 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 READ_CHUNK_BYTES = 64 * 1024
 MAX_SHOWN_CHARS = 100  # what a refusal echoes of the request (path, method, field name): the container chose it
-_ROUTES = {TASK_PATH: "GET", MESSAGE_PATH: "POST", SESSION_PATH: "POST", RESULT_PATH: "POST"}
+_ROUTES = {TASK_PATH: "GET", MESSAGE_PATH: "POST", SESSION_PATH: "POST", RESULT_PATH: "POST", MODEL_PATH: "POST"}
 
 
 class ChannelRefused(Exception):
@@ -53,6 +55,9 @@ class RunEndpoint(Protocol):
 
     async def result(self, result: RunResult) -> str: ...
 
+    async def model_step(self, body: bytes) -> bytes:
+        """The model's response to one step of the agent's loop, as JSON (runner/model_step.py)."""
+
 
 def answer(status: int, ok: bool, detail: str) -> web.Response:
     return web.Response(
@@ -74,6 +79,9 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
             return answer(200, True, await endpoint.message(message))
         if path == SESSION_PATH and method == "POST":
             return answer(200, True, await endpoint.session(await _read(request, MAX_SESSION_BYTES)))
+        if path == MODEL_PATH and method == "POST":
+            response = await endpoint.model_step(await _read(request, MAX_STEP_BYTES))
+            return web.Response(body=response, content_type="application/json")
         if path == RESULT_PATH and method == "POST":
             result = _parse(RunResult, await _read(request, MAX_RUN_BODY_BYTES))
             return answer(200, True, await endpoint.result(result))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from pathlib import Path
 
 from container.protocol import ProgressMessage, RunResult, TaskSpec
 from core.delivery import Delivery
@@ -23,6 +24,9 @@ from runner.sessions import SessionRejected, clean
 log = get_logger(__name__)
 
 MAX_SESSION_UPLOADS = 3  # a run hands its session back once; a few retries, never an unbounded CPU sink
+# Model steps a run may ask for beyond its step limit (a step retried after a lost connection). Each step's
+# conversation is validated on the host, so invalid ones count too: a container cannot make the host spin.
+EXTRA_MODEL_STEPS = 5
 
 
 class RunInbox:
@@ -33,6 +37,7 @@ class RunInbox:
         live: LiveRun,
         spec: TaskSpec,
         *,
+        socket_path: Path,
         runs: RunStore,
         delivery: Delivery,
         max_messages: int,
@@ -40,6 +45,7 @@ class RunInbox:
     ) -> None:
         self._live = live
         self._spec = spec
+        self._socket_path = socket_path
         self._runs = runs
         self._delivery = delivery
         self._max_messages = max_messages
@@ -49,6 +55,8 @@ class RunInbox:
         self.session_in: str | None = None  # the session the run started from, for its record
         self.reported = asyncio.Event()
         self._session_uploads = 0
+        self._model_steps = 0
+        self._stepping = False
 
     def _check_live(self) -> None:
         if self._live.cancelled or self._live.released:
@@ -86,6 +94,27 @@ class RunInbox:
             log.warning("session_rejected", run_id=self._live.id, reason=str(exc))
             raise ChannelRefused(400, f"session not kept: {exc}") from None
         return "kept"
+
+    async def model_step(self, body: bytes) -> bytes:
+        self._check_live()
+        if self._stepping:
+            raise ChannelRefused(409, "one model step at a time: wait for the answer to the last one")
+        allowed = self._spec.max_steps + EXTRA_MODEL_STEPS
+        if self._model_steps >= allowed:
+            raise ChannelRefused(
+                429, f"this run has asked for {allowed} model steps; its limit is {self._spec.max_steps}"
+            )
+        self._model_steps += 1
+        from runner.model_step import StepFailed, make_step  # pydantic-ai: loaded by the first run, not at start
+
+        self._stepping = True
+        try:
+            return await make_step(self._spec, self._socket_path, body)
+        except StepFailed as exc:
+            log.info("model_step_failed", run_id=self._live.id, status=exc.status, reason=exc.reason)
+            raise ChannelRefused(exc.status, exc.reason) from None
+        finally:
+            self._stepping = False
 
     async def result(self, result: RunResult) -> str:
         self._check_live()

@@ -5,9 +5,11 @@ It stands in for the host's end of a run's channel and serves both halves of it:
 - the LLM paths (OpenAI chat completions `/v1/chat/completions`, Anthropic `/v1/messages`): each request
   gets the next scripted reply (a tool call or final text) and is recorded, so a test can check what the
   agent sent;
-- the run API (`/run/task`, `/run/message`, `/run/session`, `/run/result`): served by the host's own
-  handler (runner/run_api.py, so bodies are bounded, parsed and answered exactly as the host does), with
-  an endpoint that hands out `task` and records what it accepts. It enforces the task's progress-message
+- the run API (`/run/task`, `/run/model`, `/run/message`, `/run/session`, `/run/result`): served by the
+  host's own handler (runner/run_api.py, so bodies are bounded, parsed and answered exactly as the host
+  does), with an endpoint that hands out `task` and records what it accepts. A model step is made by the
+  host's own code (runner/model_step.py), which sends the provider's request back to this socket's LLM
+  paths, as the real host sends it to its LLM proxy. It enforces the task's progress-message
   budget (429, the host's reason) and refuses whatever path a test lists in `refusals`.
 
 Serves the container agent on the host and in a container (a bind-mounted socket folder).
@@ -28,7 +30,17 @@ from aiohttp import web
 from pydantic import ValidationError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
-from container.protocol import MESSAGE_PATH, RESULT_PATH, SESSION_PATH, TASK_PATH, ProgressMessage, RunResult, TaskSpec
+from container.protocol import (
+    MESSAGE_PATH,
+    MODEL_PATH,
+    RESULT_PATH,
+    SESSION_PATH,
+    TASK_PATH,
+    ProgressMessage,
+    RunResult,
+    TaskSpec,
+)
+from runner.model_step import StepFailed, make_step
 from runner.run_api import ChannelRefused as HostRefusal
 from runner.run_api import handle_run_api
 
@@ -170,6 +182,15 @@ class _FakeRunEndpoint:
             raise HostRefusal(400, f"session not kept: not a message history ({exc.error_count()} errors)") from None
         self._host.sessions.append(history_json)
         return "kept"
+
+    async def model_step(self, body: bytes) -> bytes:
+        self._refuse_if_told(MODEL_PATH)
+        if self._host.task is None:
+            raise HostRefusal(404, "this channel has no task")
+        try:
+            return await make_step(self._host.task, self._host.socket_path, body)
+        except StepFailed as exc:
+            raise HostRefusal(exc.status, exc.reason) from None
 
     async def result(self, result: RunResult) -> str:
         self._refuse_if_told(RESULT_PATH)

@@ -106,8 +106,8 @@ async def test_missing_channel_exits_bad_task(
 ) -> None:
     # The real channel retries connecting for about 30 s and the agent waits up to 15 minutes for a host
     # that restarts; one attempt and no wait say the same.
-    monkeypatch.setattr("container.channel.CHANNEL_CONNECT_RETRIES", 0)
-    monkeypatch.setattr("container.__main__.HOST_AWAY_SECONDS", 0.0)
+    monkeypatch.setattr("container.channel.CONNECT_RETRY_DELAYS_SECONDS", ())
+    monkeypatch.setattr("container.channel.HOST_AWAY_SECONDS", 0.0)
 
     assert await run_main(paths) == EXIT_BAD_TASK
 
@@ -132,7 +132,7 @@ async def test_host_dying_with_the_task_request_in_flight_is_waited_for(
 ) -> None:
     """The host is killed while GET /run/task is unanswered (the request fails with a read error, which is
     no connect error the transport retries): the agent asks again once the host is back, and runs."""
-    monkeypatch.setattr("container.__main__.HOST_FIRST_RETRY_SECONDS", 0.05)
+    monkeypatch.setattr("container.channel.HOST_FIRST_RETRY_SECONDS", 0.05)
     asked = asyncio.Event()
 
     async def die_on_first_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from container.channel import RunChannel
-from container.protocol import MESSAGE_PATH, ChannelAnswer, ProgressMessage
+from container.protocol import MESSAGE_PATH, ChannelAnswer
 from runner.capped_site import CappedUnixSite
 
 AT_ONCE = 200  # far over the cap, as the bench's 1,000 at once were
@@ -42,10 +42,7 @@ async def capped_socket(tmp_path: Path) -> AsyncIterator[Path]:
 async def test_many_messages_at_once_all_arrive_under_the_hosts_connection_cap(capped_socket: Path) -> None:
     async with RunChannel(capped_socket) as channel:
         answers = await asyncio.gather(
-            *(
-                channel.send_message(ProgressMessage(message_id=f"msg{i:05d}", text=f"step {i}"))
-                for i in range(AT_ONCE)
-            ),
+            *(channel.send_message(f"msg{i:05d}", f"step {i}") for i in range(AT_ONCE)),
             return_exceptions=True,
         )
 

@@ -6,7 +6,7 @@ import pytest
 
 from container.__main__ import report
 from container.channel import ChannelRefused
-from container.protocol import RunResult
+from container.task import RunResult
 
 RESULT = RunResult(status="completed", result="42")
 
@@ -32,8 +32,8 @@ class FlakyHost:
 
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("container.__main__.HOST_FIRST_RETRY_SECONDS", 0.01)
-    monkeypatch.setattr("container.__main__.HOST_MAX_RETRY_SECONDS", 0.02)
+    monkeypatch.setattr("container.channel.HOST_FIRST_RETRY_SECONDS", 0.01)
+    monkeypatch.setattr("container.channel.HOST_MAX_RETRY_SECONDS", 0.02)
 
 
 async def test_a_host_that_comes_back_gets_the_result() -> None:
@@ -50,7 +50,7 @@ async def test_a_refusal_is_final(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 async def test_a_host_that_stays_away_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("container.__main__.HOST_AWAY_SECONDS", 0.1)
+    monkeypatch.setattr("container.channel.HOST_AWAY_SECONDS", 0.1)
     host = FlakyHost(away=10_000)
     assert await report(host, RESULT, "run-1") is False
     assert 2 <= host.attempts < 100

@@ -9,11 +9,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from pydantic_ai import ToolFailed
 
 from container.channel import RunChannel
-from container.protocol import CHANNEL_SOCKET_FILE, MAX_PROGRESS_CHARS, MESSAGE_PATH, ProgressMessage, TaskSpec
-from container.tools import MESSAGE_ID_BYTES, Toolbox
+from container.protocol import CHANNEL_SOCKET_FILE, MAX_PROGRESS_CHARS, MESSAGE_PATH, TaskSpec
+from container.tools import MESSAGE_ID_BYTES, Toolbox, ToolFailed
 from tests.container.scripted_llm import Refusal, ScriptedLLM
 
 MESSAGE_BUDGET = 2
@@ -22,8 +21,8 @@ MESSAGE_BUDGET = 2
 class NoMessages:
     """A `MessageSender` for tests of the other tools: a message sent through it fails the test."""
 
-    async def send_message(self, message: ProgressMessage) -> str:
-        raise AssertionError(f"unexpected progress message {message.text!r}")
+    async def send_message(self, message_id: str, text: str) -> str:
+        raise AssertionError(f"unexpected progress message {text!r}")
 
 
 @pytest.fixture
@@ -271,7 +270,7 @@ async def test_send_message_refused_by_the_host_fails_with_its_reason(toolbox: T
 async def test_send_message_without_a_host_is_a_tool_failure(
     toolbox: Toolbox, socket_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("container.channel.CHANNEL_CONNECT_RETRIES", 0)  # else about 30 s of retries
+    monkeypatch.setattr("container.channel.CONNECT_RETRY_DELAYS_SECONDS", ())  # else about 30 s of retries
     async with RunChannel(socket_path) as channel:
         with pytest.raises(ToolFailed, match=r"^the message could not be sent: the run channel did not answer POST"):
             await with_channel(toolbox, channel).send_message("anyone?")

@@ -17,7 +17,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from bot.agent.offline import prompt_text
 from bot.announce import SKIP_MARKER
 from container.channel import RunChannel
-from container.protocol import RunResult, SpawnRequest
+from container.protocol import SpawnRequest
+from container.task import RunResult
 from core.delivery import Delivery
 from core.store.runs import RunStatus
 from core.store.stores import Stores

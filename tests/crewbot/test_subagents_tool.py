@@ -17,7 +17,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from bot.agent.main_agent import MainAgent
 from bot.engine import Turn
 from container.channel import RunChannel
-from container.protocol import ProgressMessage
 from core.store.runs import RunStatus
 from crewbot.serve import runs_view
 from tests.fakes.llm_replies import openai_text
@@ -42,7 +41,7 @@ class Steps:
         async with httpx2.AsyncClient(transport=transport, base_url="http://llm", timeout=10) as llm:
             body = {"model": "any", "messages": [{"role": "user", "content": f"work on: {task.task}"}]}
             assert (await llm.post("/v1/chat/completions", json=body)).status_code == 200
-            await channel.send_message(ProgressMessage(message_id="message-1", text="Report: 2 of 5 sections written"))
+            await channel.send_message("message-1", "Report: 2 of 5 sections written")
             self.first_call_done.set()
             await self.next_step.wait()
             await llm.post("/v1/chat/completions", json=body)

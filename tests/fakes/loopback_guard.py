@@ -1,12 +1,14 @@
-"""Nothing under test (or benchmark) may connect beyond loopback, and no real model may run."""
+"""Nothing under test (or benchmark) may connect beyond loopback, so no real model can be reached.
+
+pydantic-ai's ALLOW_MODEL_REQUESTS stays on: the host makes every subagent's model steps itself
+(runner/model_step.py), over the run's Unix socket to its own LLM proxy, in nearly every subagent test.
+"""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
 from typing import Any
-
-from pydantic_ai import models
 
 
 def _check(sock: socket.socket, address: Any) -> None:
@@ -22,8 +24,6 @@ def _check(sock: socket.socket, address: Any) -> None:
 
 
 def install_loopback_guard() -> None:
-    # Real model classes refuse to run unless a caller opts in (only ever for a fake on 127.0.0.1).
-    models.ALLOW_MODEL_REQUESTS = False
     real_connect = socket.socket.connect
     real_connect_ex = socket.socket.connect_ex
 

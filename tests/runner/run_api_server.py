@@ -31,6 +31,7 @@ class Recorder:
     messages: list[ProgressMessage] = field(default_factory=list)
     sessions: list[bytes] = field(default_factory=list)
     results: list[RunResult] = field(default_factory=list)
+    steps: list[bytes] = field(default_factory=list)
 
     def _gate(self) -> None:
         if self.refusal is not None:
@@ -56,8 +57,13 @@ class Recorder:
         self.results.append(result)
         return "received"
 
+    async def model_step(self, body: bytes) -> bytes:
+        self._gate()
+        self.steps.append(body)
+        return b'{"response": {"kind": "response", "parts": [{"part_kind": "text", "content": "ok"}]}}'
+
     def handed(self) -> list[object]:
-        return [*self.messages, *self.sessions, *self.results]
+        return [*self.messages, *self.sessions, *self.results, *self.steps]
 
 
 # --- the server ------------------------------------------------------------------------------------------

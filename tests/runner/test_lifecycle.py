@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from container.channel import ChannelRefused, RunChannel
-from container.protocol import ProgressMessage, RunResult
+from container.task import RunResult
 from core.store.runs import RunStatus, RunStore
 from core.store.stores import Stores
 from runner.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID, RuntimeUnavailable
@@ -119,13 +119,13 @@ async def test_progress_messages_beyond_the_budget_are_refused(tmp_path: Path) -
         await channel.task()
         for index in range(5):
             try:
-                answers.append(await channel.send_message(ProgressMessage(message_id=f"msg-{index:04d}", text="hi")))
+                answers.append(await channel.send_message(f"msg-{index:04d}", "hi"))
             except ChannelRefused as exc:
                 answers.append(f"refused: {exc}")
         # A retry of an accepted message is not a second message; a retry of a refused one is refused again.
-        answers.append(await channel.send_message(ProgressMessage(message_id="msg-0000", text="hi")))
+        answers.append(await channel.send_message("msg-0000", "hi"))
         try:
-            answers.append(await channel.send_message(ProgressMessage(message_id="msg-0004", text="hi")))
+            answers.append(await channel.send_message("msg-0004", "hi"))
         except ChannelRefused as exc:
             answers.append(f"refused: {exc}")
         await channel.report(RunResult(status="completed", result="ok"))
@@ -147,7 +147,7 @@ async def test_cancel_drops_progress_messages_not_yet_sent(tmp_path: Path) -> No
 
     async def message_then_hang(channel: RunChannel, container: MemoryContainer) -> int | None:
         await channel.task()
-        await channel.send_message(ProgressMessage(message_id="msg-000001", text="partial news"))
+        await channel.send_message("msg-000001", "partial news")
         sent.set()
         await asyncio.Event().wait()
         return None

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from container.channel import RunChannel
-from container.protocol import RunResult
+from container.task import RunResult
 from core.live_config import LiveConfig
 from core.store.runs import RunStatus
 from core.store.setting_overrides import SettingOverrideStore

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from container.channel import RunChannel
-from container.protocol import RunResult
+from container.task import RunResult
 from core.store.runs import RunStatus, RunStore
 from core.store.stores import Stores
 from runner.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID

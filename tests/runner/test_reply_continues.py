@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from container.channel import RunChannel
-from container.protocol import RunResult
+from container.task import RunResult
 from core.store.messages import NewMessage
 from core.store.runs import RunStatus
 from core.store.turns import TurnStore

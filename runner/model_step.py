@@ -1,0 +1,126 @@
+"""POST /run/model: one model request of a subagent's loop, made by the host.
+
+The container keeps its agent loop and its conversation (pydantic-ai's messages as JSON) but imports
+neither pydantic-ai nor a provider's SDK, which would cost it a second and more of CPU at every start
+(bench: spawn, burst). The host has both loaded: it validates the conversation, builds the provider's
+request and sends it on the run's own socket, so the LLM proxy's gate, budget, policy and usage records
+apply to it exactly as to any call. Imported on a run's first step, not at the host's start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from pydantic import ValidationError
+from pydantic_ai.direct import model_request
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.tools import ToolDefinition
+
+from container.protocol import ModelStep, TaskSpec
+
+PROXY_ORIGIN = "http://llm"  # any host: the transport goes to the socket
+PLACEHOLDER_API_KEY = "unused"  # the proxy adds the key; the SDKs insist on one
+LLM_REQUEST_TIMEOUT_SECONDS = 600.0
+LLM_CONNECT_TIMEOUT_SECONDS = 10.0
+# The SDK retries a failed request once; more would hide a broken provider behind minutes of back-off.
+LLM_SDK_MAX_RETRIES = 1
+MAX_REASON_CHARS = 500
+
+
+class StepFailed(Exception):
+    """The step could not be made: the HTTP status for the container and the reason it shows."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def parse_step(body: bytes) -> tuple[list[ModelMessage], ModelRequestParameters]:
+    """The conversation and the tools of a step body. Blocking (a long conversation takes milliseconds)."""
+    try:
+        step = ModelStep.model_validate_json(body)
+        messages = ModelMessagesTypeAdapter.validate_python(step.messages)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])[:100] or "(body)"
+        raise StepFailed(400, f"not a valid model step: {where}: {first['msg']}") from None
+    tools = [
+        ToolDefinition(name=tool.name, description=tool.description, parameters_json_schema=tool.parameters)
+        for tool in step.tools
+    ]
+    return messages, ModelRequestParameters(function_tools=tools, allow_text_output=True)
+
+
+async def make_step(spec: TaskSpec, socket_path: Path, body: bytes) -> bytes:
+    """The model's response to a step body, as `{"response": ...}` JSON; raises StepFailed."""
+    messages, parameters = await asyncio.to_thread(parse_step, body)
+    async with open_model(spec, socket_path) as model:
+        try:
+            response = await model_request(model, messages, model_request_parameters=parameters)
+        except ModelHTTPError as exc:
+            # The proxy's refusals (budget, policy, a closed run) and the provider's errors, with their reason.
+            raise StepFailed(exc.status_code, f"the LLM answered HTTP {exc.status_code}: {_reason(exc.body)}") from None
+        except Exception as exc:
+            raise StepFailed(502, f"the LLM call failed: {type(exc).__name__}: {str(exc)[:MAX_REASON_CHARS]}") from None
+    return dump_response(response)
+
+
+def dump_response(response: ModelResponse) -> bytes:
+    (encoded,) = ModelMessagesTypeAdapter.dump_python([response], mode="json")
+    return json.dumps({"response": encoded}).encode()
+
+
+@asynccontextmanager
+async def open_model(spec: TaskSpec, socket_path: Path) -> AsyncIterator[Model]:
+    """The model `spec` names, its SDK pointed at the LLM proxy on the run's socket."""
+    timeout = httpx2.Timeout(LLM_REQUEST_TIMEOUT_SECONDS, connect=LLM_CONNECT_TIMEOUT_SECONDS)
+    transport = httpx2.AsyncHTTPTransport(uds=str(socket_path))
+    async with httpx2.AsyncClient(transport=transport, timeout=timeout) as http_client:
+        yield _build_model(spec, http_client, timeout)
+
+
+def _build_model(spec: TaskSpec, http_client: httpx2.AsyncClient, timeout: httpx2.Timeout) -> Model:
+    # Each SDK is imported only when used: a bot on one provider never loads the other.
+    if spec.provider_kind == "anthropic":
+        from anthropic import AsyncAnthropic
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        anthropic_client = AsyncAnthropic(
+            api_key=PLACEHOLDER_API_KEY,
+            base_url=PROXY_ORIGIN,
+            http_client=http_client,
+            timeout=timeout,
+            max_retries=LLM_SDK_MAX_RETRIES,
+        )
+        return AnthropicModel(spec.model, provider=AnthropicProvider(anthropic_client=anthropic_client))
+
+    from openai import AsyncOpenAI
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    openai_client = AsyncOpenAI(
+        api_key=PLACEHOLDER_API_KEY,
+        base_url=f"{PROXY_ORIGIN}/v1",
+        http_client=http_client,
+        timeout=timeout,
+        max_retries=LLM_SDK_MAX_RETRIES,
+    )
+    return OpenAIChatModel(spec.model, provider=OpenAIProvider(openai_client=openai_client))
+
+
+def _reason(body: object) -> str:
+    """The message of a provider-style error body ({"error": {"message": ...}}), else the body itself."""
+    error: Any = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    text = message if isinstance(message, str) else json.dumps(body, default=str)
+    return text[:MAX_REASON_CHARS]
