@@ -1,10 +1,8 @@
 """The real app for benchmarks (real PTB, SQLite, task manager, Docker), with timing taps at its edges.
 
 The taps observe, they do not change behaviour: `TimedDockerRuntime` is the product's Docker runtime
-noting when a container's start returned and when a kill was asked for, `FirstCallProbe` notes when a
-run's first request reached the LLM proxy (the proxy asks the run gate `is_live` before anything else;
-with SUBAGENT_EARLY_FIRST_CALL that is the host's early call), and `HandOverProbe` when the container's own
-first request was answered with that early call.
+noting when a container's start returned and when a kill was asked for, and `FirstCallProbe` notes when
+a run's first request reached the LLM proxy (the proxy asks the run gate `is_live` before anything else).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bot.channels.telegram import TelegramChannel
 from core.delivery import Delivery
@@ -26,7 +24,6 @@ from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded
 from runner.docker_runtime import DockerRuntime
 from runner.live_runs import LiveRuns
-from runner.llm_proxy import LlmProxy
 from runner.runtime import ContainerSpec
 from runner.service import SubagentService
 
@@ -82,25 +79,6 @@ class FirstCallProbe:
             except TimeoutError:
                 continue
         return self.first[run_id]
-
-
-class HandOverProbe:
-    """When each run's container asked for its first LLM call and was answered with the host's early one
-    (perf_counter as the proxy took up the parsed request: its arrival, plus reading and parsing)."""
-
-    _HOOK = "_first_call_answer"  # the proxy's step that hands the early answer over
-
-    def __init__(self, proxy: LlmProxy) -> None:
-        self._answer = getattr(proxy, self._HOOK)
-        self.at: dict[str, float] = {}
-        setattr(proxy, self._HOOK, self._timed)
-
-    async def _timed(self, run: Any, *args: Any) -> Any:
-        arrived = time.perf_counter()
-        answer = await self._answer(run, *args)
-        if getattr(answer, "status", None) == 200:
-            self.at.setdefault(run.run_id, arrived)
-        return answer
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ The full app with the offline provider and real containers (`$ sleep 2` each), a
 - the same with cap 10 and the default queue (20): three waves;
 - one chat, all 50, with the default caps (3 and 3) and queue (20, of which one chat gets half): what a
   single busy group sees.
-Every scenario runs with the product's defaults otherwise (SUBAGENT_EARLY_FIRST_CALL on).
+Every scenario runs with the product's defaults otherwise.
 
 Reported per scenario: the most containers of these chats the engine ever reported running (sampled
 every 75 ms), requests accepted / rejected / lost (lost: no run record at the end), the time from the
@@ -23,8 +23,6 @@ import contextlib
 import secrets
 import time
 from dataclasses import dataclass
-
-from pydantic_ai.models import override_allow_model_requests
 
 from bench.apps import BenchApp, bench_app
 from bench.common import BenchContext, bench_settings, poll_until
@@ -232,10 +230,7 @@ async def run(ctx: BenchContext) -> list[Row]:
     ]
     rows: list[Row] = []
     offset = 0
-    # The bench's loopback guard forbids pydantic-ai's model requests; the host's early first calls make one
-    # each, to a capturing transport (runner/first_call.py).
-    with override_allow_model_requests(True):
-        for scenario in scenarios:
-            rows += await _scenario(ctx, scenario, offset)
-            offset += scenario.chats
+    for scenario in scenarios:
+        rows += await _scenario(ctx, scenario, offset)
+        offset += scenario.chats
     return rows

@@ -1,12 +1,10 @@
 """Spawn overhead: a spawn request file until the subagent's first LLM request, and where the time goes.
 
 Start: the request's atomic rename into the chat's tasks/ folder (runner.ipc.write_spawn_request), with
-the full app running (real watcher, task manager, LLM proxy, Docker runtime; offline provider) and its
-defaults, so SUBAGENT_EARLY_FIRST_CALL is on.
-Stops: the run's first LLM request arriving at its proxy socket (the host's early call, sent once the
-engine's start returned); the container's own first request there, answered with that call (by then its
-process has started, loaded its task and built its agent); and, for the breakdown, when the watcher handed
-the request over, when the run was marked running (its channel open) and when the engine's start returned.
+the full app running (real watcher, task manager, LLM proxy, Docker runtime; offline provider).
+Stops: the container agent's first LLM request arriving at the run's proxy socket (by then its process has
+started, loaded its task and built its agent); and, for the breakdown, when the watcher handed the request
+over, when the run was marked running (its channel open) and when the engine's start returned.
 
 Baselines, measured in the same run with the same image and `--network none`:
 - bare: create + start of `python -c "<connect to a socket>"` with the image's interpreter as entrypoint,
@@ -29,9 +27,8 @@ from types import TracebackType
 from typing import Self
 
 import docker
-from pydantic_ai.models import override_allow_model_requests
 
-from bench.apps import FirstCallProbe, HandOverProbe, bench_app
+from bench.apps import FirstCallProbe, bench_app
 from bench.common import BenchContext, bench_settings, ms
 from bench.engine import BareMount, bare_start, engine_client, image_interpreter, remove_container
 from bench.report import Measure, Row
@@ -150,8 +147,7 @@ STAGES = (
     ("picked_up", "", "request file → the watcher handed it to the task manager"),
     ("running", "picked_up", "→ run marked running (task, session and channel ready)"),
     ("started", "running", "→ the engine's container start returned"),
-    ("first_call", "started", "→ the host's early first call at the proxy socket"),
-    ("container_call", "started", "engine start returned → the container's own first request (Python, imports)"),
+    ("first_call", "started", "→ the container's first LLM request at the proxy socket (Python, imports)"),
 )
 
 
@@ -166,57 +162,48 @@ async def run(ctx: BenchContext) -> list[Row]:
             ctx.work_dir / "data", token=tg.token, base_url=tg.base_url, ALLOWED_CHAT_IDS=str(chat_id)
         )
         tg.add_chat(chat_id, title="bench spawn")
-        # The bench's loopback guard forbids pydantic-ai's model requests; the host's copy of the container's
-        # code makes one, to a capturing transport (runner/first_call.py), and the containers reach only the
-        # offline model behind the proxy.
-        with override_allow_model_requests(True):
-            async with (
-                bench_app(settings, with_subagents=True) as bench,
-                _BareRunner(ctx, settings.subagent_image) as bare,
-            ):
-                service, runtime = bench.subagents()
-                probe = FirstCallProbe(service.live)
-                hand_over = HandOverProbe(service.proxy)
-                chat = await bench.app.stores.chats.ensure(chat_id, "supergroup", "bench spawn")
-                ipc_root = service.paths.ipc_root
-                await asyncio.to_thread(ensure_chat_dirs, ipc_root, chat.folder)
-                await asyncio.sleep(0.5)  # the watcher restarts for the new folder; let it settle
-                batch = secrets.token_hex(3)
-                # Interleaved, one container at a time, so a change in the machine's load hits all three alike.
-                for i in range(WARMUP + count):
-                    run_id = f"sp-{batch}-{i:03d}"
-                    write_spawn_request(
-                        ipc_root, chat.folder, SpawnRequest(request_id=run_id, task="$ true", label="spawn")
-                    )
-                    t0, t0_wall = time.perf_counter(), time.time()  # the rename is write_spawn_request's last step
-                    first = await probe.wait(run_id, RUN_TIMEOUT_SECONDS)
-                    status = await bench.wait_run_done(run_id, RUN_TIMEOUT_SECONDS)
-                    record = await service.runs.get(run_id)
-                    bare_started, bare_running = await bare.sample(CONNECT_CODE)
-                    _, imports_running = await bare.sample(AGENT_IMPORTS + CONNECT_CODE)
-                    if i < WARMUP:
-                        continue
-                    _, start_returned = runtime.started[container_name(run_id)]
-                    stamp = {"started": ms(start_returned - t0), "first_call": ms(first - t0)}
-                    if record is not None and record.started_at is not None:
-                        stamp |= {
-                            "picked_up": ms(record.created_at - t0_wall),
-                            "running": ms(record.started_at - t0_wall),
-                        }
-                    if run_id in hand_over.at:
-                        stamp["container_call"] = ms(hand_over.at[run_id] - t0)
-                    stamps.append(stamp)
-                    bare_samples["bare_started"].append(bare_started)
-                    bare_samples["bare"].append(bare_running)
-                    bare_samples["imports"].append(imports_running)
-                    statuses.append(status)
+        async with (
+            bench_app(settings, with_subagents=True) as bench,
+            _BareRunner(ctx, settings.subagent_image) as bare,
+        ):
+            service, runtime = bench.subagents()
+            probe = FirstCallProbe(service.live)
+            chat = await bench.app.stores.chats.ensure(chat_id, "supergroup", "bench spawn")
+            ipc_root = service.paths.ipc_root
+            await asyncio.to_thread(ensure_chat_dirs, ipc_root, chat.folder)
+            await asyncio.sleep(0.5)  # the watcher restarts for the new folder; let it settle
+            batch = secrets.token_hex(3)
+            # Interleaved, one container at a time, so a change in the machine's load hits all three alike.
+            for i in range(WARMUP + count):
+                run_id = f"sp-{batch}-{i:03d}"
+                write_spawn_request(
+                    ipc_root, chat.folder, SpawnRequest(request_id=run_id, task="$ true", label="spawn")
+                )
+                t0, t0_wall = time.perf_counter(), time.time()  # the rename is write_spawn_request's last step
+                first = await probe.wait(run_id, RUN_TIMEOUT_SECONDS)
+                status = await bench.wait_run_done(run_id, RUN_TIMEOUT_SECONDS)
+                record = await service.runs.get(run_id)
+                bare_started, bare_running = await bare.sample(CONNECT_CODE)
+                _, imports_running = await bare.sample(AGENT_IMPORTS + CONNECT_CODE)
+                if i < WARMUP:
+                    continue
+                _, start_returned = runtime.started[container_name(run_id)]
+                stamp = {"started": ms(start_returned - t0), "first_call": ms(first - t0)}
+                if record is not None and record.started_at is not None:
+                    stamp |= {
+                        "picked_up": ms(record.created_at - t0_wall),
+                        "running": ms(record.started_at - t0_wall),
+                    }
+                stamps.append(stamp)
+                bare_samples["bare_started"].append(bare_started)
+                bare_samples["bare"].append(bare_running)
+                bare_samples["imports"].append(imports_running)
+                statuses.append(status)
     if any(status != "completed" for status in statuses):
         ctx.note(f"not every run completed: {statuses}")
-    handed_over = sum("container_call" in stamp for stamp in stamps)
     ctx.note(
         f"{count} samples each (after {WARMUP} warm-up), interleaved one container at a time; "
-        f"image {settings.subagent_image}; the container's first request got the host's early call in "
-        f"{handed_over} of {len(stamps)} runs"
+        f"image {settings.subagent_image}"
     )
     return _rows(stamps, bare_samples)
 
@@ -224,9 +211,6 @@ async def run(ctx: BenchContext) -> list[Row]:
 def _rows(stamps: list[dict[str, float]], bare: dict[str, list[float]]) -> list[Row]:
     def of(key: str) -> Measure:
         return Measure.of([stamp[key] for stamp in stamps if key in stamp])
-
-    def measured(key: str) -> bool:
-        return any(key in stamp for stamp in stamps)
 
     rows = [
         Row(
@@ -239,24 +223,21 @@ def _rows(stamps: list[dict[str, float]], bare: dict[str, list[float]]) -> list[
         ),
         Row(
             bench=NAME,
-            metric="request file → the run's first LLM request at the proxy socket (the host's early call)",
+            metric="request file → the container's first LLM request at the proxy socket",
             unit="ms",
             result=of("first_call"),
             baseline_label="bare docker run: python -c connect, until it connects",
             baseline=Measure.of(bare["bare"]),
         ),
+        Row(
+            bench=NAME,
+            metric="the same (request file → the container's first LLM request)",
+            unit="ms",
+            result=of("first_call"),
+            baseline_label="bare docker run: the agent's imports, then connect",
+            baseline=Measure.of(bare["imports"]),
+        ),
     ]
-    if measured("container_call"):  # none when no early call was handed over (see the notes)
-        rows.append(
-            Row(
-                bench=NAME,
-                metric="request file → the container's own first LLM request (answered with the early call)",
-                unit="ms",
-                result=of("container_call"),
-                baseline_label="bare docker run: the agent's imports, then connect",
-                baseline=Measure.of(bare["imports"]),
-            )
-        )
     for key, since, label in STAGES:
         durations = [
             stamp[key] - (stamp[since] if since else 0.0)

@@ -136,8 +136,6 @@ class Settings(BaseSettings):
     subagent_memory: str = Field(default="512m", alias="SUBAGENT_MEMORY")
     subagent_cpus: float = Field(default=1.0, gt=0, alias="SUBAGENT_CPUS")
     subagent_pids: int = Field(default=256, ge=16, alias="SUBAGENT_PIDS")
-    # The host sends a run's first LLM call when its container has started (README "Settings").
-    subagent_early_first_call: bool = Field(default=True, alias="SUBAGENT_EARLY_FIRST_CALL")
 
     # Budgets: what one run may cause, enforced on the host (README "Security").
     subagent_max_tokens: int = Field(default=200_000, ge=1_000, alias="SUBAGENT_MAX_TOKENS")

@@ -24,9 +24,7 @@ class CallLog:
         *,
         error: str | None = None,
         stream: bool = False,
-        first_call: bool = False,
     ) -> None:
-        """`first_call`: answered with the host's own first call of the run (runner/llm_prefetch.py)."""
         fields: dict[str, Any] = {
             "run_id": run_id,
             "path": path,
@@ -38,8 +36,6 @@ class CallLog:
             fields.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
         if stream:
             fields["stream"] = True
-        if first_call:
-            fields["first_call"] = True
         if error is not None:
             fields["error"] = error
             self._log.warning("llm_call", **fields)

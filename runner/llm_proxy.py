@@ -6,8 +6,7 @@ live, checking before it forwards, while the upstream call is in flight, and whe
 Every body is rebuilt by the request policy (runner/llm_policy.py) with its output capped by what is left of
 the run's token budget once the calls already in flight have had theirs: parallel calls cannot each spend
 the whole remainder (runner/llm_budget.py). A run out of budget gets 429, and `on_budget_exhausted` hears
-of it once. Talking to the provider is runner/llm_upstream.py, token counting runner/llm_usage.py, a run's
-first call runner/llm_prefetch.py.
+of it once. Talking to the provider is runner/llm_upstream.py, token counting runner/llm_usage.py.
 
 Streaming is passed through: for `stream: true` the upstream's server-sent events are relayed as they
 arrive and the usage is read from the events as they pass (OpenAI chat completions get
@@ -24,7 +23,7 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -34,7 +33,6 @@ from runner.capped_site import CappedUnixSite
 from runner.llm_budget import BudgetCallback, BudgetNotices, BudgetSpent, input_hold
 from runner.llm_call_log import CallLog
 from runner.llm_policy import RequestPolicy, Sanitized, parse_body, with_followups
-from runner.llm_prefetch import FirstCallSlot, PrefetchMark, Role, body_key
 from runner.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
 from runner.llm_usage import Usage
 from runner.offline_subagent import OfflineSubagentModel
@@ -70,9 +68,6 @@ class UsageSink(Protocol):
         ...
 
 
-T = TypeVar("T")
-
-
 @dataclass(frozen=True, slots=True)
 class Spent:
     """What a run used before this socket opened (a re-attached run keeps its budget spent)."""
@@ -100,8 +95,7 @@ class _Run:
     reserved: int = 0  # tokens the calls in flight may still spend: their estimated input and output cap
     budget_told: bool = False
     closed: bool = False
-    calls: set[asyncio.Future[Any]] = field(default_factory=set)
-    first: FirstCallSlot = field(default_factory=FirstCallSlot)  # the host's early first call, if any
+    calls: set[asyncio.Task[web.StreamResponse]] = field(default_factory=set)
 
 
 _RUN_KEY = web.AppKey("crewbot_run", _Run)
@@ -123,9 +117,7 @@ class LlmProxy:
         max_body_bytes: int = MAX_BODY_BYTES,
         gate_poll_seconds: float = GATE_POLL_SECONDS,
         offline_model: OfflineSubagentModel | None = None,
-        prefetch_mark: PrefetchMark | None = None,
     ) -> None:
-        self.prefetch_mark = prefetch_mark or PrefetchMark()
         self._upstream = Upstream(upstream, policy, offline_model)
         self._policy = policy
         self._max_tokens = max_tokens_per_run
@@ -186,9 +178,7 @@ class LlmProxy:
             await run.runner.cleanup()
         with contextlib.suppress(FileNotFoundError):
             run.socket_path.unlink()
-        self._log.info(
-            "llm_socket_closed", run_id=run_id, requests=run.requests, first_call_handed_over=run.first.handed_over
-        )
+        self._log.info("llm_socket_closed", run_id=run_id, requests=run.requests)
 
     async def close(self) -> None:
         for run_id in list(self._runs):
@@ -211,21 +201,6 @@ class LlmProxy:
         started = time.monotonic()
         if not self._live(run):
             return self._refuse(run, request, started)
-        try:
-            role = run.first.enter(request.path, self.prefetch_mark.marks(request.headers))
-        except ProxyError as exc:
-            self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
-            return exc.response()
-        early = run.first.early if role is Role.HOST else None
-        response: web.StreamResponse | None = None
-        try:
-            response = await self._serve(run, request, role, started)
-            return response
-        finally:
-            if early is not None:
-                early.settle(response)  # whatever happened: a container waiting for it goes on
-
-    async def _serve(self, run: _Run, request: web.Request, role: Role, started: float) -> web.StreamResponse:
         held = 0
         try:
             target = self._upstream.target(request)
@@ -237,17 +212,9 @@ class LlmProxy:
                 )
             body = await self._read_body(request)
             run.requests += 1  # every request read counts, refused or not: refusals cost the host work too
-            payload: dict[str, Any] | None = None
-            if role is Role.CANDIDATE:  # matched before it holds any budget: a handed-over answer costs none
-                payload, candidate_key = await asyncio.to_thread(_parse_and_key, request.path, body)
-                handed_over = await self._first_call_answer(run, request, candidate_key, started)
-                if handed_over is not None:
-                    return handed_over
             held = self._hold_input(run, len(body))
             # Parsing and the policy's walk of up to 8 MB are CPU work: never on the event loop.
-            sanitized, key = await asyncio.to_thread(
-                self._parse_and_sanitize, run, request.path, body if payload is None else payload, role is Role.HOST
-            )
+            sanitized = await asyncio.to_thread(self._parse_and_sanitize, run, request.path, body)
         except ProxyError as exc:
             run.reserved -= held
             self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
@@ -257,36 +224,14 @@ class LlmProxy:
         if not self._live(run):
             run.reserved -= held
             return self._refuse(run, request, started)
-        followups = self._gate.followups(run.run_id)
-        if role is Role.HOST and run.first.early is not None and key is not None:
-            run.first.early.asked.set_result((key, len(followups)))
+
         run.reserved += sanitized.output_cap
         try:
-            return await self._call(run, request, target, with_followups(sanitized.payload, followups), started)
+            payload = with_followups(sanitized.payload, self._gate.followups(run.run_id))
+            return await self._call(run, request, target, payload, started)
         finally:
             # Released only after _call recorded the tokens: never a moment when the call counts for nothing.
             run.reserved -= held + sanitized.output_cap
-
-    async def _first_call_answer(
-        self, run: _Run, request: web.Request, key: str, started: float
-    ) -> web.StreamResponse | None:
-        """The answer the host's early call got, if the container asks the same; else None (it asks itself)."""
-        early = run.first.early
-        if early is None:
-            return None
-        try:
-            asked = await self._guarded(run, asyncio.shield(early.asked))
-            if asked is None or asked[1] != len(self._gate.followups(run.run_id)):
-                return None  # the early call failed, or the chat said more since: its answer did not hear it
-            self.prefetch_mark.outcome(run.run_id, same=asked[0] == key)
-            kept = await self._guarded(run, asyncio.shield(early.answer)) if asked[0] == key else None
-        except _RunClosed:
-            return self._refuse(run, request, started)
-        if kept is None:
-            return None
-        run.first.handed()
-        self._calls.call(run.run_id, request.path, kept.status, None, started, first_call=True)
-        return kept.response()
 
     async def _call(
         self, run: _Run, request: web.Request, target: str, payload: dict[str, Any], started: float
@@ -320,14 +265,11 @@ class LlmProxy:
         run.reserved += estimate
         return estimate
 
-    def _parse_and_sanitize(
-        self, run: _Run, path: str, body: bytes | dict[str, Any], keyed: bool
-    ) -> tuple[Sanitized, str | None]:
+    def _parse_and_sanitize(self, run: _Run, path: str, body: bytes) -> Sanitized:
         """In a worker thread: the policy's copy of the request, its output capped by what is left of the
-        budget after the calls in flight and this call's own input; and the body's key for the first call."""
+        budget after the calls in flight and this call's own input."""
         left = self._max_tokens - run.tokens - run.reserved
-        payload = parse_body(body) if isinstance(body, bytes) else body
-        return self._policy.sanitize(path, payload, max(1, left)), body_key(path, payload) if keyed else None
+        return self._policy.sanitize(path, parse_body(body), max(1, left))
 
     async def _read_body(self, request: web.Request) -> bytes:
         too_large = ProxyError(413, "request_too_large", f"request body is over {self._max_body_bytes} bytes")
@@ -338,9 +280,9 @@ class LlmProxy:
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
 
-    async def _guarded(self, run: _Run, work: Awaitable[T]) -> T:
+    async def _guarded(self, run: _Run, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
         """Run the call as a task the run owns; cancel it as soon as the run stops being live."""
-        task: asyncio.Future[T] = asyncio.ensure_future(work)
+        task: asyncio.Task[web.StreamResponse] = asyncio.ensure_future(work)
         run.calls.add(task)
         try:
             while not task.done():
@@ -392,8 +334,3 @@ class LlmProxy:
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
             )
-
-
-def _parse_and_key(path: str, body: bytes) -> tuple[dict[str, Any], str]:
-    payload = parse_body(body)
-    return payload, body_key(path, payload)

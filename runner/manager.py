@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
-from container.protocol import CHANNEL_SOCKET_FILE, SpawnRequest, TaskSpec
+from container.protocol import CHANNEL_SOCKET_FILE, SpawnRequest
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import Settings
@@ -24,7 +23,6 @@ from core.store.runs import DuplicateRun, RunRecord, RunStatus
 from runner.admission import Admission, record_request
 from runner.conclusion import Conclusion
 from runner.container_spec import run_container_spec
-from runner.first_call import FirstCalls
 from runner.ipc_outcome import RequestOutcome
 from runner.live_runs import LiveRun, LiveRuns, StopReason
 from runner.llm_proxy import Spent
@@ -61,7 +59,6 @@ class TaskManager:
         files: RunFiles,
         workspaces: Workspaces,
         accounting: RunAccounting,
-        first_calls: FirstCalls,
     ) -> None:
         self._settings = settings
         self._runs = stores.runs
@@ -76,7 +73,6 @@ class TaskManager:
         self._files = files
         self._workspaces = workspaces
         self._accounting = accounting
-        self._first_calls = first_calls
         self._supervisor = Supervisor(runtime, lambda: settings.subagent_timeout_seconds)
         self._conclusion = Conclusion(settings, runs=stores.runs, delivery=delivery, files=files, release=self._release)
         self._live = live
@@ -175,12 +171,10 @@ class TaskManager:
             if over is not None:
                 await self._conclude(live, RunStatus.FAILED, error=over)
                 return
-            task_spec = await self._open_channel(live, chat, task, include_context, record)
+            await self._open_channel(live, chat, task, include_context, record)
             marked_running_at = time.time()
             if not await self._runs.mark_running(live.id, live.inbox.session_in if live.inbox else None):
                 return  # cancelled while queued
-            # Learned while the container starts, sent once it has: a container that cannot start costs no call.
-            first_request = self._first_calls.learn_soon(task_spec)
             live.started_monotonic = time.monotonic()
             spec = run_container_spec(
                 self._settings,
@@ -197,8 +191,6 @@ class TaskManager:
                 live.stopped = True
                 await self._conclude(live, RunStatus.FAILED, error=f"could not start its container: {exc}")
                 return
-            if first_request is not None:
-                self._first_calls.send(live.id, self._socket_path(live), first_request)
             await self._accounting.started(live, live.container_id, marked_running_at)
             log.info("run_started", run_id=live.id, container_id=live.container_id[:12])
             await self._supervise(live, chat)
@@ -214,12 +206,9 @@ class TaskManager:
 
         await self._guarded(live, body)
 
-    def _socket_path(self, live: LiveRun) -> Path:
-        return self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE
-
     async def _open_channel(
         self, live: LiveRun, chat: Chat, task: str, include_context: bool, record: RunRecord | None
-    ) -> TaskSpec:
+    ) -> None:
         context: list[str] = []
         if include_context:
             recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
@@ -239,8 +228,9 @@ class TaskManager:
         )
         live.inbox.session_in = session_in if spec.history else None
         spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
-        await self._channels.open_run(live.id, self._socket_path(live), endpoint=live.inbox, spent=spent)
-        return spec
+        await self._channels.open_run(
+            live.id, self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE, endpoint=live.inbox, spent=spent
+        )
 
     async def _guarded(self, live: LiveRun, body: Callable[[Chat], Awaitable[None]]) -> None:
         try:

@@ -14,7 +14,6 @@ from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
 from runner.admission import Admission
 from runner.docker_runtime import DockerRuntime
-from runner.first_call import FirstCalls
 from runner.ipc import ensure_ipc_root
 from runner.live_runs import LiveRuns
 from runner.llm_policy import RequestPolicy
@@ -81,7 +80,6 @@ class SubagentService:
             max_tokens_per_run=settings.subagent_max_tokens,
             on_budget_exhausted=self._budget_exhausted,
         )
-        self.first_calls = FirstCalls(self.proxy.prefetch_mark, lambda: settings.subagent_early_first_call)
         self.manager = TaskManager(
             settings,
             stores=RunStores(runs=self.runs, chats=stores.chats, messages=stores.messages),
@@ -95,7 +93,6 @@ class SubagentService:
             files=RunFiles(settings, self.paths),
             workspaces=self.workspaces,
             accounting=accounting,
-            first_calls=self.first_calls,
         )
         self.watcher = IpcWatcher(
             self.paths.ipc_root,
@@ -195,7 +192,6 @@ class SubagentService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.manager.close()
-        await self.first_calls.close()
         await self.proxy.close()
         await self._runtime.close()
 

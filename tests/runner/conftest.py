@@ -1,7 +1,6 @@
 """Fixtures of the runner tests. For the LlmProxy tests (test_llm_proxy_*.py): a scripted upstream, FakeLLM as
 the provider, the liveness gate and usage sink, and `make_proxy`, which opens RUN's socket at
-tmp_path / "llm.sock". For the engine tests: `run_label`. For the host's early first call:
-`allow_model_requests`."""
+tmp_path / "llm.sock". For the engine tests: `run_label`."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.models import override_allow_model_requests
 
 from runner.llm_policy import RequestPolicy
 from runner.llm_proxy import LlmProxy, Spent
@@ -37,14 +35,6 @@ def run_label() -> Iterator[str]:
     value = uuid.uuid4().hex[:12]
     yield value
     remove_labelled(value)
-
-
-@pytest.fixture
-def allow_model_requests() -> Iterator[None]:
-    """The suite forbids pydantic-ai's model requests; the host's copy of a container's code (runner/first_call.py)
-    needs them, though they reach only a capturing transport (and the containers only a fake behind the proxy)."""
-    with override_allow_model_requests(True):
-        yield
 
 
 @pytest.fixture

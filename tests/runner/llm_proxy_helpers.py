@@ -16,7 +16,6 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from core.settings import LLMProvider
-from runner.llm_prefetch import PREFETCH_HEADER
 from runner.llm_proxy import LlmProxy
 from runner.llm_upstream import UpstreamConfig
 from tests.fakes.llm_server import FakeLLM
@@ -150,14 +149,3 @@ async def post(
 
 
 CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
-# A run's first request, as the host's early call and the container's first request send it.
-FIRST_PATH = "/v1/chat/completions"
-FIRST = {
-    "model": "gpt-test",
-    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
-}
-
-
-def marked(proxy: LlmProxy) -> dict[str, str]:
-    """The headers of the host's early first call (runner/llm_prefetch.py)."""
-    return {PREFETCH_HEADER: proxy.prefetch_mark.token, "Content-Type": "application/json"}

@@ -24,7 +24,7 @@ from tests.fakes.llm_server import FakeLLM, openai_text, openai_tool_call
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
-pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("allow_model_requests")]  # the host's early first calls
+pytestmark = pytest.mark.docker
 
 RUN_WAIT_SECONDS = 90.0  # a container's Python start-up is slow on a loaded 2-core machine
 
