@@ -217,10 +217,11 @@ class TaskManager:
         if record is None or record.status == RunStatus.QUEUED:
             session_in = await self._runs.session_for(live.chat_id, live.turn_id)  # a reply continues its run
         spec = await self._files.prepare(live, chat, task, context, session_in)
+        socket_path = self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE
         live.inbox = RunInbox(
             live,
             spec,
-            socket_path=self._socket_path(live),
+            socket_path=socket_path,
             runs=self._runs,
             delivery=self._delivery,
             max_messages=self._settings.subagent_max_messages,
@@ -228,9 +229,7 @@ class TaskManager:
         )
         live.inbox.session_in = session_in if spec.history else None
         spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
-        await self._channels.open_run(
-            live.id, self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE, endpoint=live.inbox, spent=spent
-        )
+        await self._channels.open_run(live.id, socket_path, endpoint=live.inbox, spent=spent)
 
     async def _guarded(self, live: LiveRun, body: Callable[[Chat], Awaitable[None]]) -> None:
         try:

@@ -13,9 +13,6 @@ from container.protocol import RESULT_PATH, SESSION_PATH, TASK_PATH
 from tests.container.agent_helpers import BASH_HELLO, RUN_ID, scripted_host, tool_messages
 from tests.container.scripted_llm import Refusal, ScriptedLLM, TextReply, ToolCallReply
 
-pytestmark = pytest.mark.usefixtures("allow_requests_to_the_local_fake")
-
-
 # --- runs that fail -----------------------------------------------------------------------------
 
 

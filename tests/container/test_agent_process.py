@@ -10,15 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from container.__main__ import EXIT_FAILED
 from container.paths import CHANNEL_SOCKET_ENV, WORKSPACE_DIR_ENV, ContainerPaths
 from tests.container.agent_helpers import scripted_host
 from tests.container.scripted_llm import ToolCallReply
-
-pytestmark = pytest.mark.usefixtures("allow_requests_to_the_local_fake")
-
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROCESS_START_SECONDS = 120

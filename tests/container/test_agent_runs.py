@@ -24,9 +24,6 @@ from container.protocol import MAX_RESULT_CHARS, MAX_SESSION_BYTES, RunResult
 from tests.container.agent_helpers import BASH_HELLO, PROMPT, RUN_ID, scripted_host, tool_messages, user_texts
 from tests.container.scripted_llm import TextReply, ToolCallReply
 
-pytestmark = pytest.mark.usefixtures("allow_requests_to_the_local_fake")
-
-
 TOOL_NAMES = {"bash", "read_file", "write_file", "edit_file", "list_files", "send_message"}
 
 
