@@ -2,8 +2,8 @@
 
 Start: the request's atomic rename into the chat's tasks/ folder (runner.ipc.write_spawn_request), with
 the full app running (real watcher, task manager, LLM proxy, Docker runtime; offline provider).
-Stops: the container agent's first LLM request arriving at the run's proxy socket (by then its process has
-started, loaded its task and built its agent); and, for the breakdown, when the watcher handed the request
+Stops: the run's first LLM request arriving at its proxy socket (by then the container's process has
+started, loaded its task and asked for its first model step, which the host made into that request); and, for the breakdown, when the watcher handed the request
 over, when the run was marked running (its channel open) and when the engine's start returned.
 
 Baselines, measured in the same run with the same image and `--network none`:
@@ -49,8 +49,8 @@ CONNECT_CODE = (
     "s.sendall(sys.argv[1].encode())\n"
     "s.close()\n"
 )
-# What `python -m container` has imported when it makes its first LLM call with the openai provider.
-AGENT_IMPORTS = "import container.__main__, openai, pydantic_ai.models.openai, pydantic_ai.providers.openai\n"
+# What `python -m container` has imported when it asks for its first model step (the standard library only).
+AGENT_IMPORTS = "import container.__main__, container.run\n"
 
 
 class _Arrivals:

@@ -31,3 +31,4 @@ MAX_STEP_BYTES = 8 * 1024 * 1024  # a model step: the whole conversation so far,
 MAX_TOOLS = 32
 MAX_TOOL_NAME_CHARS = 64
 MAX_TOOL_DESCRIPTION_CHARS = 4_000
+MAX_TOOL_SCHEMA_CHARS = 8_000  # a tool's argument schema as JSON

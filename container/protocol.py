@@ -14,80 +14,67 @@ which no container can reach, so a subagent cannot start subagents.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from container.contract import (  # re-exported: the host imports the contract from here
-    CHANNEL_DIR as CHANNEL_DIR,
-)
 from container.contract import (
-    CHANNEL_SOCKET_FILE as CHANNEL_SOCKET_FILE,
+    CHANNEL_DIR,
+    CHANNEL_SOCKET_FILE,
+    ID_PATTERN,
+    IPC_TASKS_DIR,
+    MAX_ERROR_CHARS,
+    MAX_LABEL_CHARS,
+    MAX_PROGRESS_CHARS,
+    MAX_RESULT_CHARS,
+    MAX_RUN_BODY_BYTES,
+    MAX_SESSION_BYTES,
+    MAX_STEP_BYTES,
+    MAX_TASK_CHARS,
+    MAX_TOOL_DESCRIPTION_CHARS,
+    MAX_TOOL_NAME_CHARS,
+    MAX_TOOL_SCHEMA_CHARS,
+    MAX_TOOLS,
+    MESSAGE_PATH,
+    MODEL_PATH,
+    RESULT_PATH,
+    RUN_API_PREFIX,
+    SESSION_PATH,
+    TASK_PATH,
+    WORKSPACE_DIR,
 )
-from container.contract import (
-    ID_PATTERN as ID_PATTERN,
-)
-from container.contract import (
-    IPC_TASKS_DIR as IPC_TASKS_DIR,
-)
-from container.contract import (
-    MAX_ERROR_CHARS as MAX_ERROR_CHARS,
-)
-from container.contract import (
-    MAX_LABEL_CHARS as MAX_LABEL_CHARS,
-)
-from container.contract import (
-    MAX_PROGRESS_CHARS as MAX_PROGRESS_CHARS,
-)
-from container.contract import (
-    MAX_RESULT_CHARS as MAX_RESULT_CHARS,
-)
-from container.contract import (
-    MAX_RUN_BODY_BYTES as MAX_RUN_BODY_BYTES,
-)
-from container.contract import (
-    MAX_SESSION_BYTES as MAX_SESSION_BYTES,
-)
-from container.contract import (
-    MAX_STEP_BYTES as MAX_STEP_BYTES,
-)
-from container.contract import (
-    MAX_TASK_CHARS as MAX_TASK_CHARS,
-)
-from container.contract import (
-    MAX_TOOL_DESCRIPTION_CHARS as MAX_TOOL_DESCRIPTION_CHARS,
-)
-from container.contract import (
-    MAX_TOOL_NAME_CHARS as MAX_TOOL_NAME_CHARS,
-)
-from container.contract import (
-    MAX_TOOLS as MAX_TOOLS,
-)
-from container.contract import (
-    MESSAGE_PATH as MESSAGE_PATH,
-)
-from container.contract import (
-    MODEL_PATH as MODEL_PATH,
-)
-from container.contract import (
-    RESULT_PATH as RESULT_PATH,
-)
-from container.contract import (
-    RUN_API_PREFIX as RUN_API_PREFIX,
-)
-from container.contract import (
-    SESSION_PATH as SESSION_PATH,
-)
-from container.contract import (
-    TASK_PATH as TASK_PATH,
-)
-from container.contract import (
-    WORKSPACE_DIR as WORKSPACE_DIR,
-)
+
+# The contract's constants, re-exported: the host imports the whole contract from here.
+__all__ = [
+    "CHANNEL_DIR",
+    "CHANNEL_SOCKET_FILE",
+    "ID_PATTERN",
+    "IPC_TASKS_DIR",
+    "MAX_ERROR_CHARS",
+    "MAX_LABEL_CHARS",
+    "MAX_PROGRESS_CHARS",
+    "MAX_RESULT_CHARS",
+    "MAX_RUN_BODY_BYTES",
+    "MAX_SESSION_BYTES",
+    "MAX_STEP_BYTES",
+    "MAX_TASK_CHARS",
+    "MAX_TOOLS",
+    "MAX_TOOL_DESCRIPTION_CHARS",
+    "MAX_TOOL_NAME_CHARS",
+    "MAX_TOOL_SCHEMA_CHARS",
+    "MESSAGE_PATH",
+    "MODEL_PATH",
+    "RESULT_PATH",
+    "RUN_API_PREFIX",
+    "SESSION_PATH",
+    "TASK_PATH",
+    "WORKSPACE_DIR",
+]
 
 
 class _Strict(BaseModel):
@@ -147,6 +134,14 @@ class ToolSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = Field(max_length=MAX_TOOL_DESCRIPTION_CHARS)
     parameters: dict[str, Any]
+
+    @field_validator("parameters")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # The host's pydantic-ai walks the schema to fit it to the provider: keep it small and shallow.
+        if len(json.dumps(value)) > MAX_TOOL_SCHEMA_CHARS:
+            raise ValueError(f"the schema is over {MAX_TOOL_SCHEMA_CHARS} characters")
+        return value
 
 
 class ModelStep(_Strict):

@@ -33,6 +33,11 @@ LLM_CONNECT_TIMEOUT_SECONDS = 10.0
 # The SDK retries a failed request once; more would hide a broken provider behind minutes of back-off.
 LLM_SDK_MAX_RETRIES = 1
 MAX_REASON_CHARS = 500
+# What a conversation may hold. pydantic-ai fetches files given by URL (image-url, document-url, ...) while
+# it builds a request: on the host that would fetch whatever a container names, the host's network included.
+REQUEST_PART_KINDS = frozenset({"user-prompt", "tool-return", "retry-prompt", "system-prompt"})
+RESPONSE_PART_KINDS = frozenset({"text", "tool-call", "thinking"})
+URL_KIND_SUFFIX = "-url"
 
 
 class StepFailed(Exception):
@@ -48,6 +53,7 @@ def parse_step(body: bytes) -> tuple[list[ModelMessage], ModelRequestParameters]
     """The conversation and the tools of a step body. Blocking (a long conversation takes milliseconds)."""
     try:
         step = ModelStep.model_validate_json(body)
+        refuse_unsafe(step.messages)
         messages = ModelMessagesTypeAdapter.validate_python(step.messages)
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -58,6 +64,28 @@ def parse_step(body: bytes) -> tuple[list[ModelMessage], ModelRequestParameters]
         for tool in step.tools
     ]
     return messages, ModelRequestParameters(function_tools=tools, allow_text_output=True)
+
+
+def refuse_unsafe(messages: list[Any]) -> None:
+    """StepFailed for a part the agent never writes, or a file by URL anywhere in the conversation."""
+    for message in messages:
+        kind = message.get("kind") if isinstance(message, dict) else None
+        allowed = REQUEST_PART_KINDS if kind == "request" else RESPONSE_PART_KINDS
+        parts = message.get("parts") if isinstance(message, dict) else None
+        for part in parts if isinstance(parts, list) else []:
+            part_kind = part.get("part_kind") if isinstance(part, dict) else None
+            if part_kind not in allowed:
+                raise StepFailed(400, f"not a valid model step: a {kind} may not hold a {str(part_kind)[:40]!r} part")
+    pending: list[Any] = list(messages)
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            kind = item.get("kind")
+            if isinstance(kind, str) and kind.endswith(URL_KIND_SUFFIX):
+                raise StepFailed(400, f"not a valid model step: files by URL ({kind[:40]}) are not fetched by the host")
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
 
 
 async def make_step(spec: TaskSpec, socket_path: Path, body: bytes) -> bytes:
