@@ -3,8 +3,9 @@
 Start: the request's atomic rename into the chat's tasks/ folder (runner.ipc.write_spawn_request), with
 the full app running (real watcher, task manager, LLM proxy, Docker runtime; offline provider).
 Stops: the run's first LLM request arriving at its proxy socket (by then the container's process has
-started, loaded its task and asked for its first model step, which the host made into that request); and, for the breakdown, when the watcher handed the request
-over, when the run was marked running (its channel open) and when the engine's start returned.
+started, loaded its task and asked for its first model step, which the host turned into that request);
+and, for the breakdown, when the watcher handed the request over, when the run was marked running (its
+channel open) and when the engine's start returned.
 
 Baselines, measured in the same run with the same image and `--network none`:
 - bare: create + start of `python -c "<connect to a socket>"` with the image's interpreter as entrypoint,
