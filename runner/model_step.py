@@ -10,11 +10,13 @@ apply to it exactly as to any call. Imported on a run's first step, not at the h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 from pydantic import ValidationError
@@ -38,6 +40,8 @@ MAX_REASON_CHARS = 500
 REQUEST_PART_KINDS = frozenset({"user-prompt", "tool-return", "retry-prompt", "system-prompt"})
 RESPONSE_PART_KINDS = frozenset({"text", "tool-call", "thinking"})
 URL_KIND_SUFFIX = "-url"
+
+T = TypeVar("T")
 
 
 class StepFailed(Exception):
@@ -91,6 +95,14 @@ def refuse_unsafe(messages: list[Any]) -> None:
 async def make_step(spec: TaskSpec, socket_path: Path, body: bytes) -> bytes:
     """The model's response to a step body, as `{"response": ...}` JSON; raises StepFailed."""
     messages, parameters = await asyncio.to_thread(parse_step, body)
+    # The SDK's typed transform of a long conversation is seconds of CPU (15 s for 8 MiB, OpenAI): never on
+    # the host's loop, so the whole request is made on a loop of its own.
+    return await on_own_loop(_request(spec, socket_path, messages, parameters))
+
+
+async def _request(
+    spec: TaskSpec, socket_path: Path, messages: list[ModelMessage], parameters: ModelRequestParameters
+) -> bytes:
     async with open_model(spec, socket_path) as model:
         try:
             response = await model_request(model, messages, model_request_parameters=parameters)
@@ -100,6 +112,46 @@ async def make_step(spec: TaskSpec, socket_path: Path, body: bytes) -> bytes:
         except Exception as exc:
             raise StepFailed(502, f"the LLM call failed: {type(exc).__name__}: {str(exc)[:MAX_REASON_CHARS]}") from None
     return dump_response(response)
+
+
+async def on_own_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Await `coro` on an event loop of its own in a thread of its own; cancelling the caller cancels it.
+
+    Not the default executor: the call waits for the LLM proxy, which parses the very request in that
+    executor, so a few steps at once would hold all its threads and wait on themselves."""
+    caller = asyncio.get_running_loop()
+    outcome: asyncio.Future[T] = caller.create_future()
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coro)  # the loop is not running yet: safe from this thread
+
+    def deliver(result: T | None, error: BaseException | None) -> None:
+        if outcome.done():
+            return
+        if error is not None:
+            outcome.set_exception(error)
+        else:
+            outcome.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = loop.run_until_complete(task)
+        except BaseException as exc:  # the step's own error, or its cancellation: the caller's to see
+            error = StepFailed(499, "the model step was cancelled") if isinstance(exc, asyncio.CancelledError) else exc
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+        with contextlib.suppress(RuntimeError):  # the caller's loop has closed: nobody is waiting
+            caller.call_soon_threadsafe(deliver, result, error)
+
+    threading.Thread(target=run, name="model-step", daemon=True).start()
+    try:
+        return await outcome
+    except asyncio.CancelledError:
+        with contextlib.suppress(RuntimeError):  # the step's loop has closed: it is over already
+            loop.call_soon_threadsafe(task.cancel)
+        raise
 
 
 def dump_response(response: ModelResponse) -> bytes:
