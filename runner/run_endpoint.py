@@ -9,6 +9,7 @@ the task manager decides the outcome.
 from __future__ import annotations
 
 import asyncio
+import importlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -105,16 +106,22 @@ class RunInbox:
                 429, f"this run has asked for {allowed} model steps; its limit is {self._spec.max_steps}"
             )
         self._model_steps += 1
-        from runner.model_step import StepFailed, make_step  # pydantic-ai: loaded by the first run, not at start
-
         self._stepping = True
+        try:
+            return await self._make_step(body)
+        finally:
+            self._stepping = False
+
+    async def _make_step(self, body: bytes) -> bytes:
+        # pydantic-ai is loaded by the first step, not at start, and in a thread: its import takes 0.5 s.
+        await asyncio.to_thread(importlib.import_module, "runner.model_step")
+        from runner.model_step import StepFailed, make_step
+
         try:
             return await make_step(self._spec, self._socket_path, body)
         except StepFailed as exc:
             log.info("model_step_failed", run_id=self._live.id, status=exc.status, reason=exc.reason)
             raise ChannelRefused(exc.status, exc.reason) from None
-        finally:
-            self._stepping = False
 
     async def result(self, result: RunResult) -> str:
         self._check_live()
