@@ -26,7 +26,7 @@ from bench.apps import bench_app
 from bench.common import BenchContext, bench_settings, poll_until
 from bench.report import Measure, Row
 from bench.tg_process import TelegramProcess
-from core.settings import Settings
+from core.settings import without_settings
 from core.store.messages import NewMessage, insert_params
 
 NAME = "memory"
@@ -59,8 +59,7 @@ def current_rss_mib() -> float:
 
 def _bot_env(tg: TelegramProcess, data_dir: Path) -> dict[str, str]:
     """This process's environment minus any crewbot setting, plus the fake's address and the offline model."""
-    names = {field.alias.upper() for field in Settings.model_fields.values() if field.alias}
-    env = {key: value for key, value in os.environ.items() if key.upper() not in names}
+    env = without_settings(os.environ)
     env.update(
         TELEGRAM_BOT_TOKEN=tg.token,
         TELEGRAM_API_BASE_URL=tg.base_url,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -278,3 +279,10 @@ def load_settings(**overrides: object) -> Settings:
         raise SettingsError("\n".join(dict.fromkeys(lines))) from None
     except (OSError, UnicodeDecodeError) as exc:  # an unreadable `.env`
         raise SettingsError(f"cannot read the .env file: {exc}") from None
+
+
+def without_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` minus every crewbot setting: for a bot process started with settings of the caller's own
+    (the tests' and benchmarks' real processes), whatever the operator's shell has set."""
+    names = {field.alias.upper() for field in Settings.model_fields.values() if field.alias}
+    return {key: value for key, value in environ.items() if key.upper() not in names}

@@ -149,3 +149,26 @@ async def test_host_dying_with_the_task_request_in_flight_is_waited_for(
 
     assert [r.result for r in host.results] == ["after the restart"]
     assert "the task: the host is not answering; trying again" in capsys.readouterr().out
+
+
+async def test_arguments_that_do_not_fit_go_back_to_the_model_to_fix(paths: ContainerPaths) -> None:
+    """The host validates the whole conversation each step: the retried tool return must be a valid part."""
+    replies = [ToolCallReply("bash", {"cmd": "ls"}), ToolCallReply("no_such_tool", {}), TextReply("fixed")]
+    host = scripted_host(paths, replies)
+    async with host:
+        assert await run_main(paths) == EXIT_COMPLETED
+
+    (first,) = tool_messages(host.requests[1])
+    assert "unknown argument 'cmd'" in first and "missing argument 'command'" in first
+    second = tool_messages(host.requests[2])[-1]  # the conversation so far: the first one, then this one
+    assert "unknown tool 'no_such_tool'" in second
+    assert [r.result for r in host.results] == ["fixed"]
+
+
+async def test_a_model_that_never_fits_the_arguments_fails_the_run(paths: ContainerPaths) -> None:
+    host = scripted_host(paths, [ToolCallReply("bash", {"cmd": "ls"})] * 5)
+    async with host:
+        assert await run_main(paths) == EXIT_FAILED
+
+    (result,) = host.results
+    assert result.error is not None and result.error.startswith("tool 'bash': arguments did not fit 4 times")

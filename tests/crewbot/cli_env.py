@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.settings import Settings
+from core.settings import without_settings
 
 COMMAND_WAIT_SECONDS = 120.0  # a loaded machine takes seconds just to import pydantic-ai
 # Telegram's shape, and a value that must never appear in any output.
@@ -16,8 +16,7 @@ SECRET_TOKEN = "123456789:AAsecretTOKENvalueNEVERshown0123456"
 
 def crewbot_env(data_dir: Path, **settings: str) -> dict[str, str]:
     """This process's environment minus every crewbot setting, plus `settings`; no Docker engine."""
-    names = {field.alias.upper() for field in Settings.model_fields.values() if field.alias}
-    env = {key: value for key, value in os.environ.items() if key.upper() not in names}
+    env = without_settings(os.environ)
     env.update(
         DATA_DIR=str(data_dir),
         LLM_PROVIDER="offline",

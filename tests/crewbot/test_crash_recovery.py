@@ -20,7 +20,7 @@ from typing import IO, Any
 import docker
 import pytest
 
-from core.settings import Settings
+from core.settings import without_settings
 from runner.runtime import LABEL_CHAT_ID
 from tests.fakes.faults import Fault
 from tests.fakes.telegram_server import FakeTelegram
@@ -93,8 +93,7 @@ class BotProcess:
 
 def bot_env(tg: FakeTelegram, data_dir: Path, chats: list[int], image: str) -> dict[str, str]:
     """The process environment minus any crewbot setting of the operator's, plus this test's settings."""
-    names = {field.alias.upper() for field in Settings.model_fields.values() if field.alias}
-    env = {key: value for key, value in os.environ.items() if key.upper() not in names}
+    env = without_settings(os.environ)
     env.update(
         TELEGRAM_BOT_TOKEN=tg.token,
         TELEGRAM_API_BASE_URL=tg.base_url,
