@@ -24,7 +24,7 @@ import requests.exceptions
 from docker.types import LogConfig
 from docker.types import Mount as DockerMount
 
-from runner.resource_use import ResourceSample, cgroup_v2_sample, merge_samples, sample_from_engine_stats
+from runner.resource_use import ResourceSample, cgroup_sample, sample_from_engine_stats
 from runner.runtime import (
     LABEL_APP,
     ContainerInfo,
@@ -348,11 +348,14 @@ class DockerRuntime:
         local = self._endpoint.startswith("unix://")  # a remote engine's cgroups are not on this host
 
         def call(client: docker.DockerClient) -> ResourceSample | None:
+            sample = cgroup_sample(container_id) if local else None
+            if sample is not None:
+                return sample
             try:
                 stats = client.api.stats(container_id, stream=False, one_shot=True)
             except docker.errors.NotFound:
                 return None
-            return merge_samples(sample_from_engine_stats(stats), cgroup_v2_sample(container_id) if local else None)
+            return sample_from_engine_stats(stats)
 
         return await self._run(call)
 

@@ -1,10 +1,14 @@
-"""What a run's container used: peak memory and CPU time, sampled from the engine while it runs.
+"""What a run's container used: peak memory and CPU time, sampled while it runs.
 
 The engine forgets a container's cgroup the moment it exits (its stats are empty by the time `wait`
 returns, measured on Docker 20.10), so figures are taken every RESOURCE_SAMPLE_SECONDS while it runs and
 the last sample stands: what a run did in its final second is not seen. Peak memory is the cgroup's own
-high-water mark (v1 `max_usage`, v2 `memory.peak`), never a sampled current usage passed off as a peak:
-where the engine reports no peak, the figure is unknown (None), not a guess.
+high-water mark (v1 `max_usage_in_bytes`, v2 `memory.peak`), never a sampled current usage passed off as
+a peak: where none is reported, the figure is unknown (None), not a guess.
+
+A local engine's cgroup files are read directly: the engine's stats call takes a second on Docker 20.10
+(one-shot or not) and keeps its collector busy for every live container (bench: burst). The engine's
+stats remain for a remote engine, or a cgroup layout not found here.
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ from typing import Any
 RESOURCE_SAMPLE_SECONDS = 1.0
 NANOSECONDS_PER_SECOND = 1_000_000_000
 MICROSECONDS_PER_SECOND = 1_000_000
-# Where a cgroup v2 engine with the cgroupfs or the systemd driver puts a container's cgroup.
+# Where an engine with the cgroupfs or the systemd driver puts a container's cgroup: v2 (one tree), and
+# v1's memory and cpuacct controllers (cpuacct may be mounted together with cpu).
 CGROUP_V2_DIRS = ("/sys/fs/cgroup/docker/{id}", "/sys/fs/cgroup/system.slice/docker-{id}.scope")
+CGROUP_V1_PARENTS = ("docker/{id}", "system.slice/docker-{id}.scope")
+CGROUP_V1_MEMORY_ROOT = "/sys/fs/cgroup/memory"
+CGROUP_V1_CPUACCT_ROOTS = ("/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu,cpuacct")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,29 @@ def _read_int(path: Path) -> int | None:
         return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def cgroup_sample(container_id: str, root: str = "") -> ResourceSample | None:
+    """A local container's figures from its cgroup files (v2, else v1); None if no cgroup of it is found."""
+    return cgroup_v2_sample(container_id, root) or cgroup_v1_sample(container_id, root)
+
+
+def cgroup_v1_sample(container_id: str, root: str = "") -> ResourceSample | None:
+    """memory.max_usage_in_bytes and cpuacct.usage (nanoseconds) of a local container's v1 cgroups."""
+    for parent in CGROUP_V1_PARENTS:
+        memory = Path(root + CGROUP_V1_MEMORY_ROOT) / parent.format(id=container_id)
+        if not memory.is_dir():
+            continue
+        cpu_ns: int | None = None
+        for cpuacct_root in CGROUP_V1_CPUACCT_ROOTS:
+            cpu_ns = _read_int(Path(root + cpuacct_root) / parent.format(id=container_id) / "cpuacct.usage")
+            if cpu_ns is not None:
+                break
+        return ResourceSample(
+            memory_peak_bytes=_read_int(memory / "memory.max_usage_in_bytes"),
+            cpu_seconds=cpu_ns / NANOSECONDS_PER_SECOND if cpu_ns is not None else None,
+        )
+    return None
 
 
 def cgroup_v2_sample(container_id: str, root: str = "") -> ResourceSample | None:
@@ -81,12 +112,3 @@ def sample_from_engine_stats(stats: Mapping[str, Any]) -> ResourceSample | None:
         memory_peak_bytes=int(peak) if isinstance(peak, int) and peak > 0 else None,
         cpu_seconds=int(total_ns) / NANOSECONDS_PER_SECOND if isinstance(total_ns, int) and total_ns > 0 else None,
     )
-
-
-def merge_samples(engine: ResourceSample | None, cgroup: ResourceSample | None) -> ResourceSample | None:
-    """The engine's figures, with a v2 cgroup's memory.peak where the engine has no peak."""
-    if engine is None:
-        return None  # exited: a cgroup read now would race its removal
-    if engine.memory_peak_bytes is None and cgroup is not None:
-        return ResourceSample(cgroup.memory_peak_bytes, engine.cpu_seconds or cgroup.cpu_seconds)
-    return engine

@@ -1,14 +1,17 @@
 """DockerRuntime.usage against the real engine: a running container's peak memory and CPU time, and
-nothing once it has exited (the engine forgets them: why the supervisor samples while it runs)."""
+nothing once it has exited (the engine forgets them: why the supervisor samples while it runs). A local
+engine's figures come from the container's cgroup files, without the engine's one-second stats call."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 
+import docker
 import pytest
 
 from runner.docker_runtime import DockerRuntime
+from runner.resource_use import cgroup_sample
 from runner.runtime import ContainerSpec
 from tests.runner.docker_helpers import TEST_LABEL
 
@@ -52,7 +55,15 @@ async def test_usage_while_running_and_none_after_exit(
             if b"ready" in await runtime.logs(container_id):
                 break
             await asyncio.sleep(0.1)
-    sample = await runtime.usage(container_id)
+    local = cgroup_sample(container_id)
+    assert local is not None, "no cgroup of the container found under /sys/fs/cgroup (v1 or v2)"
+
+    def no_engine_stats(*args: object, **kwargs: object) -> object:
+        raise AssertionError("the engine's stats were asked for although the cgroup is readable here")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(docker.APIClient, "stats", no_engine_stats)
+        sample = await runtime.usage(container_id)
     assert sample is not None
     assert sample.memory_peak_bytes is not None, "this engine reports no peak (cgroup v2 without memory.peak?)"
     assert HELD_MIB * MIB <= sample.memory_peak_bytes <= 256 * MIB
