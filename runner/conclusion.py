@@ -2,11 +2,15 @@
 
 `RunStore.finish` records only the first outcome (a completion racing a cancel ends as one of them),
 in the same transaction as the message the chat is owed; the message is then sent in the background.
+A reported result is recorded as it arrives, not once the container has exited: on a busy engine the
+exit is seen 100-300 ms later (bench: burst), and the chat need not wait for the teardown.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from core.delivery import Delivery
@@ -37,8 +41,34 @@ class Conclusion:
         self._files = files
         self._release = release  # frees the run's hold on its chat's typing indicator, once
 
+    @asynccontextmanager
+    async def on_report(self, live: LiveRun, chat: Chat) -> AsyncIterator[None]:
+        """While its container runs: a result it reports is recorded and sent at once."""
+        task = asyncio.create_task(self._record_reported(live, chat), name=f"reported-{live.id}")
+        try:
+            yield
+        finally:
+            if live.inbox is None or not live.inbox.reported.is_set():
+                task.cancel()  # it never reported: the exit decides
+            await asyncio.gather(task, return_exceptions=True)  # a result being recorded is finished first
+
+    async def _record_reported(self, live: LiveRun, chat: Chat) -> None:
+        if live.inbox is None:
+            return
+        await live.inbox.reported.wait()
+        if live.stop_reason is not None:
+            return  # a stop asked for first (cancel, time limit, budget, quota) decides the outcome at the exit
+        try:
+            # Not released yet: until its container exits, the run's channel and gate stay as they were.
+            live.result_recorded = await self._collect(live, chat, exit_code=None, release=False)
+        except Exception:  # the exit's settle tries again
+            log.exception("reported_result_not_recorded", run_id=live.id)
+
     async def settle(self, live: LiveRun, chat: Chat, exit_code: int | None, quota_text: str | None) -> None:
         """The outcome of a run whose container has exited or was stopped (`live.stop_reason` says why)."""
+        if live.result_recorded:
+            self._release(live)
+            return
         reason = live.stop_reason
         if reason is StopReason.CANCELLED:
             return  # recorded when it was cancelled
@@ -55,25 +85,26 @@ class Conclusion:
         else:
             await self._collect(live, chat, exit_code)
 
-    async def _collect(self, live: LiveRun, chat: Chat, exit_code: int | None) -> None:
+    async def _collect(self, live: LiveRun, chat: Chat, exit_code: int | None, *, release: bool = True) -> bool:
+        """Record what it reported (or that it reported nothing); whether this recorded the outcome."""
         result = live.inbox.result_received if live.inbox is not None else None
         if result is None:
             how = "vanished" if exit_code is None else f"exited with code {exit_code}"
-            await self.record(live, RunStatus.FAILED, error=f"{how} without reporting a result")
-            return
+            return await self.record(live, RunStatus.FAILED, error=f"{how} without reporting a result", release=release)
         if result.status == "failed":
-            await self.record(live, RunStatus.FAILED, error=result.error or f"failed (exit code {exit_code})")
-            return
+            how = "without a reason" if exit_code is None else f"(exit code {exit_code})"
+            return await self.record(live, RunStatus.FAILED, error=result.error or f"failed {how}", release=release)
         session_json = live.inbox.session_json if live.inbox is not None else None
         session_out = None
         if session_json is not None:  # kept only from a completed run
             await self._files.save_session(chat, live.id, session_json)
             session_out = live.id
         recorded = await self.record(
-            live, RunStatus.COMPLETED, result=result.result or "(no output)", session_out=session_out
+            live, RunStatus.COMPLETED, result=result.result or "(no output)", session_out=session_out, release=release
         )
         if recorded and session_out is not None:
             await self._runs.set_session(live.chat_id, session_out)
+        return recorded
 
     async def record(
         self,
@@ -83,6 +114,7 @@ class Conclusion:
         result: str | None = None,
         error: str | None = None,
         session_out: str | None = None,
+        release: bool = True,
     ) -> bool:
         """Record the run's one outcome with its [Subagent] message, then send that message."""
         body = outcome_body(status, result=result, error=error)
@@ -107,6 +139,7 @@ class Conclusion:
             log.info("run_outcome_already_recorded", run_id=live.id, attempted=status)
             return False
         log.info("run_finished", run_id=live.id, status=status)
-        self._release(live)
+        if release:
+            self._release(live)
         self._delivery.send_soon(live.chat_id)
         return True

@@ -31,6 +31,8 @@ class LiveRun:
     label: str
     cancelled: bool = False
     released: bool = False  # its outcome is recorded and its typing released
+    # Its reported result is recorded and sent; it is released once its container has exited.
+    result_recorded: bool = False
     # Its container is confirmed gone or stopped (or it never had one): only then is its slot free.
     stopped: bool = False
     recovering: bool = False  # recorded live by an earlier process; recovery has not reconciled it yet

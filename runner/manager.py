@@ -251,7 +251,8 @@ class TaskManager:
     # --- supervising ----------------------------------------------------------------------------
 
     async def _supervise(self, live: LiveRun, chat: Chat) -> None:
-        exit_code = await self._supervisor.until_exit(live, lambda: self._workspace_over_quota(chat))
+        async with self._conclusion.on_report(live, chat):
+            exit_code = await self._supervisor.until_exit(live, lambda: self._workspace_over_quota(chat))
         await self._accounting.stopped(live)
         self.drain_queue()  # its slot is free now that its container is stopped
         quota = await self._workspace_over_quota(chat) if live.stop_reason is StopReason.WORKSPACE_QUOTA else None

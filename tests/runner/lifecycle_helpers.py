@@ -13,6 +13,7 @@ from typing import Any
 
 from container.channel import RunChannel
 from container.protocol import CHANNEL_DIR, CHANNEL_SOCKET_FILE, SpawnRequest
+from container.task import RunResult
 from core.delivery import Delivery
 from core.outbox import DeliveryError
 from core.settings import Settings
@@ -31,6 +32,28 @@ WAIT_SECONDS = 10.0  # only so a broken test fails instead of hanging
 POLL_SECONDS = 0.01  # the store has no change events: states are looked at this often
 
 Behaviour = Callable[[RunChannel, MemoryContainer], Awaitable[int | None]]
+
+
+def completing(text: str = "all done", session: bytes | None = None):  # type: ignore[no-untyped-def]
+    async def behaviour(channel: RunChannel, container: MemoryContainer) -> int | None:
+        task = await channel.task()
+        if session is not None:
+            await channel.save_session(session)
+        await channel.report(RunResult(status="completed", result=f"{text}: {task.task}"))
+        return 0
+
+    return behaviour
+
+
+def forever(reported: asyncio.Event | None = None):  # type: ignore[no-untyped-def]
+    async def behaviour(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        if reported is not None:
+            reported.set()
+        await asyncio.Event().wait()
+        return None
+
+    return behaviour
 
 
 def socket_of(container: MemoryContainer) -> Path:

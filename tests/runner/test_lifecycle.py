@@ -1,5 +1,5 @@
-"""The run lifecycle without Docker: caps, cancels racing completions, stops that the engine does not
-confirm, budgets, sessions and results, each through the real run channel."""
+"""The run lifecycle without Docker: caps, cancels, stops that the engine does not confirm, budgets,
+sessions, quotas and recovery, each through the real run channel (results: test_lifecycle_results)."""
 
 from __future__ import annotations
 
@@ -14,42 +14,9 @@ from core.store.runs import RunStatus, RunStore
 from core.store.stores import Stores
 from runner.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID, RuntimeUnavailable
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
-from tests.runner.lifecycle_helpers import CHAT_ID, OTHER_CHAT_ID, Prepare, rig
+from tests.runner.lifecycle_helpers import CHAT_ID, OTHER_CHAT_ID, Prepare, completing, forever, rig
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def completing(text: str = "all done", session: bytes | None = None):  # type: ignore[no-untyped-def]
-    async def behaviour(channel: RunChannel, container: MemoryContainer) -> int | None:
-        task = await channel.task()
-        if session is not None:
-            await channel.save_session(session)
-        await channel.report(RunResult(status="completed", result=f"{text}: {task.task}"))
-        return 0
-
-    return behaviour
-
-
-def forever(reported: asyncio.Event | None = None):  # type: ignore[no-untyped-def]
-    async def behaviour(channel: RunChannel, container: MemoryContainer) -> int | None:
-        await channel.task()
-        if reported is not None:
-            reported.set()
-        await asyncio.Event().wait()
-        return None
-
-    return behaviour
-
-
-async def test_a_result_arrives_once_as_a_subagent_message(tmp_path: Path) -> None:
-    async with rig(tmp_path, completing()) as r:
-        run_id = await r.spawn("count the stars")
-        assert await r.until_status(run_id, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.COMPLETED
-        await r.until(lambda: any("count the stars" in t for t in r.texts()))
-        await r.settled()
-        results = [t for t in r.texts() if "[Task: count the stars]" in t]
-        assert results == ["Crew: [Task: count the stars]\nall done: count the stars"]
-        assert r.runtime.removed, "the container is removed after its result is collected"
 
 
 async def test_cap_holds_under_concurrent_requests(tmp_path: Path) -> None:
@@ -59,25 +26,6 @@ async def test_cap_holds_under_concurrent_requests(tmp_path: Path) -> None:
         assert statuses.count(RunStatus.REJECTED) == 4
         await r.until(lambda: r.runtime.running_count() == 2)
         assert r.runtime.max_running == 2
-
-
-async def test_cancel_racing_a_reported_result_records_one_outcome(tmp_path: Path) -> None:
-    reported = asyncio.Event()
-
-    async def report_then_hang(channel: RunChannel, container: MemoryContainer) -> int | None:
-        await channel.task()
-        await channel.report(RunResult(status="completed", result="too late"))
-        reported.set()
-        await asyncio.Event().wait()
-        return None
-
-    async with rig(tmp_path, report_then_hang) as r:
-        run_id = await r.spawn("race")
-        await asyncio.wait_for(reported.wait(), 5)
-        assert await r.service.manager.cancel_run(CHAT_ID, run_id) == RunStatus.CANCELLED
-        await r.settled()
-        assert await r.status(run_id) == RunStatus.CANCELLED
-        assert not any("too late" in t for t in r.texts())
 
 
 async def test_a_cancelled_run_holds_its_slot_until_the_kill_is_confirmed(tmp_path: Path) -> None:
@@ -174,45 +122,6 @@ async def test_token_budget_exhaustion_ends_the_run_with_a_clear_message(tmp_pat
         record = await r.service.runs.get(run_id)
         assert record is not None and record.error is not None and "SUBAGENT_MAX_TOKENS" in record.error
         assert r.runtime.running_count() == 0
-
-
-async def test_a_container_that_reports_but_does_not_exit_is_stopped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("runner.supervisor.RESULT_GRACE_SECONDS", 0.1)
-
-    async def report_and_linger(channel: RunChannel, container: MemoryContainer) -> int | None:
-        await channel.task()
-        await channel.report(RunResult(status="completed", result="done but lingering"))
-        await asyncio.Event().wait()
-        return None
-
-    async with rig(tmp_path, report_and_linger) as r:
-        run_id = await r.spawn("linger")
-        assert await r.until_status(run_id, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.COMPLETED
-        await r.settled()
-        assert r.runtime.running_count() == 0
-
-
-async def test_a_second_result_is_refused(tmp_path: Path) -> None:
-    second: list[str] = []
-
-    async def twice(channel: RunChannel, container: MemoryContainer) -> int | None:
-        await channel.task()
-        await channel.report(RunResult(status="completed", result="first"))
-        try:
-            await channel.report(RunResult(status="completed", result="second"))
-        except ChannelRefused as exc:
-            second.append(str(exc))
-        return 0
-
-    async with rig(tmp_path, twice) as r:
-        run_id = await r.spawn("twice")
-        await r.until_status(run_id, RunStatus.COMPLETED)
-        await r.settled()
-        assert second == ["this run has reported its result already"]
-        record = await r.service.runs.get(run_id)
-        assert record is not None and record.result == "first"
 
 
 async def test_sessions_carry_over_only_from_completed_runs_and_bad_ones_are_refused(tmp_path: Path) -> None:
