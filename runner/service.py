@@ -126,7 +126,8 @@ class SubagentService:
     def send_to_run(self, chat_id: int, run_id: str, text: str) -> FollowUp:
         """A follow-up for a live run of the chat: the LLM proxy adds it to the run's next requests."""
         live = self.live.get(run_id)
-        if live is None or live.chat_id != chat_id or not self.live.is_live(run_id):
+        # A run whose result is in the chat already takes nothing more, though its container may still be exiting.
+        if live is None or live.chat_id != chat_id or live.result_recorded or not self.live.is_live(run_id):
             return FollowUp.NOT_RUNNING
         if len(live.followups) >= MAX_FOLLOWUPS:
             return FollowUp.FULL

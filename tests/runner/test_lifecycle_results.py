@@ -10,7 +10,7 @@ import pytest
 
 from container.channel import ChannelRefused, RunChannel
 from container.task import RunResult
-from core.store.runs import RunStatus
+from core.store.runs import FollowUp, RunStatus
 from tests.fakes.memory_runtime import MemoryContainer
 from tests.runner.lifecycle_helpers import CHAT_ID, completing, rig
 
@@ -65,6 +65,8 @@ async def test_a_reported_result_is_sent_before_the_container_exits(tmp_path: Pa
         await r.until(lambda: any("ready early" in t for t in r.texts()))
         assert await r.status(run_id) == RunStatus.COMPLETED
         assert r.runtime.running_count() == 1, "sent while its container still runs"
+        # A follow-up for it now would be lost: it is told the run is not running.
+        assert r.service.send_to_run(CHAT_ID, run_id, "also do X") is FollowUp.NOT_RUNNING
         # A cancel now (a follow-up in the chat) stops the container but cannot take the result back.
         assert await r.service.manager.cancel_run(CHAT_ID, run_id) == RunStatus.COMPLETED
         exit_now.set()
