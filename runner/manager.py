@@ -380,9 +380,11 @@ class TaskManager:
         self._stopping = True  # removals waiting for the engine give up: the next start's recovery does them
         await self._rejections.close()
         await self.waiting.close()
-        concluded = [r.task for r in self._live.all() if r.task is not None and r.released]
-        running = [r.task for r in self._live.all() if r.task is not None and not r.released]
-        # A run whose outcome is recorded only has its logs to keep and its container to remove.
+        ended = [r for r in self._live.all() if r.task is not None and (r.released or r.result_recorded)]
+        concluded = [r.task for r in ended if r.task is not None]
+        running = [r.task for r in self._live.all() if r.task is not None and r not in ended]
+        # A run whose outcome is recorded only has its logs to keep and its container to remove (one that
+        # reported is waited for: it exits by itself or is stopped RESULT_GRACE_SECONDS after its result).
         await asyncio.gather(*concluded, return_exceptions=True)
         self._closing = True
         for task in running:

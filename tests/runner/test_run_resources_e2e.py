@@ -3,6 +3,7 @@ suggested cap are computed from them (the engine, the image, SQLite, the fake Bo
 
 from __future__ import annotations
 
+import asyncio
 import math
 import secrets
 from collections.abc import AsyncIterator
@@ -52,7 +53,10 @@ async def test_real_runs_record_memory_and_cpu_and_feed_the_stats(
         write_spawn_request(ipc_root, chat.folder, SpawnRequest(request_id=heavy, task=HEAVY_TASK, label="heavy"))
         write_spawn_request(ipc_root, chat.folder, SpawnRequest(request_id=light, task=LIGHT_TASK, label="light"))
         runs = RunStore(app.stores.db)
-        records = {r.id: r for r in await wait_for_runs(runs, GROUP_ID, 2, final, RUN_WAIT_SECONDS)}
+        await wait_for_runs(runs, GROUP_ID, 2, final, RUN_WAIT_SECONDS)
+        # A result is sent before its container has exited; the figures are kept once it has.
+        await asyncio.wait_for(app.wait_quiet(GROUP_ID), RUN_WAIT_SECONDS)
+        records = {r.id: r for r in await runs.for_chat(GROUP_ID, 10)}
 
     big, small = records[heavy], records[light]
     assert big.status is RunStatus.COMPLETED and small.status is RunStatus.COMPLETED, (big.error, small.error)
