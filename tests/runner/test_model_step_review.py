@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from pydantic_ai.direct import model_request
 
 from container.protocol import CHANNEL_SOCKET_FILE, TaskSpec
 from runner import model_step
@@ -43,7 +44,7 @@ async def test_a_long_conversation_is_parsed_and_sent_off_the_hosts_event_loop(
     # So both must run on other threads: the test records where they ran rather than timing the loop.
     body = json.dumps({"messages": long_conversation(4_000), "tools": TOOLS}).encode()
     threads: dict[str, int] = {}
-    parse, request = model_step.parse_step, model_step.model_request
+    parse = model_step.parse_step
 
     def recorded_parse(raw: bytes) -> Any:
         threads["parse"] = threading.get_ident()
@@ -51,7 +52,7 @@ async def test_a_long_conversation_is_parsed_and_sent_off_the_hosts_event_loop(
 
     async def recorded_request(*args: Any, **kwargs: Any) -> Any:
         threads["request"] = threading.get_ident()
-        return await request(*args, **kwargs)
+        return await model_request(*args, **kwargs)
 
     monkeypatch.setattr(model_step, "parse_step", recorded_parse)
     monkeypatch.setattr(model_step, "model_request", recorded_request)
