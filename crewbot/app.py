@@ -57,6 +57,9 @@ class SubagentSystem(Protocol):
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         """Call `on_change(run_id)` whenever a run's state changes (the status card)."""
 
+    async def wait_ended(self, chat_id: int) -> None:
+        """Until the chat's runs have ended, their containers gone (a result may be in the chat before)."""
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -261,8 +264,14 @@ class App:
         await self.outbox.chat_unreachable(chat_id, reason)
 
     async def wait_quiet(self, chat_id: int) -> None:
-        """Until the chat has no turn and no subagent: both hold its typing indicator while they run."""
-        await self.typing.wait_idle(chat_id)
+        """Until the chat has no turn and no subagent: both hold its typing indicator while they run, and a
+        subagent whose result is in the chat is waited for until its container is gone."""
+        while True:
+            await self.typing.wait_idle(chat_id)
+            if self.subagents is not None:
+                await self.subagents.wait_ended(chat_id)
+            if self.typing.holders(chat_id) == 0:
+                return
 
     async def stop(self) -> None:
         """Stop taking work, finish writing, leave containers running for the next start to re-attach."""

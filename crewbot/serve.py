@@ -83,6 +83,9 @@ class ObservedSubagents:
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         self._service.watch_runs(on_change)
 
+    async def wait_ended(self, chat_id: int) -> None:
+        await self._service.wait_ended(chat_id)
+
     async def start(self) -> None:
         await self._service.start()
 

@@ -9,7 +9,7 @@ exit is seen 100-300 ms later (bench: burst), and the chat need not wait for the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
@@ -20,6 +20,7 @@ from core.store.chats import Chat
 from core.store.runs import RunStatus, RunStore
 from runner.live_runs import LiveRun, StopReason
 from runner.outcome import SUBAGENT_SENDER, outcome_body, subagent_content
+from runner.releases import Releases
 from runner.run_files import RunFiles
 
 log = get_logger(__name__)
@@ -33,13 +34,13 @@ class Conclusion:
         runs: RunStore,
         delivery: Delivery,
         files: RunFiles,
-        release: Callable[[LiveRun], None],
+        releases: Releases,
     ) -> None:
         self._settings = settings
         self._runs = runs
         self._delivery = delivery
         self._files = files
-        self._release = release  # frees the run's hold on its chat's typing indicator, once
+        self._releases = releases
 
     @asynccontextmanager
     async def on_report(self, live: LiveRun, chat: Chat) -> AsyncIterator[None]:
@@ -63,11 +64,15 @@ class Conclusion:
             live.result_recorded = await self._collect(live, chat, exit_code=None, release=False)
         except Exception:  # the exit's settle tries again
             log.exception("reported_result_not_recorded", run_id=live.id)
+            return
+        if live.result_recorded:
+            # The chat has its result: a container slow to exit must not show it typing again afterwards.
+            self._releases.release_typing(live)
 
     async def settle(self, live: LiveRun, chat: Chat, exit_code: int | None, quota_text: str | None) -> None:
         """The outcome of a run whose container has exited or was stopped (`live.stop_reason` says why)."""
         if live.result_recorded:
-            self._release(live)
+            self._releases.release(live)
             return
         reason = live.stop_reason
         if reason is StopReason.CANCELLED:
@@ -140,6 +145,6 @@ class Conclusion:
             return False
         log.info("run_finished", run_id=live.id, status=status)
         if release:
-            self._release(live)
+            self._releases.release(live)
         self._delivery.send_soon(live.chat_id)
         return True

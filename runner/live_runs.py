@@ -31,6 +31,7 @@ class LiveRun:
     label: str
     cancelled: bool = False
     released: bool = False  # its outcome is recorded and its typing released
+    typing_released: bool = False  # its hold on the chat's typing is gone: at its result, or when released
     # Its reported result is recorded and sent; it is released once its container has exited.
     result_recorded: bool = False
     # Its container is confirmed gone or stopped (or it never had one): only then is its slot free.

@@ -30,6 +30,7 @@ from runner.manager_ports import RunChannels, RunStores, TypingHolder
 from runner.outcome import label_for
 from runner.paths import DataPaths
 from runner.rejections import Refusals
+from runner.releases import Releases
 from runner.run_accounting import RunAccounting
 from runner.run_endpoint import RunInbox
 from runner.run_files import RunFiles
@@ -74,7 +75,10 @@ class TaskManager:
         self._workspaces = workspaces
         self._accounting = accounting
         self._supervisor = Supervisor(runtime, lambda: settings.subagent_timeout_seconds)
-        self._conclusion = Conclusion(settings, runs=stores.runs, delivery=delivery, files=files, release=self._release)
+        self._releases = Releases(typing)
+        self._conclusion = Conclusion(
+            settings, runs=stores.runs, delivery=delivery, files=files, releases=self._releases
+        )
         self._live = live
         self._rejections = Refusals(stores.runs, delivery, admission.reject_text)
         self.waiting = WaitingRuns(
@@ -124,7 +128,7 @@ class TaskManager:
         try:
             await record_request(self._runs, chat_id, request, label, RunStatus.QUEUED)
         except BaseException as exc:
-            self._release(live)
+            self._releases.release(live)
             self._live.discard(run_id)
             if isinstance(exc, DuplicateRun):  # the same id raced in from another folder
                 return RequestOutcome.DUPLICATE
@@ -279,17 +283,9 @@ class TaskManager:
         await self._files.remove_channel(live.id)
         live.stopped = True
         await self._accounting.ended(live)
-        self._release(live)
+        self._releases.release(live)
         self._live.discard(live.id)
         self.drain_queue()
-
-    def _release(self, live: LiveRun) -> None:
-        """Release the run's hold on the chat's typing indicator, once."""
-        if live.released:
-            return
-        live.released = True
-        if not live.recovering:
-            self._typing.release(live.chat_id)
 
     # --- cancelling -----------------------------------------------------------------------------
 
@@ -301,7 +297,7 @@ class TaskManager:
         live.request_stop(StopReason.CANCELLED)
         recorded = await self._runs.finish(live.id, RunStatus.CANCELLED, error=f"cancelled: {reason}")
         if recorded:
-            self._release(live)
+            self._releases.release(live)
             dropped = await self._delivery.drop_run_messages(live.id, f"run cancelled: {reason}")
             if dropped:
                 log.info("progress_messages_dropped", run_id=live.id, count=dropped)

@@ -135,6 +135,13 @@ class SubagentService:
         log.info("run_followup", run_id=run_id, chars=len(text))
         return FollowUp.SENT
 
+    async def wait_ended(self, chat_id: int) -> None:
+        """Until the chat's runs supervised here have ended: containers gone, logs and figures kept. A run
+        whose result is in the chat no longer holds its typing, but may still be exiting."""
+        tasks = [r.task for r in self.live.all() if r.chat_id == chat_id and r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         self.runs.watch(on_change)
 

@@ -84,6 +84,7 @@ class Rig:
     runtime: MemoryRuntime
     service: SubagentService
     chat: Chat
+    typing: TypingIndicator
 
     async def spawn(self, task: str = "do it", *, chat_id: int = CHAT_ID, turn_id: str | None = None) -> str:
         run_id = secrets.token_hex(6)
@@ -146,7 +147,7 @@ async def rig(
         await prepare(stores, runtime, service.paths.instance_id)
     await service.start()
     try:
-        yield Rig(settings, stores, channel, delivery, runtime, service, chat)
+        yield Rig(settings, stores, channel, delivery, runtime, service, chat, typing)
     finally:
         await service.stop()
         await runtime.stop_behaviours()

@@ -64,13 +64,19 @@ async def test_a_reported_result_is_sent_before_the_container_exits(tmp_path: Pa
         run_id = await r.spawn("early")
         await r.until(lambda: any("ready early" in t for t in r.texts()))
         assert await r.status(run_id) == RunStatus.COMPLETED
-        assert r.runtime.running_count() == 1, "sent while its container still runs"
+        # The chat has its answer: it no longer shows typing for this run, though the run has not ended.
+        await r.until(lambda: r.typing.holders(CHAT_ID) == 0)
+        assert r.runtime.running_count() == 1, "sent, and typing gone, while its container still runs"
+        ended = asyncio.create_task(r.service.wait_ended(CHAT_ID))
+        await asyncio.sleep(0.1)
+        assert not ended.done(), "its container has not exited yet"
         # A follow-up for it now would be lost: it is told the run is not running.
         assert r.service.send_to_run(CHAT_ID, run_id, "also do X") is FollowUp.NOT_RUNNING
         # A cancel now (a follow-up in the chat) stops the container but cannot take the result back.
         assert await r.service.manager.cancel_run(CHAT_ID, run_id) == RunStatus.COMPLETED
         exit_now.set()
-        await r.settled()
+        await asyncio.wait_for(ended, 5)
+        assert not r.service.live.all()
         assert await r.status(run_id) == RunStatus.COMPLETED
         assert len([t for t in r.texts() if "ready early" in t]) == 1
         assert r.runtime.running_count() == 0
