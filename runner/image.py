@@ -1,7 +1,8 @@
-"""Build the subagent image `crewbot-agent:latest`: wheelhouse, base image, then `docker build`.
+"""Build the subagent image `crewbot-agent:latest`: base image, then `docker build`.
 
-The build context is assembled here from the Dockerfile, `container/` and the wheelhouse, so what is
-sent is exactly what is hashed: the image carries that hash as a label, which tells a current image
+The agent needs only the standard library (the host makes its model requests), so the image is the base's
+Python and `container/`. The build context is assembled here from the Dockerfile and `container/`, so what
+is sent is exactly what is hashed: the image carries that hash as a label, which tells a current image
 from a stale one. Usable as `python -m runner.image [--if-missing | --force]` (the Makefile does).
 """
 
@@ -25,7 +26,6 @@ import docker
 import docker.errors
 
 from runner.image_base import BaseImageError, ensure_base_image
-from runner.image_wheels import Wheelhouse, WheelhouseError, ensure_wheelhouse
 
 DEFAULT_IMAGE = "crewbot-agent:latest"
 LABEL_CONTENT_HASH = "crewbot.image.content_hash"
@@ -33,11 +33,10 @@ LABEL_BASE_IMAGE = "crewbot.image.base"
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = "Dockerfile"
 CONTAINER_PACKAGE = "container"
-WHEELS_IN_CONTEXT = "build/image/wheels"  # the Dockerfile's COPY source; also where the wheels are kept
 BUILD_LOCK_FILE = "build/image/.lock"
 SKIPPED_PARTS = frozenset({"__pycache__"})
 SKIPPED_SUFFIXES = frozenset({".pyc", ".pyo"})
-# A build step can be silent for minutes (pip, compileall); the engine connection must outlast it.
+# A build step can be silent for minutes on a busy machine; the engine connection must outlast it.
 DOCKER_API_TIMEOUT_SECONDS = 1_800
 DOCKER_PING_TIMEOUT_SECONDS = 10
 CONTEXT_FILE_MODE = 0o644
@@ -66,7 +65,7 @@ def image_exists(image: str = DEFAULT_IMAGE) -> bool:
 
 
 def image_status(image: str = DEFAULT_IMAGE, *, log: Callable[[str], None] = print) -> ImageStatus:
-    """`missing`, `stale` (built from other sources or packages) or `current`; may fetch the wheelhouse."""
+    """`missing`, `stale` (built from other sources or on another base) or `current`."""
     with _docker_client() as client:
         labels = _image_labels(client, image)
         if labels is None:
@@ -74,9 +73,7 @@ def image_status(image: str = DEFAULT_IMAGE, *, log: Callable[[str], None] = pri
         base = labels.get(LABEL_BASE_IMAGE)
         if not base:
             return "stale"
-        with _build_lock(log):
-            wheelhouse = _wheelhouse(log)
-        context = collect_context(wheelhouse, base)
+        context = collect_context(base)
     return "current" if labels.get(LABEL_CONTENT_HASH) == context.content_hash else "stale"
 
 
@@ -94,15 +91,13 @@ def build_image(
 
 def _build_locked(image: str, *, force: bool, log: Callable[[str], None], base_image: str | None) -> None:
     started = time.monotonic()
-    wheelhouse = _wheelhouse(log)
-    log(f"image: wheelhouse ready after {time.monotonic() - started:.1f} s")
     with _docker_client() as client:
         try:
             base = ensure_base_image(client, log, requested=base_image)
         except BaseImageError as exc:
             raise ImageBuildError(str(exc)) from exc
         log(f"image: base image {base} ready after {time.monotonic() - started:.1f} s")
-        context = collect_context(wheelhouse, base)
+        context = collect_context(base)
         labels = _image_labels(client, image)
         if not force and labels is not None and labels.get(LABEL_CONTENT_HASH) == context.content_hash:
             log(f"image: {image} is up to date ({context.content_hash[:12]})")
@@ -117,8 +112,8 @@ def _build_locked(image: str, *, force: bool, log: Callable[[str], None], base_i
     log(f"image: {image} built after {time.monotonic() - started:.1f} s")
 
 
-def collect_context(wheelhouse: Wheelhouse, base_image: str) -> BuildContext:
-    """The Dockerfile, `container/` and the wheels, with a hash over their paths, bytes and the base."""
+def collect_context(base_image: str) -> BuildContext:
+    """The Dockerfile and `container/`, with a hash over their paths, bytes and the base."""
     dockerfile = SOURCE_ROOT / DOCKERFILE
     package = SOURCE_ROOT / CONTAINER_PACKAGE
     if not dockerfile.is_file() or not package.is_dir():
@@ -130,13 +125,9 @@ def collect_context(wheelhouse: Wheelhouse, base_image: str) -> BuildContext:
         relative = path.relative_to(SOURCE_ROOT)
         if path.is_file() and not SKIPPED_PARTS & set(relative.parts) and path.suffix not in SKIPPED_SUFFIXES:
             files[relative.as_posix()] = path
-    for path in sorted(wheelhouse.path.iterdir()):
-        if path.is_file():
-            files[f"{WHEELS_IN_CONTEXT}/{path.name}"] = path
     digest = hashlib.sha256(f"base={base_image}\n".encode())
     for name, path in sorted(files.items()):
-        # Wheels are named by version and platform; hashing their names spares reading 15 MB.
-        content = path.name.encode() if name.startswith(WHEELS_IN_CONTEXT) else path.read_bytes()
+        content = path.read_bytes()
         digest.update(f"{name}\0{len(content)}\0".encode())
         digest.update(content)
     return BuildContext(files=files, content_hash=digest.hexdigest())
@@ -144,7 +135,7 @@ def collect_context(wheelhouse: Wheelhouse, base_image: str) -> BuildContext:
 
 @contextmanager
 def _build_lock(log: Callable[[str], None]) -> Iterator[None]:
-    """One build at a time per checkout: two would share the wheelhouse folder (test runs, make)."""
+    """One build at a time per checkout (test runs, make): two would race to tag the same image."""
     lock_path = SOURCE_ROOT / BUILD_LOCK_FILE
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a") as lock_file:
@@ -157,13 +148,6 @@ def _build_lock(log: Callable[[str], None]) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
-
-
-def _wheelhouse(log: Callable[[str], None]) -> Wheelhouse:
-    try:
-        return ensure_wheelhouse(SOURCE_ROOT / WHEELS_IN_CONTEXT, log)
-    except WheelhouseError as exc:
-        raise ImageBuildError(f"wheelhouse: {exc}") from exc
 
 
 def _docker_build(
@@ -301,7 +285,7 @@ def _report_existing(image: str, log: Callable[[str], None]) -> None:
         log(f"image: {image} exists (not checked for staleness: {exc})")
         return
     if status == "stale":
-        log(f"image: {image} exists but is STALE (other sources or packages); rebuild: python -m runner.image")
+        log(f"image: {image} exists but is STALE (other sources or base); rebuild: python -m runner.image")
     else:
         log(f"image: {image} exists and is {status}")
 

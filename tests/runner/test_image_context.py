@@ -2,77 +2,64 @@
 
 from __future__ import annotations
 
-from importlib.metadata import version
+import ast
+import sys
 from pathlib import Path
 
-from runner.image import SOURCE_ROOT, WHEELS_IN_CONTEXT, collect_context
-from runner.image_wheels import (
-    IMAGE_REQUIREMENTS,
-    STAMP_FILE,
-    Wheelhouse,
-    ensure_wheelhouse,
-    pinned_requirements,
-    target_platforms,
-    wheelhouse_is_current,
-    wheelhouse_stamp,
-)
+import pytest
+
+from runner import image
+from runner.image import SOURCE_ROOT, collect_context
 
 
-def fake_wheelhouse(tmp_path: Path, *names: str) -> Wheelhouse:
-    tmp_path.mkdir(exist_ok=True)
-    for name in names:
-        (tmp_path / name).write_bytes(b"not really a wheel")
-    (tmp_path / "requirements.txt").write_text("pydantic==2\n")
-    return Wheelhouse(path=tmp_path, wheels=tuple(sorted(names)))
+def test_context_holds_the_dockerfile_and_the_agent_code_only() -> None:
+    context = collect_context("base:1")
 
-
-def test_context_holds_dockerfile_agent_code_and_wheels(tmp_path: Path) -> None:
-    context = collect_context(fake_wheelhouse(tmp_path, "a-1-py3-none-any.whl"), "base:1")
-
-    assert "Dockerfile" in context.files
-    assert "container/__main__.py" in context.files
-    assert "container/protocol.py" in context.files
-    assert f"{WHEELS_IN_CONTEXT}/a-1-py3-none-any.whl" in context.files
-    assert f"{WHEELS_IN_CONTEXT}/requirements.txt" in context.files
-    assert not [name for name in context.files if "__pycache__" in name or name.endswith(".pyc")]
-    assert all(name.startswith(("Dockerfile", "container/", WHEELS_IN_CONTEXT)) for name in context.files)
     assert context.files["Dockerfile"] == SOURCE_ROOT / "Dockerfile"
+    assert "container/__main__.py" in context.files
+    assert not [name for name in context.files if "__pycache__" in name or name.endswith(".pyc")]
+    assert all(name == "Dockerfile" or name.startswith("container/") for name in context.files)
 
 
-def test_content_hash_follows_base_and_wheels(tmp_path: Path) -> None:
-    wheels = fake_wheelhouse(tmp_path / "one", "a-1-py3-none-any.whl")
-    same = collect_context(wheels, "base:1").content_hash
+def test_content_hash_follows_the_base_and_every_byte_of_the_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "container").mkdir()
+    (tmp_path / "Dockerfile").write_text("FROM base\n")
+    agent = tmp_path / "container" / "agent.py"
+    agent.write_text("x = 1\n")
+    monkeypatch.setattr(image, "SOURCE_ROOT", tmp_path)
+    same = collect_context("base:1").content_hash
 
-    assert collect_context(wheels, "base:1").content_hash == same
-    assert collect_context(wheels, "base:2").content_hash != same
-    other_wheels = fake_wheelhouse(tmp_path / "two", "a-2-py3-none-any.whl")
-    assert collect_context(other_wheels, "base:1").content_hash != same
-
-
-def test_requirements_are_pinned_to_the_host_versions() -> None:
-    pinned = pinned_requirements()
-    assert [line.split("==")[0] for line in pinned] == list(IMAGE_REQUIREMENTS)
-    assert all(line.count("==") == 1 and line.split("==")[1] for line in pinned)
-
-
-def test_target_platforms_cover_bookworm_glibc_and_manylinux2014() -> None:
-    platforms = target_platforms()
-    assert platforms[0] == "manylinux_2_36_x86_64"
-    assert "manylinux_2_17_x86_64" in platforms  # manylinux2014 wheels
+    assert collect_context("base:1").content_hash == same
+    assert collect_context("base:2").content_hash != same
+    agent.write_text("x = 2\n")
+    assert collect_context("base:1").content_hash != same
 
 
-def test_wheelhouse_cache_follows_the_host_versions_of_its_wheels(tmp_path: Path) -> None:
-    """A complete wheelhouse is reused as long as the host has each wheel's version; no pip is run."""
-    copy = tmp_path / "wheels"
-    copy.mkdir()
-    (copy / STAMP_FILE).write_text(wheelhouse_stamp())
-    (copy / f"pydantic-{version('pydantic')}-py3-none-any.whl").write_bytes(b"placeholder")
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute import of a module, as a dotted name (`from a import b` gives `a.b`)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
 
-    assert wheelhouse_is_current(copy)
-    lines: list[str] = []
-    assert ensure_wheelhouse(copy, lines.append).wheels == (f"pydantic-{version('pydantic')}-py3-none-any.whl",)
-    assert lines == [f"wheelhouse: 1 wheels cached in {copy}"]
 
-    (copy / "pydantic-0.0.1-py3-none-any.whl").write_bytes(b"placeholder")
-    assert not wheelhouse_is_current(copy)
-    assert not wheelhouse_is_current(tmp_path / "missing")
+def test_what_the_container_runs_imports_the_standard_library_only() -> None:
+    """The image has no Python packages: a module the agent's process imports that needs one would fail
+    only inside the container. `protocol.py` is the host's typed models of the contract, never imported there."""
+    own = [path for path in (SOURCE_ROOT / "container").rglob("*.py") if path.name != "protocol.py"]
+    assert len(own) > 5
+    outside = {
+        path.name: sorted(
+            name
+            for name in imported_modules(path)
+            if name.startswith("container.protocol")
+            or (name.split(".")[0] not in sys.stdlib_module_names and name.split(".")[0] != "container")
+        )
+        for path in own
+    }
+    assert {name: found for name, found in outside.items() if found} == {}
