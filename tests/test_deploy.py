@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+from docker.utils.build import exclude_paths
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -16,6 +18,9 @@ from runner.metrics import RunMetrics
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 SERIES_SUFFIXES = ("_bucket", "_count", "_sum", "_total")
+# Both images are built with the repository root as the context, so its one .dockerignore serves both.
+DOCKERFILES = ("Dockerfile", "deploy/Dockerfile.host")
+SECRETS = (".env", "data/crewbot.db")  # an operator's token and chats: never sent to the engine
 
 
 def exported_series() -> set[str]:
@@ -65,3 +70,32 @@ def test_the_readme_points_at_every_deploy_file() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for path in sorted(DEPLOY.iterdir()):
         assert f"deploy/{path.name}" in readme
+
+
+def copy_sources(dockerfile: Path) -> list[str]:
+    """The context paths a Dockerfile's COPY lines read (not `--from` another stage)."""
+    sources: list[str] = []
+    for line in dockerfile.read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(word.startswith("--from") for word in words):
+            sources += [word.rstrip("/") for word in words[1:-1] if not word.startswith("--")]
+    return sources
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_the_root_build_context_holds_what_each_dockerfile_copies_and_no_secrets(
+    tmp_path: Path, dockerfile: str
+) -> None:
+    sources = copy_sources(ROOT / dockerfile)
+    assert sources, f"{dockerfile} copies nothing from the context"
+    tree = [f"{source}/file.txt" for source in sources] + list(SECRETS) + list(DOCKERFILES)
+    for relative in tree:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("x")
+    ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    patterns = [line for line in ignore if line.strip() and not line.startswith("#")]
+
+    sent = set(exclude_paths(str(tmp_path), patterns, dockerfile=dockerfile))
+
+    assert [source for source in sources if f"{source}/file.txt" not in sent] == []
+    assert [secret for secret in SECRETS if secret in sent] == []
