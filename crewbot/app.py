@@ -58,7 +58,7 @@ class SubagentSystem(Protocol):
         """Call `on_change(run_id)` whenever a run's state changes (the status card)."""
 
     async def wait_ended(self, chat_id: int) -> None:
-        """Until the chat's runs have ended, their containers gone (a result may be in the chat before)."""
+        """Until the chat's runs whose result is in the chat have ended, their containers gone."""
 
     async def start(self) -> None: ...
 

@@ -349,7 +349,8 @@ class TaskManager:
         if started_at is not None:
             # The time-out counts from the container's real start, not from our restart.
             live.started_monotonic = time.monotonic() - max(time.time() - started_at, 0.0)
-        self._typing.acquire(record.chat_id)
+        if not live.typing_released:  # a held run cancelled before recovery reached it shows no typing
+            self._typing.acquire(record.chat_id)
         return live
 
     def reattach(self, record: RunRecord, container_id: str, started_at: float | None) -> None:

@@ -136,9 +136,10 @@ class SubagentService:
         return FollowUp.SENT
 
     async def wait_ended(self, chat_id: int) -> None:
-        """Until the chat's runs supervised here have ended: containers gone, logs and figures kept. A run
-        whose result is in the chat no longer holds its typing, but may still be exiting."""
-        tasks = [r.task for r in self.live.all() if r.chat_id == chat_id and r.task is not None]
+        """Until the chat's runs whose result is in the chat have ended (containers gone, logs and figures
+        kept): they no longer hold its typing, but may still be exiting. A cancelled run is not waited for:
+        its container is stopped for sure, however long the engine is away."""
+        tasks = [r.task for r in self.live.all() if r.chat_id == chat_id and r.result_recorded and r.task is not None]
         if tasks:
             await asyncio.wait(tasks)
 

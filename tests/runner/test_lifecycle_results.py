@@ -12,7 +12,7 @@ from container.channel import ChannelRefused, RunChannel
 from container.task import RunResult
 from core.store.runs import FollowUp, RunStatus
 from tests.fakes.memory_runtime import MemoryContainer
-from tests.runner.lifecycle_helpers import CHAT_ID, completing, rig
+from tests.runner.lifecycle_helpers import CHAT_ID, completing, forever, rig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -146,3 +146,19 @@ async def test_a_second_result_is_refused(tmp_path: Path) -> None:
         assert second == ["this run has reported its result already"]
         record = await r.service.runs.get(run_id)
         assert record is not None and record.result == "first"
+
+
+async def test_waiting_for_a_chat_to_end_its_runs_skips_a_cancelled_one_the_engine_cannot_stop(tmp_path: Path) -> None:
+    # The chat has its cancel: its container is stopped for sure, but the engine may be away for long.
+    started = asyncio.Event()
+    async with rig(tmp_path, forever(started)) as r:
+        run_id = await r.spawn("long")
+        await asyncio.wait_for(started.wait(), 5)
+        r.runtime.set_engine_down(True)
+        assert await r.service.manager.cancel_run(CHAT_ID, run_id) == RunStatus.CANCELLED
+        assert r.typing.holders(CHAT_ID) == 0
+        await asyncio.wait_for(r.service.wait_ended(CHAT_ID), 5)
+        assert r.runtime.running_count() == 1, "its container could not be stopped yet"
+        r.runtime.set_engine_down(False)
+        await r.settled()
+        assert r.runtime.running_count() == 0

@@ -4,6 +4,7 @@ engine, and what the next start makes of it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,9 +12,10 @@ from container.channel import RunChannel
 from container.task import RunResult
 from core.store.runs import RunStatus, RunStore
 from core.store.stores import Stores
+from runner.manager import TaskManager
 from runner.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
-from tests.runner.lifecycle_helpers import CHAT_ID, Prepare, rig
+from tests.runner.lifecycle_helpers import CHAT_ID, Prepare, forever, rig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,3 +93,28 @@ async def test_a_container_with_no_live_run_is_removed(tmp_path: Path) -> None:
     async with rig(tmp_path, completes, prepare=orphan) as r:
         assert len(r.runtime.removed) == 1  # only this deployment's orphan; another's is not ours to touch
         assert r.runtime.running_count() == 1
+
+
+async def test_a_run_cancelled_while_recovery_still_holds_it_leaves_no_typing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery works through the runs it listed at start; a chat's cancel can reach the later ones first.
+    Such a run is re-attached only to stop its container: it must not show the chat typing for ever."""
+    first, second = left("old-run-0014", RunStatus.RUNNING, None), left("old-run-0015", RunStatus.RUNNING, "running")
+
+    async def prepare(stores: Stores, runtime: MemoryRuntime, instance: str) -> None:
+        await first(stores, runtime, instance)
+        await second(stores, runtime, instance)
+
+    interrupt = TaskManager.interrupt
+
+    async def cancel_then_interrupt(self: TaskManager, record: Any, reason: str) -> bool:
+        await self.cancel_chat(CHAT_ID, "a follow-up")  # while recovery is at the first run
+        return await interrupt(self, record, reason)
+
+    monkeypatch.setattr(TaskManager, "interrupt", cancel_then_interrupt)
+    async with rig(tmp_path, forever(), prepare=prepare) as r:
+        await r.settled()
+        assert await r.status("old-run-0015") == RunStatus.CANCELLED
+        assert r.runtime.running_count() == 0
+        assert r.typing.holders(CHAT_ID) == 0
