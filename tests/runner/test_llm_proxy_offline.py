@@ -1,5 +1,5 @@
-"""The offline model behind LlmProxy, end to end with the clients a container uses: the OpenAI client and a
-pydantic-ai agent (tool calls, follow-ups, streaming, structured output)."""
+"""The offline model behind LlmProxy, end to end with the clients that reach it: the OpenAI client and a
+pydantic-ai agent, as the host's model step is (tool calls, follow-ups, streaming, structured output)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ async def test_offline_end_to_end_with_the_openai_client(make_proxy: ProxyFactor
 async def test_offline_end_to_end_with_a_pydantic_ai_agent(
     make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The container's agent stack (pydantic-ai over the OpenAI client) against the offline model."""
+    """pydantic-ai over the OpenAI client, as the host's model step uses them, against the offline model."""
     monkeypatch.setattr(models, "ALLOW_MODEL_REQUESTS", True)  # a local Unix socket, not a provider
     await make_proxy(UpstreamConfig(LLMProvider.OFFLINE))
     http_client = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=str(tmp_path / "llm.sock")))
