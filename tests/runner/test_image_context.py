@@ -38,13 +38,17 @@ def test_content_hash_follows_the_base_and_every_byte_of_the_sources(
 
 
 def imported_modules(path: Path) -> set[str]:
-    """Every absolute import of a module, as a dotted name (`from a import b` gives `a.b`)."""
+    """Every import in a module of `container/`, as a dotted name (`from a import b` gives `a.b`; a
+    relative `from . import b` gives `container.b`)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level > 0:
+                module = ".".join(part for part in ("container", module) if part)
+            names |= {f"{module}.{alias.name}" for alias in node.names}
     return names
 
 
