@@ -64,7 +64,7 @@ def image_exists(image: str = DEFAULT_IMAGE) -> bool:
         return _image_labels(client, image) is not None
 
 
-def image_status(image: str = DEFAULT_IMAGE, *, log: Callable[[str], None] = print) -> ImageStatus:
+def image_status(image: str = DEFAULT_IMAGE) -> ImageStatus:
     """`missing`, `stale` (built from other sources or on another base) or `current`."""
     with _docker_client() as client:
         labels = _image_labels(client, image)
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report_existing(image: str, log: Callable[[str], None]) -> None:
     try:
-        status = image_status(image, log=log)
+        status = image_status(image)
     except ImageBuildError as exc:
         log(f"image: {image} exists (not checked for staleness: {exc})")
         return

@@ -93,7 +93,7 @@ def run_sandboxed(client: Any, image: str, mounts: Mounts, **overrides: Any) -> 
 
 def test_image_is_built_and_current(agent_image: str, docker_client: Any) -> None:
     assert image_exists(agent_image)
-    assert image_status(agent_image, log=lambda line: None) == "current"
+    assert image_status(agent_image) == "current"
     config = docker_client.images.get(agent_image).attrs["Config"]
     assert config["User"] == "agent"
     assert config["WorkingDir"] == WORKSPACE_DIR
