@@ -377,9 +377,9 @@ class TaskManager:
         self._stopping = True  # removals waiting for the engine give up: the next start's recovery does them
         await self._rejections.close()
         await self.waiting.close()
-        ended = [r for r in self._live.all() if r.task is not None and (r.released or r.result_recorded)]
-        concluded = [r.task for r in ended if r.task is not None]
-        running = [r.task for r in self._live.all() if r.task is not None and r not in ended]
+        tasks = [(r.task, r.released or r.result_recorded) for r in self._live.all() if r.task is not None]
+        concluded = [task for task, ended in tasks if ended]
+        running = [task for task, ended in tasks if not ended]
         # A run whose outcome is recorded only has its logs to keep and its container to remove (one that
         # reported is waited for: it exits by itself or is stopped RESULT_GRACE_SECONDS after its result).
         await asyncio.gather(*concluded, return_exceptions=True)
