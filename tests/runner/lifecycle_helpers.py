@@ -56,6 +56,20 @@ def forever(reported: asyncio.Event | None = None):  # type: ignore[no-untyped-d
     return behaviour
 
 
+def reports_then_hangs(result: str, reported: asyncio.Event | None = None):  # type: ignore[no-untyped-def]
+    """Reports a completed result, then never exits (the engine is slow, or the container lingers)."""
+
+    async def behaviour(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        await channel.report(RunResult(status="completed", result=result))
+        if reported is not None:
+            reported.set()
+        await asyncio.Event().wait()
+        return None
+
+    return behaviour
+
+
 def socket_of(container: MemoryContainer) -> Path:
     assert container.spec is not None
     mount = next(m for m in container.spec.mounts if m.target == CHANNEL_DIR)

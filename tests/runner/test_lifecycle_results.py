@@ -12,7 +12,7 @@ from container.channel import ChannelRefused, RunChannel
 from container.task import RunResult
 from core.store.runs import FollowUp, RunStatus
 from tests.fakes.memory_runtime import MemoryContainer
-from tests.runner.lifecycle_helpers import CHAT_ID, completing, forever, rig
+from tests.runner.lifecycle_helpers import CHAT_ID, completing, forever, reports_then_hangs, rig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,15 +30,7 @@ async def test_a_result_arrives_once_as_a_subagent_message(tmp_path: Path) -> No
 
 async def test_cancel_racing_a_reported_result_records_one_outcome(tmp_path: Path) -> None:
     reported = asyncio.Event()
-
-    async def report_then_hang(channel: RunChannel, container: MemoryContainer) -> int | None:
-        await channel.task()
-        await channel.report(RunResult(status="completed", result="too late"))
-        reported.set()
-        await asyncio.Event().wait()
-        return None
-
-    async with rig(tmp_path, report_then_hang) as r:
+    async with rig(tmp_path, reports_then_hangs("too late", reported)) as r:
         run_id = await r.spawn("race")
         await asyncio.wait_for(reported.wait(), 5)
         answered = await r.service.manager.cancel_run(CHAT_ID, run_id)
@@ -113,14 +105,7 @@ async def test_a_container_that_reports_but_does_not_exit_is_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("runner.supervisor.RESULT_GRACE_SECONDS", 0.1)
-
-    async def report_and_linger(channel: RunChannel, container: MemoryContainer) -> int | None:
-        await channel.task()
-        await channel.report(RunResult(status="completed", result="done but lingering"))
-        await asyncio.Event().wait()
-        return None
-
-    async with rig(tmp_path, report_and_linger) as r:
+    async with rig(tmp_path, reports_then_hangs("done but lingering")) as r:
         run_id = await r.spawn("linger")
         assert await r.until_status(run_id, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.COMPLETED
         await r.settled()
