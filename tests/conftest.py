@@ -1,5 +1,6 @@
-"""Suite-wide guards and fixtures: no test reaches beyond loopback, Docker tests fail (not skip) under CI=true,
-no operator setting leaks in from the environment, and a real SQLite store for the tests that need one."""
+"""Suite-wide guards and fixtures: no test reaches beyond loopback, none leaves anything behind
+(tests/leak_guard.py), Docker tests fail (not skip) under CI=true, no operator setting leaks in from the
+environment, and a real SQLite store for the tests that need one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from core.store import ChatStore, Database, MessageStore
 from tests.fakes.loopback_guard import install_loopback_guard
 
 install_loopback_guard()
+
+# A test that leaves a container, a process, a listening socket or a temporary file behind fails, naming it.
+pytest_plugins = ["tests.leak_guard"]
 
 
 def docker_engine_available() -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -67,3 +68,8 @@ async def telegram_app(
         yield app
     finally:
         await app.stop()
+        if with_subagents:
+            from runner.paths import DataPaths
+            from tests.runner.docker_helpers import remove_instance_containers
+
+            await asyncio.to_thread(remove_instance_containers, DataPaths(settings.data_dir).instance_id)

@@ -100,7 +100,7 @@ async def test_merge_in_window_kills_the_subagent_and_answers_both(
     settings = make_settings(tmp_path, tg, MERGE_WINDOW_SECONDS=60)
     async with telegram_app(settings, model=FunctionModel(model), with_subagents=True) as app:
         runs = RunStore(app.stores.db)
-        tg.push_message(GROUP_ID, f"@{tg.bot_username} background: hold $ sleep 300")
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} background: hold\n$ sleep 300")
         (record,) = await wait_running(runs, 1)
         assert record.container_id is not None
         tg.push_message(GROUP_ID, f"@{tg.bot_username} oh, and check the logs too")
@@ -150,7 +150,7 @@ async def test_cancel_scope_decides_whether_older_subagents_go(
         await tg.wait_for_messages(GROUP_ID, 1)
         # A minute-long window would merge the next message into the older turn if it were in flight.
         await wait_engine_idle(app)
-        tg.push_message(GROUP_ID, f"@{tg.bot_username} background: hold $ sleep 300")
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} background: hold\n$ sleep 300")
         records = await wait_running(runs, 2)
         newer = next(r for r in records if r.id != older.id)
         tg.push_message(GROUP_ID, f"@{tg.bot_username} never mind that")
