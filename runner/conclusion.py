@@ -21,6 +21,7 @@ from core.store.runs import RunStatus, RunStore
 from runner.live_runs import LiveRun, StopReason
 from runner.outcome import SUBAGENT_SENDER, outcome_body, subagent_content
 from runner.releases import Releases
+from runner.run_endpoint import MAX_INVALID_REQUESTS
 from runner.run_files import RunFiles
 
 log = get_logger(__name__)
@@ -84,6 +85,9 @@ class Conclusion:
         elif reason is StopReason.TOKEN_BUDGET:
             limit = self._settings.subagent_max_tokens
             error = f"used its token budget of {limit} tokens (SUBAGENT_MAX_TOKENS) and was stopped"
+            await self.record(live, RunStatus.FAILED, error=error)
+        elif reason is StopReason.INVALID_REQUESTS:
+            error = f"sent {MAX_INVALID_REQUESTS} invalid requests on its channel and was stopped"
             await self.record(live, RunStatus.FAILED, error=error)
         elif reason is StopReason.WORKSPACE_QUOTA:
             await self.record(live, RunStatus.FAILED, error=quota_text or "its workspace is over WORKSPACE_QUOTA_MB")

@@ -21,6 +21,7 @@ class StopReason(StrEnum):
     TOKEN_BUDGET = "token_budget"
     WORKSPACE_QUOTA = "workspace_quota"
     LINGERING = "lingering"  # it reported its result but did not exit
+    INVALID_REQUESTS = "invalid_requests"  # its channel requests were refused as invalid too often
 
 
 @dataclass(slots=True)

@@ -16,11 +16,16 @@ from typing import Any
 import pydantic_core
 
 from core.settings import LLMProvider
+from runner import bounded_json
+from runner.bounded_json import BodyRefused
 from runner.llm_upstream import ProxyError
 
 DEFAULT_MAX_OUTPUT_TOKENS = 16_384  # one call's output ceiling; the run's budget is SUBAGENT_MAX_TOKENS
 MAX_DROPPED_LABELS = 20  # a body of a million junk keys must not become a million-entry log line
 MAX_LABEL_CHARS = 64
+# JSON values a provider request may hold: a long conversation with tools is tens of thousands. Parsing this
+# many takes about 15 ms; the cap, not the 8 MB body limit, bounds what a request costs the host.
+MAX_REQUEST_VALUES = 200_000
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"  # OpenAI and the offline model; /v1/responses is never served
 MESSAGES_PATH = "/v1/messages"  # Anthropic
@@ -246,6 +251,11 @@ def _labels(dropped: list[str]) -> tuple[str, ...]:
 
 def parse_body(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 the container's SDK shows."""
+    try:
+        # Measured before it is parsed: 8 MB of `{}` would hold the GIL for seconds (runner/bounded_json.py).
+        bounded_json.check_shape(body, MAX_REQUEST_VALUES)
+    except BodyRefused as exc:
+        raise ProxyError(400, "invalid_request", f"request body refused: {exc}") from None
     try:
         # Not json.loads: a deeply nested body raises RecursionError there, an unhandled 500. This parser
         # stops at depth 200, far beyond any real request, and refuses NaN, which no provider takes as JSON.

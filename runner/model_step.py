@@ -28,6 +28,9 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 
 from container.protocol import ModelStep, TaskSpec
+from runner import bounded_json
+from runner.bounded_json import BodyRefused, first_error
+from runner.conversation_limits import ConversationLimits, ConversationRefused, check_conversation
 
 PROXY_ORIGIN = "http://llm"  # any host: the transport goes to the socket
 PLACEHOLDER_API_KEY = "unused"  # the proxy adds the key; the SDKs insist on one
@@ -54,16 +57,20 @@ class StepFailed(Exception):
         self.reason = reason
 
 
-def parse_step(body: bytes) -> tuple[list[ModelMessage], ModelRequestParameters]:
-    """The conversation and the tools of a step body. Blocking (a long conversation takes milliseconds)."""
+def parse_step(body: bytes, limits: ConversationLimits) -> tuple[list[ModelMessage], ModelRequestParameters]:
+    """The conversation and the tools of a step body. Blocking: milliseconds, bounded by `limits` whatever the
+    body's size (its shape and the conversation's size are checked before anything is validated)."""
     try:
-        step = ModelStep.model_validate_json(body)
+        raw = bounded_json.load(body, limits.max_values)
+        check_conversation(raw.get("messages") if isinstance(raw, dict) else None, limits)
+    except (BodyRefused, ConversationRefused) as exc:
+        raise StepFailed(400, f"not a valid model step: {exc}") from None
+    try:
+        step = ModelStep.model_validate(raw)
         refuse_unsafe(step.messages)
         messages = ModelMessagesTypeAdapter.validate_python(step.messages)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])[:100] or "(body)"
-        raise StepFailed(400, f"not a valid model step: {where}: {first['msg']}") from None
+        raise StepFailed(400, f"not a valid model step: {first_error(exc)}") from None
     tools = [
         ToolDefinition(name=tool.name, description=tool.description, parameters_json_schema=tool.parameters)
         for tool in step.tools
@@ -93,9 +100,9 @@ def refuse_unsafe(messages: list[Any]) -> None:
             pending.extend(item)
 
 
-async def make_step(spec: TaskSpec, socket_path: Path, body: bytes) -> bytes:
+async def make_step(spec: TaskSpec, socket_path: Path, body: bytes, limits: ConversationLimits) -> bytes:
     """The model's response to a step body, as `{"response": ...}` JSON; raises StepFailed."""
-    messages, parameters = await asyncio.to_thread(parse_step, body)
+    messages, parameters = await asyncio.to_thread(parse_step, body, limits)
     # The SDK's typed transform of a long conversation is seconds of CPU (15 s for 8 MiB, OpenAI): never on
     # the host's loop, so the whole request is made on a loop of its own.
     return await on_own_loop(_request(spec, socket_path, messages, parameters))

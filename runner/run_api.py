@@ -1,9 +1,10 @@
 """The run API on a run's channel (`/run/...`): the host's side of task, progress messages, session, result.
 
-Every body is bounded as it is read (never more than one byte past its limit), parsed as JSON and
-validated against the contract's models;
-the run it speaks for is the socket it arrived on, never anything in the body. What a run may do with
-an accepted request (its budgets, whether it is still live) is the `RunEndpoint`'s decision.
+Every body is bounded as it is read (never more than one byte past its limit), measured before it is parsed
+(runner/bounded_json.py) and validated against the contract's models; an invalid one is counted against
+the run (its endpoint stops a run that sends a few). The run it speaks for is the socket it arrived on,
+never anything in the body. What a run may do with an accepted request (its budgets, whether it is still
+live) is the `RunEndpoint`'s decision.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from container.protocol import (
     MAX_RUN_BODY_BYTES,
@@ -27,10 +28,15 @@ from container.protocol import (
     RunResult,
     TaskSpec,
 )
+from runner import bounded_json
+from runner.bounded_json import BodyRefused
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 READ_CHUNK_BYTES = 64 * 1024
+# A progress message or a result is a handful of fields: a body with more values than this is not one.
+MAX_SMALL_BODY_VALUES = 64
+INVALID_STATUS = 400  # a refusal that counts towards the run's limit of invalid requests
 MAX_SHOWN_CHARS = 100  # what a refusal echoes of the request (path, method, field name): the container chose it
 _ROUTES = {TASK_PATH: "GET", MESSAGE_PATH: "POST", SESSION_PATH: "POST", RESULT_PATH: "POST", MODEL_PATH: "POST"}
 
@@ -58,6 +64,9 @@ class RunEndpoint(Protocol):
     async def model_step(self, body: bytes) -> bytes:
         """The model's response to one step of the agent's loop, as JSON (runner/model_step.py)."""
 
+    def invalid(self, status: int, reason: str) -> None:
+        """A body was refused as invalid or over a cap (the endpoint may stop the run after a few)."""
+
 
 def answer(status: int, ok: bool, detail: str) -> web.Response:
     return web.Response(
@@ -75,7 +84,7 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
             task = await endpoint.task()
             return web.Response(body=task.model_dump_json(), content_type="application/json")
         if path == MESSAGE_PATH and method == "POST":
-            message = _parse(ProgressMessage, await _read(request, MAX_RUN_BODY_BYTES))
+            message = _parse(endpoint, ProgressMessage, await _read(request, MAX_RUN_BODY_BYTES))
             return answer(200, True, await endpoint.message(message))
         if path == SESSION_PATH and method == "POST":
             return answer(200, True, await endpoint.session(await _read(request, MAX_SESSION_BYTES)))
@@ -83,7 +92,7 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
             response = await endpoint.model_step(await _read(request, MAX_STEP_BYTES))
             return web.Response(body=response, content_type="application/json")
         if path == RESULT_PATH and method == "POST":
-            result = _parse(RunResult, await _read(request, MAX_RUN_BODY_BYTES))
+            result = _parse(endpoint, RunResult, await _read(request, MAX_RUN_BODY_BYTES))
             return answer(200, True, await endpoint.result(result))
     except ChannelRefused as exc:
         return answer(exc.status, False, exc.reason)
@@ -110,10 +119,11 @@ async def _read(request: web.Request, limit: int) -> bytes:
         chunks.append(chunk)
 
 
-def _parse(model: type[ModelT], body: bytes) -> ModelT:
+def _parse(endpoint: RunEndpoint, model: type[ModelT], body: bytes) -> ModelT:
+    # Small bodies: the shape check and validation take microseconds, on the loop.
     try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])[:MAX_SHOWN_CHARS] or "(body)"
-        raise ChannelRefused(400, f"not a valid {model.__name__}: {where}: {first['msg']}") from None
+        return bounded_json.validate(model, body, MAX_SMALL_BODY_VALUES)
+    except BodyRefused as exc:
+        reason = f"not a valid {model.__name__}: {exc}"
+        endpoint.invalid(INVALID_STATUS, reason)
+        raise ChannelRefused(INVALID_STATUS, reason) from None

@@ -17,9 +17,10 @@ from container.protocol import ProgressMessage, RunResult, TaskSpec
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.runs import ProgressOutcome, RunStore
-from runner.live_runs import LiveRun
+from runner.conversation_limits import ConversationLimits
+from runner.live_runs import LiveRun, StopReason
 from runner.outcome import SUBAGENT_SENDER
-from runner.run_api import ChannelRefused
+from runner.run_api import INVALID_STATUS, ChannelRefused
 from runner.sessions import SessionRejected, clean
 
 log = get_logger(__name__)
@@ -28,6 +29,8 @@ MAX_SESSION_UPLOADS = 3  # a run hands its session back once; a few retries, nev
 # Model steps a run may ask for beyond its step limit (a step retried after a lost connection). Each step's
 # conversation is validated on the host, so invalid ones count too: a container cannot make the host spin.
 EXTRA_MODEL_STEPS = 5
+# The agent's loop never sends an invalid body; a run that sends this many is not that loop, and is stopped.
+MAX_INVALID_REQUESTS = 3
 
 
 class RunInbox:
@@ -58,10 +61,19 @@ class RunInbox:
         self._session_uploads = 0
         self._model_steps = 0
         self._stepping = False
+        self._invalid_requests = 0
+        self.limits = ConversationLimits.for_task(spec, EXTRA_MODEL_STEPS)
 
     def _check_live(self) -> None:
         if self._live.cancelled or self._live.released:
             raise ChannelRefused(403, f"run {self._live.id} is cancelled or finished")
+
+    def invalid(self, status: int, reason: str) -> None:
+        """A body was refused as invalid or over a cap: the run is stopped at MAX_INVALID_REQUESTS of them."""
+        self._invalid_requests += 1
+        log.warning("run_request_invalid", run_id=self._live.id, status=status, reason=reason)
+        if self._invalid_requests >= MAX_INVALID_REQUESTS:
+            self._live.request_stop(StopReason.INVALID_REQUESTS)
 
     async def task(self) -> TaskSpec:
         self._check_live()
@@ -90,9 +102,9 @@ class RunInbox:
             raise ChannelRefused(429, f"this run has handed its session back {MAX_SESSION_UPLOADS} times already")
         try:
             # Validating a few MB of JSON takes milliseconds to seconds: never on the event loop.
-            self.session_json = await asyncio.to_thread(clean, history_json, self._session_max_messages)
+            self.session_json = await asyncio.to_thread(clean, history_json, self._session_max_messages, self.limits)
         except SessionRejected as exc:
-            log.warning("session_rejected", run_id=self._live.id, reason=str(exc))
+            self.invalid(400, f"session not kept: {exc}")
             raise ChannelRefused(400, f"session not kept: {exc}") from None
         return "kept"
 
@@ -118,9 +130,11 @@ class RunInbox:
         from runner.model_step import StepFailed, make_step
 
         try:
-            return await make_step(self._spec, self._socket_path, body)
+            return await make_step(self._spec, self._socket_path, body, self.limits)
         except StepFailed as exc:
             log.info("model_step_failed", run_id=self._live.id, status=exc.status, reason=exc.reason)
+            if exc.status == INVALID_STATUS:
+                self.invalid(exc.status, exc.reason)
             raise ChannelRefused(exc.status, exc.reason) from None
 
     async def result(self, result: RunResult) -> str:

@@ -16,6 +16,10 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from runner import bounded_json
+from runner.bounded_json import BodyRefused
+from runner.conversation_limits import ConversationLimits, ConversationRefused, check_conversation
+
 
 class HistoryInvalid(ValueError):
     """Not a pydantic-ai message history; the message says how many errors."""
@@ -46,8 +50,13 @@ def without_instructions(messages: list[ModelMessage]) -> list[ModelMessage]:
     return kept
 
 
-def clean_history(data: bytes, max_messages: int) -> bytes:
-    """`data` validated as a history, re-encoded without instructions and trimmed."""
+def clean_history(data: bytes, max_messages: int, limits: ConversationLimits) -> bytes:
+    """`data` validated as a history, re-encoded without instructions and trimmed. Its shape and size are
+    checked against `limits` first, so a hostile upload costs milliseconds, not seconds."""
+    try:
+        check_conversation(bounded_json.load(data, limits.max_values), limits)
+    except (BodyRefused, ConversationRefused) as exc:
+        raise HistoryInvalid(f"not a message history: {exc}") from None
     try:
         messages = ModelMessagesTypeAdapter.validate_json(data)
     except ValidationError as exc:

@@ -15,20 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from container.protocol import MAX_SESSION_BYTES, write_bytes_atomic
+from runner.conversation_limits import MAX_PARTS_PER_MESSAGE, ConversationLimits
 
 
 class SessionRejected(Exception):
     """The uploaded history is not usable; the message says why."""
 
 
-def clean(data: bytes, max_messages: int) -> bytes:
-    """Validate an uploaded history and return it trimmed, re-encoded by us. Blocking: run in a thread."""
+def clean(data: bytes, max_messages: int, limits: ConversationLimits) -> bytes:
+    """Validate an uploaded history (within `limits`) and return it trimmed, re-encoded by us. Blocking: run
+    in a thread."""
     if len(data) > MAX_SESSION_BYTES:
         raise SessionRejected(f"the session is over {MAX_SESSION_BYTES} bytes")
     from runner.session_history import HistoryInvalid, clean_history  # pydantic-ai: on first use
 
     try:
-        return clean_history(data, max_messages)
+        return clean_history(data, max_messages, limits)
     except HistoryInvalid as exc:
         raise SessionRejected(str(exc)) from None
 
@@ -58,7 +60,9 @@ class SessionFiles:
                 return None
             data = handle.read(MAX_SESSION_BYTES + 1)
         try:
-            value: list[Any] = json.loads(clean(data, max_messages))
+            # Written by us, trimmed to `max_messages`: only the caps of the messages it may hold apply.
+            limits = ConversationLimits(max_messages, max_messages * MAX_PARTS_PER_MESSAGE)
+            value: list[Any] = json.loads(clean(data, max_messages, limits))
         except (SessionRejected, ValueError):
             return None
         return value

@@ -40,9 +40,11 @@ from container.protocol import (
     RunResult,
     TaskSpec,
 )
+from runner.conversation_limits import ConversationLimits
 from runner.model_step import StepFailed, make_step
 from runner.run_api import ChannelRefused as HostRefusal
 from runner.run_api import handle_run_api
+from runner.run_endpoint import EXTRA_MODEL_STEPS
 
 SOCKET_MODE = 0o666  # the container's uid 1000 connects to a socket the test (maybe root) created
 LLM_MAX_BODY_BYTES = 8 * 1024 * 1024  # as the host's LLM proxy: a long prior history fits
@@ -188,9 +190,13 @@ class _FakeRunEndpoint:
         if self._host.task is None:
             raise HostRefusal(404, "this channel has no task")
         try:
-            return await make_step(self._host.task, self._host.socket_path, body)
+            limits = ConversationLimits.for_task(self._host.task, EXTRA_MODEL_STEPS)
+            return await make_step(self._host.task, self._host.socket_path, body, limits)
         except StepFailed as exc:
             raise HostRefusal(exc.status, exc.reason) from None
+
+    def invalid(self, status: int, reason: str) -> None:
+        """The host's RunInbox counts these; the scripted host only serves."""
 
     async def result(self, result: RunResult) -> str:
         self._refuse_if_told(RESULT_PATH)

@@ -32,6 +32,7 @@ class Recorder:
     sessions: list[bytes] = field(default_factory=list)
     results: list[RunResult] = field(default_factory=list)
     steps: list[bytes] = field(default_factory=list)
+    invalid_reasons: list[str] = field(default_factory=list)
 
     def _gate(self) -> None:
         if self.refusal is not None:
@@ -61,6 +62,9 @@ class Recorder:
         self._gate()
         self.steps.append(body)
         return b'{"response": {"kind": "response", "parts": [{"part_kind": "text", "content": "ok"}]}}'
+
+    def invalid(self, status: int, reason: str) -> None:
+        self.invalid_reasons.append(reason)
 
     def handed(self) -> list[object]:
         return [*self.messages, *self.sessions, *self.results, *self.steps]

@@ -13,6 +13,7 @@ import pytest
 from container.channel import ChannelRefused, RunChannel
 from container.protocol import CHANNEL_SOCKET_FILE, TaskSpec
 from runner import model_step
+from runner.conversation_limits import ConversationLimits
 from runner.live_runs import LiveRun
 from runner.run_api import ChannelRefused as HostRefusal
 from runner.run_endpoint import EXTRA_MODEL_STEPS, RunInbox
@@ -116,7 +117,7 @@ async def test_steps_come_one_at_a_time_and_are_counted(monkeypatch: pytest.Monk
     release = asyncio.Event()
     made: list[bytes] = []
 
-    async def slow_step(spec: TaskSpec, socket_path: Path, body: bytes) -> bytes:
+    async def slow_step(spec: TaskSpec, socket_path: Path, body: bytes, limits: ConversationLimits) -> bytes:
         made.append(body)
         await release.wait()
         return b"{}"

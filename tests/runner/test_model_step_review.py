@@ -18,9 +18,12 @@ from pydantic_ai.direct import model_request
 
 from container.protocol import CHANNEL_SOCKET_FILE, TaskSpec
 from runner import model_step
+from runner.conversation_limits import ConversationLimits
 from tests.container.scripted_llm import ScriptedLLM, TextReply
 
 TASK = TaskSpec(run_id="run-review1", task="t", label="l", max_steps=2)
+# The long conversation below is far past what a 2-step run may send: these tests are about threads, not caps.
+LONG_RUN = ConversationLimits(max_messages=10_000, max_parts=10_000)
 TOOLS: list[dict[str, Any]] = [
     {"name": "bash", "description": "Run a command.", "parameters": {"type": "object", "properties": {}}}
 ]
@@ -46,9 +49,9 @@ async def test_a_long_conversation_is_parsed_and_sent_off_the_hosts_event_loop(
     threads: dict[str, int] = {}
     parse = model_step.parse_step
 
-    def recorded_parse(raw: bytes) -> Any:
+    def recorded_parse(raw: bytes, limits: ConversationLimits) -> Any:
         threads["parse"] = threading.get_ident()
-        return parse(raw)
+        return parse(raw, limits)
 
     async def recorded_request(*args: Any, **kwargs: Any) -> Any:
         threads["request"] = threading.get_ident()
@@ -57,7 +60,7 @@ async def test_a_long_conversation_is_parsed_and_sent_off_the_hosts_event_loop(
     monkeypatch.setattr(model_step, "parse_step", recorded_parse)
     monkeypatch.setattr(model_step, "model_request", recorded_request)
     async with ScriptedLLM(tmp_path / CHANNEL_SOCKET_FILE, [TextReply("done")], task=TASK) as host:
-        answer = await model_step.make_step(TASK, host.socket_path, body)
+        answer = await model_step.make_step(TASK, host.socket_path, body, LONG_RUN)
 
     assert [part["content"] for part in json.loads(answer)["response"]["parts"]] == ["done"]
     assert len(host.requests[0]["messages"]) == 1 + 2 * 4_000
@@ -84,7 +87,7 @@ async def test_a_cancelled_step_stops_its_call(tmp_path: Path) -> None:
     await web.UnixSite(runner, str(socket_path)).start()
     try:
         body = json.dumps({"messages": long_conversation(1), "tools": TOOLS}).encode()
-        step = asyncio.create_task(model_step.make_step(TASK, socket_path, body))
+        step = asyncio.create_task(model_step.make_step(TASK, socket_path, body, LONG_RUN))
         await asyncio.wait_for(arrived.wait(), 10)
         step.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -19,9 +19,11 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from runner.conversation_limits import ConversationLimits
 from runner.sessions import SessionRejected, clean
 
 WHEN = datetime(2026, 1, 1, tzinfo=UTC)
+LIMITS = ConversationLimits(max_messages=400, max_parts=3_200)
 
 
 def exchange(n: int) -> list[ModelMessage]:
@@ -34,7 +36,7 @@ def exchange(n: int) -> list[ModelMessage]:
 
 
 def kept(data: bytes, max_messages: int = 200) -> list[ModelMessage]:
-    return ModelMessagesTypeAdapter.validate_json(clean(data, max_messages))
+    return ModelMessagesTypeAdapter.validate_json(clean(data, max_messages, LIMITS))
 
 
 def test_a_forged_system_prompt_and_instructions_are_not_kept() -> None:
@@ -64,4 +66,4 @@ def test_trimming_starts_at_a_user_prompt_so_no_tool_result_is_orphaned() -> Non
 @pytest.mark.parametrize("data", [b"", b"{}", b'[{"kind": "request"}]', b"[1, 2, 3]", b"x" * 100])
 def test_anything_but_a_history_is_refused(data: bytes) -> None:
     with pytest.raises(SessionRejected):
-        clean(data, 200)
+        clean(data, 200, LIMITS)
