@@ -107,18 +107,29 @@ class LiveConfig:
     def settings(self) -> Settings:
         return self._settings
 
-    async def load(self) -> None:
-        """At start-up: the overrides stored by earlier changes win over the environment."""
+    async def load(self) -> list[str]:
+        """At start-up: the overrides stored by earlier changes win over the environment.
+
+        One that no longer validates (stored by an older version, or on a bigger host) is refused: not
+        applied, its line logged and returned, the start-up value kept. Stopping start-up instead would leave
+        no way to replace it, since `crewbot config set` needs the running bot.
+        """
         stored = {name: value for name, value in (await self._store.all()).items() if name in LIVE_SETTINGS}
-        if not stored:
-            return
-        try:
-            fresh = await asyncio.to_thread(validated, self._settings, stored)
-        except SettingsError as exc:
-            hint = " (a live override stored by `crewbot config set`: set a valid value the same way)"
-            raise SettingsError("\n".join(line + hint for line in exc.lines)) from None
-        self._apply(fresh, stored)
-        log.info("live_overrides_applied", settings=stored)
+        refused: list[str] = []
+        for name, value in sorted(stored.items()):
+            try:
+                fresh = await asyncio.to_thread(validated, self._settings, {name: value})
+            except SettingsError as exc:
+                kept = display(getattr(self._settings, field_names()[name]))
+                note = f"; the live override stored by `crewbot config set` is not applied: {name} stays {kept}"
+                refused.extend(line + note for line in exc.lines)
+                continue
+            self._apply(fresh, {name: value})
+        for line in refused:
+            log.warning("live_override_refused", line=line)
+        if self._overrides:
+            log.info("live_overrides_applied", settings=self._overrides)
+        return refused
 
     async def set(self, name: str, value: str, changed_by: str) -> SettingChange:
         """Validate, persist and apply one change; SettingsError (the start-up line) when refused."""

@@ -13,11 +13,41 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.setting_bounds import (
+    BYTES_PER_MIB,
+    MAX_DATA_RETENTION_DAYS,
+    MAX_INT64,
+    MAX_IPC_MAX_FILE_BYTES,
+    MAX_IPC_RESCAN_SECONDS,
+    MAX_LLM_TIMEOUT_SECONDS,
+    MAX_MERGE_WINDOW_SECONDS,
+    MAX_SCHEDULE_MIN_INTERVAL_SECONDS,
+    MAX_SCHEDULE_MISFIRE_GRACE_SECONDS,
+    MAX_SUBAGENT_MAX_TOKENS,
+    MAX_SUBAGENT_PIDS,
+    MAX_SUBAGENT_TIMEOUT_SECONDS,
+    MAX_TYPING_INTERVAL_SECONDS,
+    MAX_WORKSPACE_QUOTA_MB,
+    MIN_DATA_RETENTION_DAYS,
+    MIN_IPC_MAX_FILE_BYTES,
+    MIN_IPC_RESCAN_SECONDS,
+    MIN_LLM_TIMEOUT_SECONDS,
+    MIN_SUBAGENT_CPUS,
+    MIN_SUBAGENT_MAX_TOKENS,
+    MIN_SUBAGENT_PIDS,
+    MIN_SUBAGENT_TIMEOUT_SECONDS,
+    MIN_TYPING_INTERVAL_SECONDS,
+    AtMostHost,
+    allowed_range,
+    host_cpu_count,
+    host_memory_bytes,
+)
+
 MAX_TCP_PORT = 65535
 MAX_SUBAGENTS_CEILING = 100  # the highest cap a setting accepts (the Docker runtime's pool is sized for it)
 DEFAULT_TELEGRAM_API_BASE_URL = "https://api.telegram.org/bot"
 # Docker's format for memory limits (the SDK's parse_bytes): digits with an optional unit.
-MEMORY_LIMIT = re.compile(r"^(\d+)([bkmg]?)$", re.IGNORECASE)
+MEMORY_LIMIT = re.compile(r"^(\d{1,20})([bkmg]?)$", re.IGNORECASE)  # more digits: past int64 anyway
 MEMORY_UNIT_BYTES = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 MIN_MEMORY_BYTES = 6 * 1024**2  # the engine refuses a limit below 6 MB
 BOT_TOKEN_SHAPE = re.compile(r"^\d+:[A-Za-z0-9_-]+$")  # <bot id>:<secret>, as @BotFather gives it
@@ -88,14 +118,14 @@ def check_timezone(name: str) -> str:
     return name
 
 
-def memory_limit_bytes(value: str) -> int:
-    """Bytes of a Docker memory limit such as `512m`; ValueError when Docker would not accept it."""
+def memory_limit_bytes(value: str, max_bytes: int = MAX_INT64) -> int:
+    """Bytes of a Docker memory limit such as `512m`; ValueError naming the allowed range when it is not one
+    from 6m (the engine's minimum) to `max_bytes` (int64, the engine's field, unless a host is smaller)."""
     match = MEMORY_LIMIT.match(value.strip())
-    if match is None:
-        raise ValueError("must be digits with an optional unit b, k, m or g, e.g. 512m or 2g")
-    size = int(match.group(1)) * MEMORY_UNIT_BYTES[match.group(2).lower()]
-    if size < MIN_MEMORY_BYTES:
-        raise ValueError("must be at least 6m (the Docker engine's minimum)")
+    size = int(match.group(1)) * MEMORY_UNIT_BYTES[match.group(2).lower()] if match else 0
+    if not MIN_MEMORY_BYTES <= size <= max_bytes:
+        most = f"{max_bytes // BYTES_PER_MIB}m" + (" (this host's memory)" if max_bytes < MAX_INT64 else "")
+        raise ValueError(f"must be digits with an optional unit b, k, m or g, from 6m to {most}")
     return size
 
 
@@ -115,45 +145,87 @@ class Settings(BaseSettings):
     llm_base_url: str | None = Field(default=None, alias="LLM_BASE_URL")
     llm_api_key: SecretStr | None = Field(default=None, alias="LLM_API_KEY")
     llm_model: str | None = Field(default=None, alias="LLM_MODEL")
-    llm_timeout_seconds: float = Field(default=120.0, gt=0, alias="LLM_TIMEOUT_SECONDS")
+    llm_timeout_seconds: float = Field(
+        default=120.0,
+        ge=MIN_LLM_TIMEOUT_SECONDS,
+        le=MAX_LLM_TIMEOUT_SECONDS,
+        allow_inf_nan=False,
+        alias="LLM_TIMEOUT_SECONDS",
+    )
     subagent_model: str | None = Field(default=None, alias="SUBAGENT_MODEL")
 
     max_concurrent_subagents: int = Field(default=3, ge=1, le=MAX_SUBAGENTS_CEILING, alias="MAX_CONCURRENT_SUBAGENTS")
     max_subagents_per_chat: int = Field(default=3, ge=1, le=MAX_SUBAGENTS_CEILING, alias="MAX_SUBAGENTS_PER_CHAT")
-    subagent_timeout_seconds: float = Field(default=900.0, gt=0, alias="SUBAGENT_TIMEOUT_SECONDS")
+    subagent_timeout_seconds: float = Field(
+        default=900.0,
+        ge=MIN_SUBAGENT_TIMEOUT_SECONDS,
+        le=MAX_SUBAGENT_TIMEOUT_SECONDS,
+        allow_inf_nan=False,
+        alias="SUBAGENT_TIMEOUT_SECONDS",
+    )
     subagent_reject_message: str = Field(default=DEFAULT_REJECT_MESSAGE, alias="SUBAGENT_REJECT_MESSAGE")
     subagent_result_mode: ResultMode = Field(default=ResultMode.DIRECT, alias="SUBAGENT_RESULT_MODE")
     # One message per turn that spawned subagents, edited as their states change.
     status_card: bool = Field(default=True, alias="STATUS_CARD")
     # Requests over a cap wait here for a slot (0: refused at once, as before the queue existed).
     subagent_queue_limit: int = Field(default=20, ge=0, le=1000, alias="SUBAGENT_QUEUE_LIMIT")
-    merge_window_seconds: float = Field(default=3.0, ge=0, alias="MERGE_WINDOW_SECONDS")
+    merge_window_seconds: float = Field(
+        default=3.0, ge=0, le=MAX_MERGE_WINDOW_SECONDS, allow_inf_nan=False, alias="MERGE_WINDOW_SECONDS"
+    )
     merge_cancel_scope: CancelScope = Field(default=CancelScope.TURN, alias="MERGE_CANCEL_SCOPE")
-    typing_interval_seconds: float = Field(default=4.0, gt=0, alias="TYPING_INTERVAL_SECONDS")
+    typing_interval_seconds: float = Field(
+        default=4.0,
+        ge=MIN_TYPING_INTERVAL_SECONDS,
+        le=MAX_TYPING_INTERVAL_SECONDS,
+        allow_inf_nan=False,
+        alias="TYPING_INTERVAL_SECONDS",
+    )
     history_window_messages: int = Field(default=50, ge=1, le=1000, alias="HISTORY_WINDOW_MESSAGES")
 
     subagent_image: str = Field(default="crewbot-agent:latest", alias="SUBAGENT_IMAGE")
     subagent_network: str = Field(default="none", alias="SUBAGENT_NETWORK")
     subagent_memory: str = Field(default="512m", alias="SUBAGENT_MEMORY")
-    subagent_cpus: float = Field(default=1.0, gt=0, alias="SUBAGENT_CPUS")
-    subagent_pids: int = Field(default=256, ge=16, alias="SUBAGENT_PIDS")
+    subagent_cpus: Annotated[float, AtMostHost(host_cpu_count, "this host's CPU cores")] = Field(
+        default=1.0, ge=MIN_SUBAGENT_CPUS, allow_inf_nan=False, alias="SUBAGENT_CPUS"
+    )
+    subagent_pids: int = Field(default=256, ge=MIN_SUBAGENT_PIDS, le=MAX_SUBAGENT_PIDS, alias="SUBAGENT_PIDS")
 
     # Budgets: what one run may cause, enforced on the host (README "Security").
-    subagent_max_tokens: int = Field(default=200_000, ge=1_000, alias="SUBAGENT_MAX_TOKENS")
+    subagent_max_tokens: int = Field(
+        default=200_000, ge=MIN_SUBAGENT_MAX_TOKENS, le=MAX_SUBAGENT_MAX_TOKENS, alias="SUBAGENT_MAX_TOKENS"
+    )
     subagent_max_messages: int = Field(default=10, ge=0, le=1_000, alias="SUBAGENT_MAX_MESSAGES")
     subagent_session_max_messages: int = Field(default=200, ge=0, le=10_000, alias="SUBAGENT_SESSION_MAX_MESSAGES")
     subagent_allow_provider_tools: bool = Field(default=False, alias="SUBAGENT_ALLOW_PROVIDER_TOOLS")
-    workspace_quota_mb: int = Field(default=1024, ge=1, alias="WORKSPACE_QUOTA_MB")
-    data_retention_days: float = Field(default=30.0, gt=0, alias="DATA_RETENTION_DAYS")
+    workspace_quota_mb: int = Field(default=1024, ge=1, le=MAX_WORKSPACE_QUOTA_MB, alias="WORKSPACE_QUOTA_MB")
+    data_retention_days: float = Field(
+        default=30.0,
+        ge=MIN_DATA_RETENTION_DAYS,
+        le=MAX_DATA_RETENTION_DAYS,
+        allow_inf_nan=False,
+        alias="DATA_RETENTION_DAYS",
+    )
 
     ipc_force_polling: bool = Field(default=False, alias="IPC_FORCE_POLLING")
-    ipc_rescan_seconds: float = Field(default=5.0, gt=0, alias="IPC_RESCAN_SECONDS")
-    ipc_max_file_bytes: int = Field(default=256 * 1024, ge=1024, alias="IPC_MAX_FILE_BYTES")
+    ipc_rescan_seconds: float = Field(
+        default=5.0,
+        ge=MIN_IPC_RESCAN_SECONDS,
+        le=MAX_IPC_RESCAN_SECONDS,
+        allow_inf_nan=False,
+        alias="IPC_RESCAN_SECONDS",
+    )
+    ipc_max_file_bytes: int = Field(
+        default=256 * 1024, ge=MIN_IPC_MAX_FILE_BYTES, le=MAX_IPC_MAX_FILE_BYTES, alias="IPC_MAX_FILE_BYTES"
+    )
 
     # Scheduled tasks (README "Scheduled tasks").
     timezone: str = Field(default="UTC", alias="TIMEZONE")
-    schedule_min_interval_seconds: int = Field(default=300, ge=1, alias="SCHEDULE_MIN_INTERVAL_SECONDS")
-    schedule_misfire_grace_seconds: int = Field(default=300, ge=1, alias="SCHEDULE_MISFIRE_GRACE_SECONDS")
+    schedule_min_interval_seconds: int = Field(
+        default=300, ge=1, le=MAX_SCHEDULE_MIN_INTERVAL_SECONDS, alias="SCHEDULE_MIN_INTERVAL_SECONDS"
+    )
+    schedule_misfire_grace_seconds: int = Field(
+        default=300, ge=1, le=MAX_SCHEDULE_MISFIRE_GRACE_SECONDS, alias="SCHEDULE_MISFIRE_GRACE_SECONDS"
+    )
     schedule_max_failures: int = Field(default=5, ge=1, le=100, alias="SCHEDULE_MAX_FAILURES")
     max_tasks_per_chat: int = Field(default=20, ge=1, le=1000, alias="MAX_TASKS_PER_CHAT")
 
@@ -172,7 +244,7 @@ class Settings(BaseSettings):
     @field_validator("subagent_memory")
     @classmethod
     def _check_memory(cls, value: str) -> str:
-        memory_limit_bytes(value)
+        memory_limit_bytes(value, min(host_memory_bytes(), MAX_INT64))
         return value.strip()
 
     @field_validator("metrics_addr", mode="before")
@@ -258,6 +330,10 @@ class SettingsError(Exception):
 
 def _error_line(loc: tuple[int | str, ...], message: str, got: object) -> str:
     name = str(loc[0]).upper()
+    info = next((info for info in Settings.model_fields.values() if info.alias == name), None)
+    bounds = allowed_range(info) if info is not None else None
+    if bounds is not None:  # whichever bound (or the number's form) failed, the line names the whole range
+        message = f"must be {bounds}"
     shown = ""
     if name not in SECRET_SETTINGS and got is not None and not isinstance(got, dict | list):
         shown = f" (got {str(got)[:60]!r})"

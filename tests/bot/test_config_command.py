@@ -54,3 +54,37 @@ async def test_config_alone_lists_the_live_settings(bot: Bot) -> None:
     assert "MAX_CONCURRENT_SUBAGENTS = 3 (default)" in reply
     assert "SUBAGENT_TIMEOUT_SECONDS = 900 (default)" in reply
     assert "LLM_MODEL" not in reply
+
+
+@pytest.mark.parametrize(
+    ("assignment", "expected"),
+    [
+        ("SUBAGENT_CPUS=1e-10", "invalid setting SUBAGENT_CPUS: must be a number from 0.01 to "),  # no CPU limit
+        ("SUBAGENT_CPUS=1e300", "invalid setting SUBAGENT_CPUS: must be a number from 0.01 to "),  # every run fails
+        (
+            "SUBAGENT_TIMEOUT_SECONDS=inf",
+            "invalid setting SUBAGENT_TIMEOUT_SECONDS: must be a number from 0.5 to 86400",
+        ),
+        (
+            "SUBAGENT_TIMEOUT_SECONDS=nan",
+            "invalid setting SUBAGENT_TIMEOUT_SECONDS: must be a number from 0.5 to 86400",
+        ),
+        ("SUBAGENT_MEMORY=99999999999999999g", "invalid setting SUBAGENT_MEMORY: must be digits with an optional unit"),
+        ("MAX_SUBAGENTS_PER_CHAT=-1", "invalid setting MAX_SUBAGENTS_PER_CHAT: must be a whole number from 1 to 100"),
+        ("SUBAGENT_QUEUE_LIMIT=1e300", "invalid setting SUBAGENT_QUEUE_LIMIT: must be a whole number from 0 to 1000"),
+    ],
+)
+async def test_a_value_that_would_switch_a_limit_off_is_refused_naming_the_range(
+    bot: Bot, db: Database, assignment: str, expected: str
+) -> None:
+    before = bot.settings.model_dump()
+
+    reply = await handle_command(bot, f"/config {assignment}", sender_id=ADMIN)
+
+    (line,) = reply.removeprefix("Crew: ").splitlines()
+    value = assignment.split("=", 1)[1]
+    assert line.startswith(expected) and line.endswith(f"(got {value!r})")
+    if assignment.startswith("SUBAGENT_MEMORY"):
+        assert "from 6m to " in line
+    assert bot.settings.model_dump() == before
+    assert await SettingOverrideStore(db).all() == {}

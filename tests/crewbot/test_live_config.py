@@ -22,7 +22,7 @@ from container.protocol import SpawnRequest
 from core.settings import Settings
 from core.store.db import Database
 from core.store.runs import RunStatus, RunStore
-from core.store.setting_overrides import SettingOverrideStore
+from core.store.setting_overrides import SettingOverrideStore, now_change
 from core.store.stores import Stores
 from crewbot.control import control_socket_path
 from crewbot.serve import serve
@@ -214,4 +214,80 @@ async def test_a_cap_raised_live_starts_the_runs_that_wait_at_once(
         await runtime.until(lambda: runtime.running_count() == 3)
         assert runtime.kills == []
         await finish_all(runtime, runs, ids)
+        await db.close()
+
+
+# Values an attacker's review found accepted, stored and re-applied at every start: no CPU limit, every run
+# failing on "cannot convert float infinity to integer", no wall-clock limit, every spawn failing in the engine.
+CPUS_RANGE = f"must be a number from 0.01 to {os.cpu_count() or 1} (this host's CPU cores)"  # the bot's machine
+SWITCHED_OFF = {
+    "SUBAGENT_CPUS=1e-10": CPUS_RANGE,
+    "SUBAGENT_CPUS=1e300": CPUS_RANGE,
+    "SUBAGENT_TIMEOUT_SECONDS=inf": "must be a number from 0.5 to 86400",
+    "SUBAGENT_MEMORY=99999999999999999g": "must be digits with an optional unit b, k, m or g, from 6m to",
+    "MAX_CONCURRENT_SUBAGENTS=-1": "must be a whole number from 1 to 100",
+}
+STORED_BY_AN_OLDER_VERSION = [
+    "SUBAGENT_CPUS=1e-10",
+    "SUBAGENT_TIMEOUT_SECONDS=inf",
+    "SUBAGENT_MEMORY=99999999999999999g",
+]
+
+
+async def test_no_way_in_takes_a_value_that_switches_a_limit_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("crewbot.serve.gc.freeze", lambda: None)  # the test process lives on
+    data_dir = tmp_path / "data"
+    settings = settings_for(data_dir)
+    stores = await Stores.open(settings)
+    folder = (await stores.chats.ensure(GROUP_ID, "group", "ops")).folder
+    for assignment in STORED_BY_AN_OLDER_VERSION:
+        name, value = assignment.split("=")
+        await SettingOverrideStore(stores.db).set(now_change(name, None, value, "an older version"))
+    await stores.db.close()
+    ensure_chat_dirs(DataPaths(data_dir).ipc_root, folder)
+
+    # The environment at start-up: one line naming the variable and its range, and no start.
+    started = await asyncio.gather(*(cli(data_dir, "migrate", **dict([a.split("=")])) for a in SWITCHED_OFF))
+    for (code, _, err), (assignment, expected) in zip(started, SWITCHED_OFF.items(), strict=True):
+        name, value = assignment.split("=")
+        assert code == 2 and err.startswith(f"crewbot: cannot start: invalid setting {name}: {expected}"), err
+        assert err.strip().endswith(f"(got {value!r})") and len(err.strip().splitlines()) == 1
+
+    # With no bot, `config show` reads the stored ones as the next start would: refused, each named.
+    code, out, err = await cli(data_dir, "config", "show")
+    assert code == 0, err
+    for assignment in STORED_BY_AN_OLDER_VERSION:
+        name = assignment.split("=")[0]
+        assert f"invalid setting {name}: {SWITCHED_OFF[assignment]}" in err and "is not applied" in err
+    live_rows = [row.split() for row in out.splitlines() if row.split()[1:2] == ["*"]]
+    shown = {words[0]: words[2] for words in live_rows}
+    assert (shown["SUBAGENT_CPUS"], shown["SUBAGENT_TIMEOUT_SECONDS"], shown["SUBAGENT_MEMORY"]) == ("1", "900", "512m")
+
+    runtime = MemoryRuntime(on_start=_block)
+    async with runtime, running_bot(settings, runtime):
+        # Stored at start: the bot starts on the environment's values, not the stored ones.
+        assert (settings.subagent_cpus, settings.subagent_timeout_seconds, settings.subagent_memory) == (
+            1.0,
+            900.0,
+            "512m",
+        )
+        before = settings.model_dump()
+        refused = await asyncio.gather(*(cli(data_dir, "config", "set", a) for a in SWITCHED_OFF))
+        for (code, _, err), (assignment, expected) in zip(refused, SWITCHED_OFF.items(), strict=True):
+            name, value = assignment.split("=")
+            assert code == 1 and err.startswith(f"crewbot: invalid setting {name}: {expected}"), err
+            assert err.strip().endswith(f"(got {value!r})")
+        assert settings.model_dump() == before
+
+        db = await Database.open(settings.db_path)
+        runs = RunStore(db)
+        await spawn_in(folder, settings, runs, ["bounded"])
+        await runtime.until(lambda: runtime.running_count() == 1)
+        (spec,) = runtime.started_specs
+        assert (spec.cpus, spec.memory) == (1.0, "512m")
+        changes = await SettingOverrideStore(db).changes()
+        assert {c.changed_by for c in changes} == {"an older version"}  # no refused value was stored
+        await finish_all(runtime, runs, ["bounded"])
         await db.close()
