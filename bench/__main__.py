@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "memory": "bench.memory",
     "prompt": "bench.prompt",
     "stall": "bench.loop_stall",
+    "hostile": "bench.hostile_channel",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOGS_DIR = RESULTS_DIR / "logs"

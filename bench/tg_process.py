@@ -51,7 +51,9 @@ class ControlledFakeTelegram(FakeTelegram):
                 self.add_chat(int(chat_id), title=f"bench {chat_id}")
             return web.json_response({"added": len(body["chat_ids"])})
         if action == "sent":
-            return web.json_response({"sent": len(self.sent_messages())})
+            chat = request.query.get("chat_id")
+            sent = self.sent_messages(int(chat)) if chat is not None else self.sent_messages()
+            return web.json_response({"sent": len(sent)})
         return web.json_response({"error": f"unknown control action {action!r}"}, status=404)
 
 
@@ -108,8 +110,10 @@ class TelegramProcess:
     async def add_chats(self, chat_ids: list[int]) -> None:
         await self._call("POST", "chats", {"chat_ids": chat_ids})
 
-    async def sent(self) -> int:
-        return int((await self._call("GET", "sent"))["sent"])
+    async def sent(self, chat_id: int | None = None) -> int:
+        """Messages the bot has sent, to one chat or to all."""
+        path = "sent" if chat_id is None else f"sent?chat_id={chat_id}"
+        return int((await self._call("GET", path))["sent"])
 
 
 if __name__ == "__main__":

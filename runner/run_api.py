@@ -29,7 +29,8 @@ from container.protocol import (
     TaskSpec,
 )
 from runner import bounded_json
-from runner.bounded_json import BodyRefused
+from runner.bounded_json import BodyRefused, ShapeScanner
+from runner.conversation_limits import ConversationLimits
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -52,6 +53,10 @@ class ChannelRefused(Exception):
 
 class RunEndpoint(Protocol):
     """What one run's channel hands to the task manager. Methods raise ChannelRefused to say no."""
+
+    @property
+    def limits(self) -> ConversationLimits:
+        """How big this run's conversation may be: a model step's or a session's body is measured against it."""
 
     async def task(self) -> TaskSpec: ...
 
@@ -84,16 +89,17 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
             task = await endpoint.task()
             return web.Response(body=task.model_dump_json(), content_type="application/json")
         if path == MESSAGE_PATH and method == "POST":
-            message = _parse(endpoint, ProgressMessage, await _read(request, MAX_RUN_BODY_BYTES))
-            return answer(200, True, await endpoint.message(message))
+            body = await _read(endpoint, request, MAX_RUN_BODY_BYTES, MAX_SMALL_BODY_VALUES, "ProgressMessage")
+            return answer(200, True, await endpoint.message(_parse(endpoint, ProgressMessage, body)))
         if path == SESSION_PATH and method == "POST":
-            return answer(200, True, await endpoint.session(await _read(request, MAX_SESSION_BYTES)))
+            body = await _read(endpoint, request, MAX_SESSION_BYTES, endpoint.limits.max_values, "session")
+            return answer(200, True, await endpoint.session(body))
         if path == MODEL_PATH and method == "POST":
-            response = await endpoint.model_step(await _read(request, MAX_STEP_BYTES))
-            return web.Response(body=response, content_type="application/json")
+            body = await _read(endpoint, request, MAX_STEP_BYTES, endpoint.limits.max_values, "model step")
+            return web.Response(body=await endpoint.model_step(body), content_type="application/json")
         if path == RESULT_PATH and method == "POST":
-            result = _parse(endpoint, RunResult, await _read(request, MAX_RUN_BODY_BYTES))
-            return answer(200, True, await endpoint.result(result))
+            body = await _read(endpoint, request, MAX_RUN_BODY_BYTES, MAX_SMALL_BODY_VALUES, "RunResult")
+            return answer(200, True, await endpoint.result(_parse(endpoint, RunResult, body)))
     except ChannelRefused as exc:
         return answer(exc.status, False, exc.reason)
     shown = path[:MAX_SHOWN_CHARS]
@@ -102,21 +108,31 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
     return answer(404, False, f"{shown} is not part of the run API")
 
 
-async def _read(request: web.Request, limit: int) -> bytes:
+async def _read(endpoint: RunEndpoint, request: web.Request, limit: int, max_values: int, what: str) -> bytes:
+    """The body, measured as it arrives: one over `limit` bytes is refused (413), one over `max_values` JSON
+    values or nested too deeply (400, counted against the run) at the first piece that shows it, unread beyond."""
     too_large = ChannelRefused(413, f"the body is over the limit of {limit} bytes")
     if request.content_length is not None and request.content_length > limit:
         raise too_large
+    scanner = ShapeScanner(max_values)
     chunks: list[bytes] = []
     size = 0
-    while True:
-        # At most one byte past the limit: that byte is how an over-limit body without a length shows itself.
-        chunk = await request.content.read(min(READ_CHUNK_BYTES, limit + 1 - size))
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        while True:
+            # At most one byte past the limit: that byte is how an over-limit body without a length shows itself.
+            chunk = await request.content.read(min(READ_CHUNK_BYTES, limit + 1 - size))
+            if not chunk:
+                scanner.finish()
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            scanner.feed(chunk)
+            chunks.append(chunk)
+    except BodyRefused as exc:
+        reason = f"not a valid {what}: {exc}"
+        endpoint.invalid(INVALID_STATUS, reason)
+        raise ChannelRefused(INVALID_STATUS, reason) from None
 
 
 def _parse(endpoint: RunEndpoint, model: type[ModelT], body: bytes) -> ModelT:

@@ -190,13 +190,17 @@ class _FakeRunEndpoint:
         if self._host.task is None:
             raise HostRefusal(404, "this channel has no task")
         try:
-            limits = ConversationLimits.for_task(self._host.task, EXTRA_MODEL_STEPS)
-            return await make_step(self._host.task, self._host.socket_path, body, limits)
+            return await make_step(self._host.task, self._host.socket_path, body, self.limits)
         except StepFailed as exc:
             raise HostRefusal(exc.status, exc.reason) from None
 
     def invalid(self, status: int, reason: str) -> None:
         """The host's RunInbox counts these; the scripted host only serves."""
+
+    @property
+    def limits(self) -> ConversationLimits:
+        task = self._host.task or TaskSpec(run_id="run-scripted", task="t", label="l")
+        return ConversationLimits.for_task(task, EXTRA_MODEL_STEPS)
 
     async def result(self, result: RunResult) -> str:
         self._refuse_if_told(RESULT_PATH)

@@ -10,9 +10,11 @@ from typing import Any
 
 from container.protocol import ProgressMessage, RunResult, TaskSpec
 from core.settings import LLMProvider
+from runner.conversation_limits import ConversationLimits
 from runner.llm_policy import RequestPolicy
 from runner.llm_proxy import LlmProxy, UpstreamConfig
 from runner.run_api import ChannelRefused, RunEndpoint
+from runner.run_endpoint import EXTRA_MODEL_STEPS
 
 RUN = "run-aaaaaa"
 SPEC = TaskSpec(run_id=RUN, task="count the files", label="count")
@@ -33,6 +35,7 @@ class Recorder:
     results: list[RunResult] = field(default_factory=list)
     steps: list[bytes] = field(default_factory=list)
     invalid_reasons: list[str] = field(default_factory=list)
+    limits: ConversationLimits = field(default_factory=lambda: ConversationLimits.for_task(SPEC, EXTRA_MODEL_STEPS))
 
     def _gate(self) -> None:
         if self.refusal is not None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from container.contract import MAX_STEP_BYTES
 from runner import bounded_json
-from runner.bounded_json import MAX_DEPTH_PASSES, BodyRefused, check_shape, first_error
+from runner.bounded_json import MAX_DEPTH_PASSES, BodyRefused, ShapeScanner, check_shape, first_error
 
 MIB = 1024 * 1024
 # Tricky strings: quotes, backslashes and brackets inside strings must not count as structure.
@@ -50,6 +50,33 @@ def test_values_are_never_under_counted_and_at_most_doubled(value: Any, ascii_on
         with pytest.raises(BodyRefused, match="values"):
             check_shape(body, actual - 1)
     check_shape(body, 2 * actual + 1)  # passes: an empty container counts twice at most
+
+
+@settings(max_examples=300, deadline=None)
+@given(VALUES, st.lists(st.integers(min_value=1, max_value=7), min_size=1, max_size=50))
+def test_a_body_measured_piece_by_piece_counts_as_a_whole(value: Any, sizes: list[int]) -> None:
+    body = json.dumps({"v": value, "s": '\\"\\\\"'}).encode()  # escapes that pieces may split
+    pieces = []
+    start = 0
+    for size in sizes * len(body):
+        if start >= len(body):
+            break
+        pieces.append(body[start : start + size])
+        start += size
+
+    def measure(chunks: list[bytes], max_values: int) -> bool:
+        scanner = ShapeScanner(max_values)
+        try:
+            for chunk in chunks:
+                scanner.feed(chunk)
+            scanner.finish()
+        except BodyRefused:
+            return False
+        return True
+
+    for max_values in (count_values(value), 2 * count_values(value) + 4):
+        assert measure(pieces, max_values) == measure([body], max_values)
+    assert measure(pieces, 2 * count_values(value) + 4)
 
 
 @settings(max_examples=100, deadline=None)

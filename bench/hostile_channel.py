@@ -1,0 +1,224 @@
+"""A hostile run on its channel: what one chat's subagent can do to the bot for every other chat.
+
+The subagent (bench.hostile_container, a process of its own) sends the reviewer's reproduction at a run's
+maximum: every model step it may ask for as 8 MB of `{}`, every session upload as 4 MB of `{}`, a junk
+progress message and result. The host is the full app (real PTB against the fake Bot API in a process of
+its own, SQLite, the task manager, the run channels) on the in-memory container runtime, so no engine work
+is in the figures. Per round, against the same app idle in the same round:
+
+- the longest event-loop gap (a probe wakes every 5 ms; goal <= 50 ms), the `/healthz` answer's bound;
+- the host's peak RSS over the window (VmHWM after /proc/self/clear_refs), less its RSS when the window
+  began (goal <= +64 MiB);
+- another chat's reply time: a mention pushed to the fake Bot API until the bot's answer is there,
+  one after another for the whole window (goal <= 1.5x idle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import secrets
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import BenchContext, bench_settings, ms, poll_until
+from bench.hostile_container import hostile_container
+from bench.loop_probe import GcRecorder, Window, measured
+from bench.report import Measure, Row
+from bench.stall_pass import stall_app
+from bench.stall_peer import WAIT_SECONDS, Peer
+from bench.tg_process import TelegramProcess
+from container.protocol import CHANNEL_DIR, CHANNEL_SOCKET_FILE, SpawnRequest
+from runner.ipc import ensure_chat_dirs, write_spawn_request
+from runner.runtime import LABEL_RUN_ID
+from runner.service import SubagentService
+from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
+
+NAME = "hostile"
+STALL_GOAL_MS = 50.0
+RSS_GOAL_MIB = 64.0
+REPLY_GOAL_RATIO = 1.5
+MIB = 1024 * 1024
+MIN_REPLIES = 5  # per window, at least
+SETTLE_SECONDS = 1.0  # after the chats' folders appear: the watcher restarts and sweeps
+REPLY_POLL_SECONDS = 0.01
+WATCH_SECONDS = 0.02
+
+
+def reset_peak_rss() -> int:
+    """Start a new peak (the kernel sets VmHWM to the current RSS) and return that RSS in bytes."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_kib("VmRSS") * 1024
+
+
+def peak_rss() -> int:
+    return _status_kib("VmHWM") * 1024
+
+
+def _status_kib(field: str) -> int:
+    found = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"no {field} in /proc/self/status")
+    return int(found.group(1))
+
+
+class Attacks:
+    """The in-memory runtime's behaviour: each started container is one attack by the helper process. The
+    attack goes on when the host kills the container (it stops the run): the helper answers when it is done."""
+
+    def __init__(self, peer: Peer) -> None:
+        self._peer = peer
+        self.done: dict[str, asyncio.Future[dict[str, Any]]] = {}
+
+    async def behave(self, container: MemoryContainer) -> int | None:
+        assert container.spec is not None
+        mount = next(m for m in container.spec.mounts if m.target == CHANNEL_DIR)
+        call = asyncio.ensure_future(self._peer.call({"socket": str(mount.source / CHANNEL_SOCKET_FILE)}))
+        self.done[container.labels[LABEL_RUN_ID]] = call
+        await asyncio.shield(call)
+        return 0
+
+
+async def replies(tg: TelegramProcess, chat_id: int, until: asyncio.Future[Any] | None) -> list[float]:
+    """Seconds from a mention pushed to the bot's answer in `chat_id`, one after another, until `until` is done
+    (and at least MIN_REPLIES)."""
+    times: list[float] = []
+    while len(times) < MIN_REPLIES or (until is not None and not until.done()):
+        before = await tg.sent(chat_id)
+        asked = time.monotonic()
+        await tg.push([(chat_id, f"@{tg.bot_username} ping {len(times)}")])
+        await poll_until(
+            functools.partial(_answered, tg, chat_id, before),
+            WAIT_SECONDS,
+            f"the bot's answer in chat {chat_id}",
+            REPLY_POLL_SECONDS,
+        )
+        times.append(time.monotonic() - asked)
+    return times
+
+
+async def _answered(tg: TelegramProcess, chat_id: int, before: int) -> bool | None:
+    return True if await tg.sent(chat_id) > before else None
+
+
+async def idle_work(
+    tg: TelegramProcess, peer_chat: int, times: list[float]
+) -> tuple[dict[str, Any], list[tuple[str, float]]]:
+    started_rss = reset_peak_rss()
+    times += await replies(tg, peer_chat, None)
+    return {"rss_growth": peak_rss() - started_rss}, []
+
+
+async def attack_work(
+    tg: TelegramProcess, service: SubagentService, attacks: Attacks, peer_chat: int, folder: str, times: list[float]
+) -> tuple[dict[str, Any], list[tuple[str, float]]]:
+    started_rss = reset_peak_rss()
+    run_id = f"hostile-{secrets.token_hex(6)}"
+    asked = time.monotonic()
+    request = SpawnRequest(request_id=run_id, task="Do as the chat said.", label="hostile")
+    await asyncio.to_thread(write_spawn_request, service.paths.ipc_root, folder, request)
+
+    async def attack_started() -> asyncio.Future[dict[str, Any]] | None:
+        return attacks.done.get(run_id)
+
+    attack = await poll_until(attack_started, WAIT_SECONDS, "the hostile container to start", WATCH_SECONDS)
+    times += await replies(tg, peer_chat, attack)
+    answer = await attack
+
+    async def cleaned_up() -> bool | None:
+        return True if run_id not in service.live else None
+
+    await poll_until(cleaned_up, WAIT_SECONDS, "the hostile run to be cleaned up", WATCH_SECONDS)
+    record = await service.runs.get(run_id)
+    facts = {
+        "rss_growth": peak_rss() - started_rss,
+        "statuses": str(answer["statuses"]),
+        "attack_s": round(answer["finished"] - answer["started"], 3),
+        "run": f"{record.status}: {record.error}" if record is not None else "no record",
+    }
+    return facts, [("spawn request", asked), ("attack", answer["started"]), ("cleanup", answer["finished"])]
+
+
+@dataclass(slots=True)
+class Round:
+    idle: Window
+    attack: Window
+    idle_replies: list[float]
+    attack_replies: list[float]
+
+
+async def run_round(ctx: BenchContext, tg: TelegramProcess, peer: Peer, recorder: GcRecorder, index: int) -> Round:
+    attacker, peer_chat = ctx.chat_id(2 * index), ctx.chat_id(2 * index + 1)
+    settings = bench_settings(
+        ctx.work_dir / f"data-{index}",
+        token=tg.token,
+        base_url=tg.base_url,
+        LOG_LEVEL="INFO",
+        ALLOWED_CHAT_IDS=f"{attacker},{peer_chat}",
+    )
+    await tg.add_chats([attacker, peer_chat])
+    attacks = Attacks(peer)
+    runtime = MemoryRuntime(on_start=attacks.behave)
+    async with stall_app(settings, runtime) as (app, service):
+        chat = await app.stores.chats.ensure(attacker, "supergroup", f"bench hostile {attacker}")
+        await asyncio.to_thread(ensure_chat_dirs, service.paths.ipc_root, chat.folder)
+        await asyncio.sleep(SETTLE_SECONDS)
+        await replies(tg, peer_chat, None)  # warm: the first turn loads what later ones reuse
+        idle_replies: list[float] = []
+        attack_replies: list[float] = []
+        idle = await measured("idle", recorder, lambda: idle_work(tg, peer_chat, idle_replies))
+        attack = await measured(
+            "attack", recorder, lambda: attack_work(tg, service, attacks, peer_chat, chat.folder, attack_replies)
+        )
+    return Round(idle, attack, idle_replies, attack_replies)
+
+
+def _row(metric: str, unit: str, attack: list[float], idle: list[float]) -> Row:
+    return Row(
+        bench=NAME,
+        metric=metric,
+        unit=unit,
+        result=Measure.of(attack),
+        baseline_label="the same app idle, same round",
+        baseline=Measure.of(idle),
+    )
+
+
+async def run(ctx: BenchContext) -> list[Row]:
+    rounds = ctx.scaled(3, 1)
+    results: list[Round] = []
+    with GcRecorder() as recorder:
+        async with TelegramProcess() as tg, hostile_container() as peer:
+            for index in range(rounds):
+                results.append(await run_round(ctx, tg, peer, recorder, index))
+    idle_gap = [r.idle.max_ms for r in results]
+    attack_gap = [r.attack.max_ms for r in results]
+    idle_rss = [float(r.idle.facts["rss_growth"]) / MIB for r in results]
+    attack_rss = [float(r.attack.facts["rss_growth"]) / MIB for r in results]
+    idle_reply = [ms(statistics.median(r.idle_replies)) for r in results]
+    attack_reply = [ms(statistics.median(r.attack_replies)) for r in results]
+    for r in results:
+        ctx.note(
+            f"round: idle gap {r.idle.max_ms:.1f} ms, attack gap {r.attack.max_ms:.1f} ms "
+            f"({r.attack.longest_gap_phase()}); the attack took {r.attack.facts['attack_s']} s and got "
+            f"{r.attack.facts['statuses']}; the run ended {r.attack.facts['run']}; "
+            f"{len(r.attack_replies)} replies in the other chat during it"
+        )
+    worst_gap, worst_rss = max(attack_gap), max(attack_rss)
+    reply_ratio = statistics.median(attack_reply) / statistics.median(idle_reply)
+    ctx.note(
+        f"goals: longest gap <= {STALL_GOAL_MS:g} ms {'met' if worst_gap <= STALL_GOAL_MS else 'NOT met'} "
+        f"(worst {worst_gap:.1f} ms); RSS growth <= {RSS_GOAL_MIB:g} MiB "
+        f"{'met' if worst_rss <= RSS_GOAL_MIB else 'NOT met'} (worst {worst_rss:.1f} MiB); another chat's reply "
+        f"<= {REPLY_GOAL_RATIO:g}x idle {'met' if reply_ratio <= REPLY_GOAL_RATIO else 'NOT met'} "
+        f"({reply_ratio:.2f}x)"
+    )
+    return [
+        _row("a hostile run at its maximum: longest event-loop gap", "ms", attack_gap, idle_gap),
+        _row("a hostile run at its maximum: host peak RSS growth", "MiB", attack_rss, idle_rss),
+        _row("a hostile run at its maximum: another chat's reply time (median)", "ms", attack_reply, idle_reply),
+    ]
