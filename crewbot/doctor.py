@@ -17,7 +17,14 @@ import httpx
 from core.logging import SecretRedactor
 from core.settings import LLMProvider, Settings
 from core.store.db import Database
-from crewbot.startup import StartupError, check_data_dir, database_problem, secrets_of, telegram_problem
+from crewbot.startup import (
+    IntegrityCheck,
+    StartupError,
+    check_data_dir,
+    database_problem,
+    secrets_of,
+    telegram_problem,
+)
 from crewbot.startup import check_database as check_database_file
 
 if TYPE_CHECKING:
@@ -55,7 +62,8 @@ def _reason(exc: BaseException) -> str:
 async def check_database(settings: Settings) -> CheckResult:
     try:
         await asyncio.to_thread(check_data_dir, settings.data_dir)
-        await asyncio.to_thread(check_database_file, settings.db_path)
+        # The full check (every index against its table), in a thread: it reads the whole file.
+        await asyncio.to_thread(check_database_file, settings.db_path, IntegrityCheck.FULL)
         db = await Database.open(settings.db_path)
     except StartupError as exc:
         return fail(exc.cause, exc.fix)
@@ -65,7 +73,7 @@ async def check_database(settings: Settings) -> CheckResult:
         version = await db.schema_version()
     finally:
         await db.close()
-    return CheckResult("ok", f"{settings.db_path} (schema version {version})")
+    return CheckResult("ok", f"{settings.db_path} (schema version {version}, {IntegrityCheck.FULL} ok)")
 
 
 async def check_telegram(settings: Settings) -> CheckResult:

@@ -14,6 +14,7 @@ import stat
 import tempfile
 import traceback
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
@@ -26,6 +27,19 @@ LOCK_FILE = "crewbot.lock"
 MAX_UNIX_SOCKET_PATH_BYTES = 107
 RUN_SOCKET_SUFFIX = "/channels/0123456789ab/run.sock"
 MAX_DETAIL_CHARS = 200  # an error's own words, as quoted in the one line
+MAX_INTEGRITY_ERRORS = 3  # damage reports asked of SQLite: the first says enough (unbounded, it may raise instead)
+RESTORE_FIX = (
+    "stop crewbot, move it aside with its -wal and -shm files, and copy your backup in its place "
+    "(README: Operating it, Backup); with no backup, moving it aside starts afresh"
+)
+
+
+class IntegrityCheck(StrEnum):
+    """How closely the database is read before use: both read every page, so damage the bot would trip
+    over on some later message is found now."""
+
+    QUICK = "quick_check"  # start-up: every page and record, without the index cross-checks (O(N))
+    FULL = "integrity_check"  # doctor: also that every index agrees with its table
 
 
 class StartupError(Exception):
@@ -44,7 +58,7 @@ def secrets_of(settings: Settings | None) -> list[str]:
     return [v.get_secret_value() for v in values if v is not None]
 
 
-def _detail(exc: BaseException) -> str:
+def _detail(exc: BaseException | str) -> str:
     words = " ".join(str(exc).split()) or type(exc).__name__
     return words if len(words) <= MAX_DETAIL_CHARS else words[: MAX_DETAIL_CHARS - 1] + "…"
 
@@ -81,19 +95,25 @@ def keep_private(data_dir: Path) -> None:
         data_dir.chmod(mode & 0o700)
 
 
-def check_database(db_path: Path) -> None:
-    """Open the database file once with the standard library, so a broken one is named before start-up."""
+def check_database(db_path: Path, check: IntegrityCheck = IntegrityCheck.QUICK) -> None:
+    """Open the database file once with the standard library and read it through, so a broken one is
+    named before start-up (a damaged page otherwise passes the open and fails every message later)."""
     if not db_path.exists():
         return
     conn: sqlite3.Connection | None = None
     try:
         conn = sqlite3.connect(db_path, timeout=5)
         conn.execute("PRAGMA schema_version").fetchone()
+        found = [str(row[0]) for row in conn.execute(f"PRAGMA {check.value}({MAX_INTEGRITY_ERRORS})")]
     except sqlite3.DatabaseError as exc:
         raise StartupError(*database_problem(db_path, exc)) from None
     finally:
         if conn is not None:
             conn.close()
+    if found != ["ok"]:
+        raise StartupError(
+            f"the database {db_path} is corrupt ({check.value}: {_detail('; '.join(found))})", RESTORE_FIX
+        )
 
 
 def database_problem(db_path: Path, exc: BaseException) -> tuple[str, str]:
@@ -101,8 +121,10 @@ def database_problem(db_path: Path, exc: BaseException) -> tuple[str, str]:
     text = _detail(exc)
     if "locked" in text:
         return f"the database {db_path} is locked by another process", "stop that process, then start crewbot again"
-    if "not a database" in text or "malformed" in text:
-        return f"{db_path} is not a readable database ({text})", "move it aside to start afresh, or restore a backup"
+    if "not a database" in text:
+        return f"{db_path} is not a readable database ({text})", RESTORE_FIX
+    if "malformed" in text:
+        return f"the database {db_path} is corrupt ({text})", RESTORE_FIX
     if isinstance(exc, MigrationError):
         return f"the database {db_path} cannot be upgraded ({text})", "restore a backup, or move it aside"
     return f"the database {db_path} cannot be opened ({text})", "check DATA_DIR and its permissions"
