@@ -171,6 +171,7 @@ class App:
             on_answered=self.cards.answered if self.cards else None,
             desk=subagents.desk if subagents else None,
             announcements=self.announcer.take if self.announcer else None,
+            is_admin=self._is_admin,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
@@ -201,8 +202,12 @@ class App:
         return await self.stores.chats.allowed(chat_id, self.settings.chat_allowed)
 
     async def _is_admin(self, chat_id: int, user_id: int) -> bool:
-        """May manage every scheduled task of the chat: ADMIN_USER_IDS, or the chat's own admins."""
+        """May manage every scheduled task of the chat and cancel its runs through the main agent:
+        ADMIN_USER_IDS, the chat's own admins, or anyone in a private chat or the console (as /cancel)."""
         if user_id in self.settings.admin_user_ids:
+            return True
+        chat = await self.stores.chats.get(chat_id)
+        if chat is not None and chat.kind in ("private", "console"):
             return True
         try:
             return await self.channel.is_chat_admin(chat_id, user_id)

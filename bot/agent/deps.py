@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -12,6 +12,9 @@ from core.store.runs import FollowUp, RunStatus
 
 if TYPE_CHECKING:
     from bot.schedules.book import TaskBook
+
+
+AdminCheck = Callable[[int, int], Awaitable[bool]]  # (chat id, user id) -> an admin of that chat
 
 
 class Spawner(Protocol):
@@ -40,3 +43,17 @@ class TurnDeps:
     tasks: TaskBook | None = None  # scheduled tasks, when the app runs a scheduler
     requester_id: int | None = None  # who wrote the message the turn answers: a task's creator
     desk: SubagentDesk | None = None  # the `subagents` tool: this chat's runs
+    # The senders of every message this turn answers (several when messages merged; None for one with no
+    # user, a scheduled prompt; empty for an announcement). Admin-only tools act for all of them at once.
+    askers: tuple[int | None, ...] = ()
+    is_admin: AdminCheck | None = None  # None: nobody is an admin here
+
+    async def asked_by_admins(self) -> bool:
+        """Whether an admin-only action may be taken for this turn: only if everyone who asked is an admin.
+        Decided by who wrote the triggering messages, never by anything the model read or was told."""
+        if self.is_admin is None or not self.askers:
+            return False
+        for sender in dict.fromkeys(self.askers):
+            if sender is None or not await self.is_admin(self.chat_id, sender):
+                return False
+        return True

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from bot.agent.deps import Spawner, SubagentDesk, TurnDeps
+from bot.agent.deps import AdminCheck, Spawner, SubagentDesk, TurnDeps
 from bot.agent.prompt import build_prompt
 from bot.announce import SKIP_MARKER
 from bot.engine import Turn
 from bot.schedules.book import TaskBook
 from core.delivery import Delivery
 from core.logging import get_logger
-from core.store.messages import MessageStore
+from core.store.messages import MessageStore, StoredMessage
 
 if TYPE_CHECKING:
     from pydantic_ai import Agent
@@ -24,6 +24,22 @@ log = get_logger(__name__)
 __all__ = ["APOLOGY", "MainAgent", "Spawner", "TurnDeps"]
 
 APOLOGY = "Sorry, I could not answer just now (the language model did not respond). Please try again."
+ANSWER_KIND = "reply"  # the stored kind of the assistant's answers (its apologies are notices)
+
+
+def turn_askers(window: Sequence[StoredMessage], bounded: bool) -> tuple[int | None, ...]:
+    """Who asked for this turn, oldest first: the senders of the triggering messages after the assistant's
+    last answer (more than one when messages merged). Earlier senders are context, not askers. When the
+    answer is not in the window, every trigger in it counts: too many askers only ever refuse more."""
+    if not bounded:
+        return ()  # an announcement: no one asked
+    askers: list[int | None] = []
+    for message in reversed(window):
+        if message.is_bot and message.kind == ANSWER_KIND:
+            break
+        if message.is_trigger and not message.is_bot:
+            askers.append(message.sender_id)
+    return tuple(reversed(askers))
 
 
 class MainAgent:
@@ -43,12 +59,14 @@ class MainAgent:
         on_answered: Callable[[str, int | None], None] | None = None,
         desk: SubagentDesk | None = None,
         announcements: Callable[[int], Awaitable[str | None]] | None = None,
+        is_admin: AdminCheck | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
         self._spawner = spawner
         self._desk = desk
         self._announcements = announcements  # announce mode: finished runs the chat has not been told of
+        self._is_admin = is_admin  # admin-only tools: None refuses them
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -98,14 +116,16 @@ class MainAgent:
         announced = await self._announcements(turn.chat_id) if self._announcements is not None else None
         if announced:
             text = f"{text}\n\n{announced}"
-        asker = next((m for m in reversed(prompt.window) if m.is_trigger and not m.is_bot), None)
+        askers = turn_askers(prompt.window, bounded=turn.trigger_id is not None)
         deps = TurnDeps(
             chat_id=turn.chat_id,
             turn=turn,
             spawner=self._spawner or _NoSpawner(),
             tasks=self._tasks,
-            requester_id=asker.sender_id if asker else None,
+            requester_id=askers[-1] if askers else None,
             desk=self._desk,
+            askers=askers,
+            is_admin=self._is_admin,
         )
         try:
             agent = await self.llm_agent()

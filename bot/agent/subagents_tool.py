@@ -17,6 +17,10 @@ from core.store.runs import FollowUp, RunStatus
 log = get_logger(__name__)
 
 MAX_TOOL_LISTED_RUNS = 10
+CANCEL_REFUSED = (
+    "Refused: only a chat admin can cancel a run, and not everyone whose message this answers is one. "
+    "Nothing was cancelled; an admin can ask, or use /cancel."
+)
 
 
 class SubagentAction(StrEnum):
@@ -34,7 +38,7 @@ async def subagents(
     Args:
         action: `list` this chat's runs (state, age, label); `status` of one run, with its latest
             progress message; `send` a running one a follow-up (it sees it before its next step);
-            `cancel` one.
+            `cancel` one (only when the people asking are chat admins).
         run_id: The run, for status, send and cancel (from `list`, or from when it was started).
         text: For send: the follow-up, as complete instructions.
     """
@@ -63,6 +67,10 @@ async def subagents(
             FollowUp.NOT_RUNNING: f"Run {run_id} is not running in this chat (ended, not started yet, or unknown).",
             FollowUp.FULL: f"Run {run_id} has had as many follow-ups as it may; cancel it and start a new one.",
         }[outcome]
+    # As /cancel: admins only. The authority is who asked in the chat; the model's reasons do not count.
+    if not await deps.asked_by_admins():
+        log.info("subagent_cancel_refused", run_id=run_id, askers=list(deps.askers))
+        return CANCEL_REFUSED
     status = await desk.cancel_run(deps.chat_id, run_id)
     if status is None:
         return f"This chat has no run {run_id}."

@@ -60,7 +60,11 @@ async def _change(ctx: RunContext[TurnDeps], task_id: str, action: TaskAction) -
     if book is None:
         return NOT_AVAILABLE
     try:
-        return await book.change(ctx.deps.chat_id, ctx.deps.requester_id, task_id, action, admin=False)
+        # Everyone whose message this turn answers must have the right, not only the latest of them.
+        deps = ctx.deps
+        return await book.change(
+            deps.chat_id, deps.requester_id, task_id, action, admin=False, also_asked_by=deps.askers
+        )
     except TaskRequestError as exc:
         return f"Refused: {exc}."
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -178,14 +178,26 @@ class TaskBook:
             lines.append("Not due yet.")
         return "\n".join(lines)
 
-    async def change(self, chat_id: int, user_id: int | None, task_id: str, action: TaskAction, admin: bool) -> str:
-        """Pause, resume or cancel a task of this chat, if `user_id` made it or `admin` (or is_admin) says so."""
+    async def change(
+        self,
+        chat_id: int,
+        user_id: int | None,
+        task_id: str,
+        action: TaskAction,
+        admin: bool,
+        also_asked_by: Sequence[int | None] = (),
+    ) -> str:
+        """Pause, resume or cancel a task of this chat, if `admin` says so or `user_id` (and each of
+        `also_asked_by`, the others in a merged request) made it or is_admin says so."""
         task = await self._store.get(task_id.strip()[:32])
         if task is None or task.chat_id != chat_id:
             raise TaskRequestError(f"no scheduled task {task_id[:32]} in this chat (/tasks lists them)")
-        allowed = admin or (
-            user_id is not None and (user_id == task.creator_id or await self._is_admin(chat_id, user_id))
-        )
+        allowed = admin
+        if not admin:
+            for asker in dict.fromkeys((user_id, *also_asked_by)):
+                allowed = asker is not None and (asker == task.creator_id or await self._is_admin(chat_id, asker))
+                if not allowed:
+                    break
         if not allowed:
             raise TaskRequestError(f"only the task's creator or a chat admin can {action} task {task.id}")
         if task.status in (TaskStatus.CANCELLED, TaskStatus.COMPLETED):

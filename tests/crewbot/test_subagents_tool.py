@@ -17,6 +17,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from bot.agent.main_agent import MainAgent
 from bot.engine import Turn
 from container.channel import RunChannel
+from core.store.messages import NewMessage
 from core.store.runs import RunStatus
 from crewbot.serve import runs_view
 from tests.fakes.llm_replies import openai_text
@@ -65,6 +66,13 @@ def tool_calls(*calls: dict[str, Any]) -> tuple[FunctionModel, list[str]]:
     return FunctionModel(respond), returned
 
 
+OPERATOR = 4242  # the one admin: only an admin's request may cancel a run (tests/crewbot/test_agent_authority.py)
+
+
+async def is_operator(chat_id: int, user_id: int) -> bool:
+    return user_id == OPERATOR
+
+
 def agent_for(r: Rig, model: FunctionModel) -> MainAgent:
     return MainAgent(
         lambda: model,
@@ -75,6 +83,7 @@ def agent_for(r: Rig, model: FunctionModel) -> MainAgent:
         history_window=20,
         timeout_seconds=10,
         desk=runs_view(r.settings, r.stores, r.service),
+        is_admin=is_operator,
     )
 
 
@@ -117,7 +126,10 @@ async def test_list_status_send_and_cancel_reflect_and_steer_a_real_run(tmp_path
             last_message = mine[-1].body["messages"][-1]
             assert last_message["role"] == "user" and "Skip the appendix." in last_message["content"]
 
-            await agent(Turn(id="turn-4", chat_id=CHAT_ID, started_at=0.0))
+            asked = await r.stores.messages.add(
+                NewMessage(chat_id=CHAT_ID, sender_name="Op", sender_id=OPERATOR, content="stop it", is_trigger=True)
+            )
+            await agent(Turn(id="turn-4", chat_id=CHAT_ID, started_at=0.0, trigger_id=asked))
             assert returned[-1] == f"Run {run_id} is cancelled."
             assert await r.status(run_id) == RunStatus.CANCELLED
             record = await r.service.runs.get(run_id)
