@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup engine image test-deps lint test run bench clean
+.PHONY: setup engine image test-deps lint test test-stress run bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ lint: setup
 
 test: lint image test-deps
 	$(VENV)/bin/pytest
+
+# Not part of `make test`: the Docker tests ROUNDS times (default 3) with every core busy, to shake out races.
+ROUNDS ?= 3
+test-stress: image test-deps
+	$(PY) scripts/stress.py --rounds $(ROUNDS) -- -m docker -p no:cacheprovider
 
 # Subagents need the engine and the image; without them the bot still answers and says why spawns fail.
 run: setup

@@ -20,6 +20,7 @@ import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,8 @@ from tests.runner.docker_helpers import TEST_LABEL
 
 CONTAINER_GONE_WAIT_SECONDS = 15.0  # a finished run's container is removed just after its result is recorded
 CONTAINER_POLL_SECONDS = 0.2
+ENGINE_TIMEOUT_SECONDS = 30
+DEFAULT_ENGINE = "unix:///var/run/docker.sock"  # where the Docker SDK looks when DOCKER_HOST is not set
 PROCESS_EXIT_WAIT_SECONDS = 5.0
 TCP_LISTEN_STATE = "0A"
 UNIX_ACCEPTING_FLAG = 0x10000  # __SO_ACCEPTCON in /proc/net/unix: a listening Unix socket
@@ -45,6 +48,7 @@ class Snapshot:
 @dataclass(slots=True)
 class GuardState:
     temp_dir: Path
+    docker_host: str  # the engine as the session found it: a test may point DOCKER_HOST elsewhere
     baselines: dict[str, Snapshot] = field(default_factory=dict)
 
 
@@ -58,11 +62,15 @@ def uses_docker(item: pytest.Item) -> bool:
     return "docker_engine" in getattr(item, "fixturenames", ())
 
 
-def test_containers() -> dict[str, str]:
-    """Id -> name of every container the app or an engine test started, running or not."""
+def engine(state: GuardState) -> Any:
     import docker
 
-    client = docker.from_env(timeout=30)
+    return docker.DockerClient(base_url=state.docker_host, timeout=ENGINE_TIMEOUT_SECONDS)
+
+
+def test_containers(state: GuardState) -> dict[str, str]:
+    """Id -> name of every container the app or an engine test started, running or not."""
+    client = engine(state)
     try:
         found: dict[str, str] = {}
         for label in (LABEL_APP, TEST_LABEL):
@@ -73,11 +81,10 @@ def test_containers() -> dict[str, str]:
         client.close()
 
 
-def remove_containers(ids: set[str]) -> None:
-    import docker
+def remove_containers(state: GuardState, ids: set[str]) -> None:
     from docker.errors import NotFound
 
-    client = docker.from_env(timeout=30)
+    client = engine(state)
     try:
         for container_id in ids:
             with contextlib.suppress(NotFound):  # removed by its owner meanwhile
@@ -147,7 +154,7 @@ def temp_entries(temp_dir: Path) -> set[str]:
 
 def snapshot(item: pytest.Item, state: GuardState) -> Snapshot:
     return Snapshot(
-        containers=frozenset(test_containers()) if uses_docker(item) else frozenset(),
+        containers=frozenset(test_containers(state)) if uses_docker(item) else frozenset(),
         children=frozenset(child_processes()),
         listening=frozenset(listening_sockets()),
         temp_entries=frozenset(temp_entries(state.temp_dir)),
@@ -157,11 +164,11 @@ def snapshot(item: pytest.Item, state: GuardState) -> Snapshot:
 # -- what a test left ------------------------------------------------------------------------------
 
 
-def left_containers(before: frozenset[str]) -> dict[str, str]:
+def left_containers(state: GuardState, before: frozenset[str]) -> dict[str, str]:
     """Containers started since `before` that are still there once their owners had time to remove them."""
     deadline = time.monotonic() + CONTAINER_GONE_WAIT_SECONDS
     while True:
-        left = {cid: name for cid, name in test_containers().items() if cid not in before}
+        left = {cid: name for cid, name in test_containers(state).items() if cid not in before}
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(CONTAINER_POLL_SECONDS)
@@ -189,10 +196,10 @@ def check(item: pytest.Item, state: GuardState, before: Snapshot) -> list[str]:
     """What the test left behind, each as one line; what it left is removed."""
     problems: list[str] = []
     if uses_docker(item):
-        containers = left_containers(before.containers)
+        containers = left_containers(state, before.containers)
         if containers:
             problems.append(f"containers still there: {sorted(containers.values())}")
-            remove_containers(set(containers))
+            remove_containers(state, set(containers))
     children = {pid: comm for pid, comm in child_processes().items() if pid not in before.children}
     if children:
         problems.append(f"child processes still running: {sorted(children.items())}")
@@ -223,7 +230,7 @@ def pytest_configure(config: pytest.Config) -> None:
     temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_DIR_PREFIX))
     os.environ["TMPDIR"] = str(temp_dir)
     tempfile.tempdir = str(temp_dir)
-    config.stash[STATE_KEY] = GuardState(temp_dir=temp_dir)
+    config.stash[STATE_KEY] = GuardState(temp_dir=temp_dir, docker_host=os.environ.get("DOCKER_HOST", DEFAULT_ENGINE))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import docker
-from docker.errors import NotFound
+from docker.errors import DockerException, NotFound
 
 from runner.runtime import LABEL_INSTANCE
 
@@ -25,5 +25,10 @@ def remove_labelled(value: str, label: str = TEST_LABEL) -> None:
 
 def remove_instance_containers(instance_id: str) -> None:
     """Remove every subagent container of one app instance (its data dir): what a test's app started.
-    The product leaves running containers at stop for the next start to re-attach; a test has no next start."""
-    remove_labelled(instance_id, LABEL_INSTANCE)
+    The product leaves running containers at stop for the next start to re-attach; a test has no next start.
+    A test whose DOCKER_HOST leads to no engine started none (the suite's leak guard checks the real one)."""
+    try:
+        remove_labelled(instance_id, LABEL_INSTANCE)
+    except DockerException as exc:
+        if "Error while fetching server API version" not in str(exc):
+            raise

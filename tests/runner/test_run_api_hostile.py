@@ -25,6 +25,7 @@ from container.protocol import (
     RunResult,
     TaskSpec,
 )
+from runner.bounded_json import BodyRefused, check_shape
 from runner.run_api import ChannelRefused
 from tests.runner.run_api_client import Answer, Framing, Request, exchange
 from tests.runner.run_api_server import SPEC, Recorder, serve
@@ -68,6 +69,12 @@ def expected(request: Request, path: str, refusal: ChannelRefused | None) -> tup
     if len(request.body) > LIMITS[path]:
         return 413, []
     handed: object = request.body
+    if path == SESSION_PATH:
+        # The scan's own rules are tested in test_bounded_json.py; here: a body it refuses is never handed on.
+        try:
+            check_shape(request.body, Recorder().limits.max_values)
+        except BodyRefused:
+            return 400, []
     if path in MODELS:
         try:
             handed = MODELS[path].model_validate_json(request.body)

@@ -274,7 +274,13 @@ async def test_a_flood_of_junk_is_quarantined_without_stalling_the_loop(root: Pa
         request = SpawnRequest(request_id="req-after1", task="t")
         await asyncio.to_thread(write_spawn_request, root, "chat_1", request)
         deadline = time.monotonic() + FLOOD_TIMEOUT_SECONDS
-        while await quarantined_count(root) < JUNK_FILES or not recorder.requests:
+        # Done when every junk file is quarantined and the request handed over and deleted (the handler accepts
+        # it first, then a thread deletes it: waiting for the handing-over alone raced with that deletion).
+        while (
+            await quarantined_count(root) < JUNK_FILES
+            or not recorder.requests
+            or await asyncio.to_thread(os.listdir, tasks)
+        ):
             assert time.monotonic() < deadline, f"{await quarantined_count(root)} quarantined so far"
             await asyncio.sleep(0.05)
         elapsed = time.monotonic() - started
