@@ -30,7 +30,7 @@ MAX_DETAIL_CHARS = 200  # an error's own words, as quoted in the one line
 MAX_INTEGRITY_ERRORS = 3  # damage reports asked of SQLite: the first says enough (unbounded, it may raise instead)
 RESTORE_FIX = (
     "stop crewbot, move it aside with its -wal and -shm files, and copy your backup in its place "
-    "(README: Operating it, Backup); with no backup, moving it aside starts afresh"
+    "(README: Operating it, Restore); with no backup, moving it aside starts afresh"
 )
 
 
