@@ -1,16 +1,17 @@
 """A hostile run on its channel: what one chat's subagent can do to the bot for every other chat.
 
 The subagent (bench.hostile_container, a process of its own) sends the reviewer's reproduction at a run's
-maximum: every model step it may ask for as 8 MB of `{}`, every session upload as 4 MB of `{}`, a junk
-progress message and result. The host is the full app (real PTB against the fake Bot API in a process of
-its own, SQLite, the task manager, the run channels) on the in-memory container runtime, so no engine work
-is in the figures. Per round, against the same app idle in the same round:
+maximum: a step and a session as large as the caps allow, every model step it may ask for as 8 MB of `{}`,
+every session upload as 4 MB of `{}`, a junk progress message and result (the run is stopped after its
+third invalid body; the rest find its socket gone). The host is the full app (real PTB against the fake Bot
+API in a process of its own, SQLite, the task manager, the run channels) on the in-memory container runtime,
+so no engine work is in the figures. Per round, against the same app idle in the same round:
 
 - the longest event-loop gap (a probe wakes every 5 ms; goal <= 50 ms), the `/healthz` answer's bound;
 - the host's peak RSS over the window (VmHWM after /proc/self/clear_refs), less its RSS when the window
   began (goal <= +64 MiB);
-- another chat's reply time: a mention pushed to the fake Bot API until the bot's answer is there,
-  one after another for the whole window (goal <= 1.5x idle).
+- another chat's reply time: a mention pushed to the fake Bot API until the bot's answer is there, the
+  first pushed with the spawn request, then one after another, at least five (goal <= 1.5x idle).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ RSS_GOAL_MIB = 64.0
 REPLY_GOAL_RATIO = 1.5
 MIB = 1024 * 1024
 MIN_REPLIES = 5  # per window, at least
+WINDOWS = ("idle", "attack")
 SETTLE_SECONDS = 1.0  # after the chats' folders appear: the watcher restarts and sweeps
 REPLY_POLL_SECONDS = 0.01
 WATCH_SECONDS = 0.02
@@ -77,7 +79,8 @@ class Attacks:
     async def behave(self, container: MemoryContainer) -> int | None:
         assert container.spec is not None
         mount = next(m for m in container.spec.mounts if m.target == CHANNEL_DIR)
-        call = asyncio.ensure_future(self._peer.call({"socket": str(mount.source / CHANNEL_SOCKET_FILE)}))
+        command = {"socket": str(mount.source / CHANNEL_SOCKET_FILE)}
+        call = asyncio.ensure_future(self._peer.call(command))
         self.done[container.labels[LABEL_RUN_ID]] = call
         await asyncio.shield(call)
         return 0
@@ -113,34 +116,42 @@ async def idle_work(
     return {"rss_growth": peak_rss() - started_rss}, []
 
 
-async def attack_work(
-    tg: TelegramProcess, service: SubagentService, attacks: Attacks, peer_chat: int, folder: str, times: list[float]
-) -> tuple[dict[str, Any], list[tuple[str, float]]]:
-    started_rss = reset_peak_rss()
+async def one_attack(service: SubagentService, attacks: Attacks, folder: str) -> tuple[dict[str, Any], str]:
+    """One hostile run from spawn request to cleanup: what its container got, and how the run ended."""
     run_id = f"hostile-{secrets.token_hex(6)}"
-    asked = time.monotonic()
     request = SpawnRequest(request_id=run_id, task="Do as the chat said.", label="hostile")
     await asyncio.to_thread(write_spawn_request, service.paths.ipc_root, folder, request)
 
     async def attack_started() -> asyncio.Future[dict[str, Any]] | None:
         return attacks.done.get(run_id)
 
-    attack = await poll_until(attack_started, WAIT_SECONDS, "the hostile container to start", WATCH_SECONDS)
-    times += await replies(tg, peer_chat, attack)
-    answer = await attack
+    answer = await (await poll_until(attack_started, WAIT_SECONDS, "the hostile container to start", WATCH_SECONDS))
 
     async def cleaned_up() -> bool | None:
         return True if run_id not in service.live else None
 
     await poll_until(cleaned_up, WAIT_SECONDS, "the hostile run to be cleaned up", WATCH_SECONDS)
     record = await service.runs.get(run_id)
+    return answer, f"{record.status}: {record.error}" if record is not None else "no record"
+
+
+async def attack_work(
+    tg: TelegramProcess, service: SubagentService, attacks: Attacks, peer_chat: int, folder: str, times: list[float]
+) -> tuple[dict[str, Any], list[tuple[str, float]]]:
+    """One hostile run from its spawn request to its cleanup; the other chat's replies are timed from the
+    same moment (the first mention goes out with the spawn request)."""
+    started_rss = reset_peak_rss()
+    started = time.monotonic()
+    attacking = asyncio.ensure_future(one_attack(service, attacks, folder))
+    times += await replies(tg, peer_chat, attacking)
+    answer, ended = await attacking
     facts = {
         "rss_growth": peak_rss() - started_rss,
-        "statuses": str(answer["statuses"]),
         "attack_s": round(answer["finished"] - answer["started"], 3),
-        "run": f"{record.status}: {record.error}" if record is not None else "no record",
+        "statuses": str(answer["statuses"]),
+        "run": ended,
     }
-    return facts, [("spawn request", asked), ("attack", answer["started"]), ("cleanup", answer["finished"])]
+    return facts, [("attack", started)]
 
 
 @dataclass(slots=True)
@@ -177,14 +188,14 @@ async def run_round(ctx: BenchContext, tg: TelegramProcess, peer: Peer, recorder
     return Round(idle, attack, idle_replies, attack_replies)
 
 
-def _row(metric: str, unit: str, attack: list[float], idle: list[float]) -> Row:
+def _row(metric: str, unit: str, result: list[float], label: str, baseline: list[float]) -> Row:
     return Row(
         bench=NAME,
         metric=metric,
         unit=unit,
-        result=Measure.of(attack),
-        baseline_label="the same app idle, same round",
-        baseline=Measure.of(idle),
+        result=Measure.of(result),
+        baseline_label=label,
+        baseline=Measure.of(baseline),
     )
 
 
@@ -195,30 +206,35 @@ async def run(ctx: BenchContext) -> list[Row]:
         async with TelegramProcess() as tg, hostile_container() as peer:
             for index in range(rounds):
                 results.append(await run_round(ctx, tg, peer, recorder, index))
-    idle_gap = [r.idle.max_ms for r in results]
-    attack_gap = [r.attack.max_ms for r in results]
-    idle_rss = [float(r.idle.facts["rss_growth"]) / MIB for r in results]
-    attack_rss = [float(r.attack.facts["rss_growth"]) / MIB for r in results]
-    idle_reply = [ms(statistics.median(r.idle_replies)) for r in results]
-    attack_reply = [ms(statistics.median(r.attack_replies)) for r in results]
+    gap = {w: [getattr(r, w).max_ms for r in results] for w in WINDOWS}
+    rss = {w: [float(getattr(r, w).facts["rss_growth"]) / MIB for r in results] for w in WINDOWS}
+    reply = {w: [ms(statistics.median(getattr(r, f"{w}_replies"))) for r in results] for w in WINDOWS}
+    first = {w: [ms(getattr(r, f"{w}_replies")[0]) for r in results] for w in WINDOWS}
     for r in results:
         ctx.note(
-            f"round: idle gap {r.idle.max_ms:.1f} ms, attack gap {r.attack.max_ms:.1f} ms "
-            f"({r.attack.longest_gap_phase()}); the attack took {r.attack.facts['attack_s']} s and got "
-            f"{r.attack.facts['statuses']}; the run ended {r.attack.facts['run']}; "
-            f"{len(r.attack_replies)} replies in the other chat during it"
+            f"round: longest gap {r.attack.max_ms:.1f} ms ({r.attack.longest_gap_phase()}; idle "
+            f"{r.idle.max_ms:.1f} ms); the hostile run's {r.attack.facts['attack_s']} s of requests got "
+            f"{r.attack.facts['statuses']}; it ended {r.attack.facts['run']}"
         )
-    worst_gap, worst_rss = max(attack_gap), max(attack_rss)
-    reply_ratio = statistics.median(attack_reply) / statistics.median(idle_reply)
+    worst_gap, worst_rss = max(gap["attack"]), max(rss["attack"])
+    ratio = statistics.median(reply["attack"]) / statistics.median(reply["idle"])
     ctx.note(
         f"goals: longest gap <= {STALL_GOAL_MS:g} ms {'met' if worst_gap <= STALL_GOAL_MS else 'NOT met'} "
         f"(worst {worst_gap:.1f} ms); RSS growth <= {RSS_GOAL_MIB:g} MiB "
         f"{'met' if worst_rss <= RSS_GOAL_MIB else 'NOT met'} (worst {worst_rss:.1f} MiB); another chat's reply "
-        f"<= {REPLY_GOAL_RATIO:g}x idle {'met' if reply_ratio <= REPLY_GOAL_RATIO else 'NOT met'} "
-        f"({reply_ratio:.2f}x)"
+        f"<= {REPLY_GOAL_RATIO:g}x idle {'met' if ratio <= REPLY_GOAL_RATIO else 'NOT met'} ({ratio:.2f}x)"
     )
+    hostile = "a hostile run at its maximum"
+    idle = "the app idle, same round"
     return [
-        _row("a hostile run at its maximum: longest event-loop gap", "ms", attack_gap, idle_gap),
-        _row("a hostile run at its maximum: host peak RSS growth", "MiB", attack_rss, idle_rss),
-        _row("a hostile run at its maximum: another chat's reply time (median)", "ms", attack_reply, idle_reply),
+        _row(f"{hostile}: longest event-loop gap", "ms", gap["attack"], idle, gap["idle"]),
+        _row(f"{hostile}: host peak RSS growth", "MiB", rss["attack"], idle, rss["idle"]),
+        _row(
+            f"{hostile}: the first reply in another chat (asked with the spawn)",
+            "ms",
+            first["attack"],
+            idle,
+            first["idle"],
+        ),
+        _row(f"{hostile}: another chat's reply time (median)", "ms", reply["attack"], idle, reply["idle"]),
     ]

@@ -1,11 +1,12 @@
 """The hostile benchmark's container (`python -m bench.hostile_container`): the reviewer's reproduction, at
 a run's maximum, from a process of its own.
 
-For each command line (`{"socket": PATH}`) it sends, as fast as it can: a model step and a session as large
-as the run's caps allow with every part invalid (the most validation a body can cost), then every model step
-a run may ask for (its step limit plus the retries) as 8 MB of `{}`, every session upload a run may make as
-4 MB of `{}`, and a junk progress message and result of 512 KB, each on a new connection as the reproduction does, and
-answers with the statuses it got (`closed` once the host has stopped the run and its socket is gone).
+For each command line (`{"socket": PATH}`) it sends, as fast as it can: a model step and a
+session as large as the run's caps allow with every part invalid (the most validation a body can cost), then
+every model step a run may ask for (its step limit plus the retries) as 8 MB of `{}`, every session upload a
+run may make as 4 MB of `{}`, and a junk progress message and result of 512 KB, each on a new connection as
+the reproduction does, and answers with the statuses it got (`closed` once the host has stopped the run and
+its socket is gone).
 """
 
 from __future__ import annotations
