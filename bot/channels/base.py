@@ -18,6 +18,7 @@ __all__ = [
     "DeliveryError",
     "InboundHandler",
     "MembershipHandler",
+    "WatchedChannel",
 ]
 
 InboundHandler = Callable[[InboundMessage], Awaitable[None]]
@@ -83,3 +84,16 @@ class CardChannel(Protocol):
 
     async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
         """Replace its text; "not modified" is success. Raises CardGone, or DeliveryError (429: retry_after)."""
+
+
+@runtime_checkable
+class WatchedChannel(Protocol):
+    """A channel that receives in the background (Telegram's long polling), which can end by itself: a
+    revoked token, or a bug. The bot then takes no message although it runs: not ready, and it must exit."""
+
+    def receiving_failure(self) -> BaseException | None:
+        """What ended receiving by itself; None while it runs, and after stop_receiving."""
+
+    async def wait_receiving_failure(self) -> BaseException:
+        """Until receiving ends by itself, then what ended it; a stop is no end by itself (a waiter then waits
+        on, to be cancelled). Raises RuntimeError when the channel is not receiving."""

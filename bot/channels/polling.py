@@ -1,9 +1,15 @@
-"""Long polling that acknowledges an update only once it has been handled (stored).
+"""Long polling that acknowledges an update only once it has been handled (stored), and that no update
+can stop.
 
 Telegram forgets an update when a later getUpdates asks for a higher offset. PTB's Updater asks for
 the next batch while the current one is still being processed, so an update whose storing failed
 (database locked, disk full) would be acknowledged and lost. Here the offset moves past an update
 only after its handler returned; a storage failure retries the same update with backoff.
+
+An update PTB cannot read (a field of an unexpected shape) would fail its whole batch inside
+`get_updates`, and, never acknowledged, fail it again after every restart. getUpdates' transport reads
+each update on its own and stands in for an unreadable one with its id and why; the poller logs it and
+acknowledges it, and the rest of the batch goes on.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 
 from telegram import Bot, Update
+from telegram._utils.types import JSONDict
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.request import HTTPXRequest
 
 from core.logging import get_logger
 
@@ -22,10 +30,52 @@ log = get_logger(__name__)
 FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0
 STORAGE_ERRORS = (sqlite3.OperationalError, sqlite3.DatabaseError, OSError)  # locked, disk full, I/O
+UNREADABLE_KEY = "crewbot_unreadable"  # a stand-in update carries why the real one could not be read here
+MAX_ERROR_CHARS = 300  # of an unreadable update's error, as logged
 
 
 def _next_backoff(current: float) -> float:
     return min(current * 2, MAX_BACKOFF_SECONDS)
+
+
+class ReadableUpdatesRequest(HTTPXRequest):
+    """getUpdates' transport (PTB sends nothing else through it): every update in a reply parses, because
+    each one PTB cannot read is replaced by `{"update_id": N, UNREADABLE_KEY: why}` (PTB keeps the unknown
+    key in `api_kwargs`)."""
+
+    def __init__(self, read_timeout_seconds: float) -> None:
+        super().__init__(connection_pool_size=1, read_timeout=read_timeout_seconds)  # PTB's for getUpdates
+
+    @staticmethod
+    def parse_json_payload(payload: bytes) -> JSONDict:
+        data = HTTPXRequest.parse_json_payload(payload)
+        result = data.get("result") if isinstance(data, dict) else None
+        if isinstance(result, list):
+            data["result"] = [item for item in map(_readable, result) if item is not None]
+        return data
+
+
+def _readable(item: object) -> JSONDict | None:
+    """The update as it came when PTB can read it, else its stand-in; None when it has no id to stand in by."""
+    try:
+        if not isinstance(item, dict):
+            raise TypeError(f"an update is a JSON object, not {type(item).__name__}")
+        Update.de_json(item, None)
+        return item
+    except Exception as exc:
+        fields: JSONDict = item if isinstance(item, dict) else {}
+        why = {
+            "error_type": type(exc).__name__,
+            "error": str(exc)[:MAX_ERROR_CHARS],
+            # What kind of update it was, not what it said: its content is the chat's, not the log's.
+            "kinds": sorted(str(key) for key in fields if key != "update_id"),
+        }
+        update_id = fields.get("update_id")
+        if isinstance(update_id, int) and not isinstance(update_id, bool):
+            return {"update_id": update_id, UNREADABLE_KEY: why}
+        # No id to acknowledge it by: the next update's acknowledgement covers it.
+        log.error("update_dropped", reason="no update_id", **why)
+        return None
 
 
 class Poller:
@@ -62,9 +112,20 @@ class Poller:
                 await asyncio.sleep(backoff)
                 backoff = _next_backoff(backoff)
                 continue
+            except Exception:
+                # A reply that is no list of updates at all (each update's own faults are stood in for).
+                log.exception("polling_failed_unexpectedly", retry_in=backoff)
+                await asyncio.sleep(backoff)
+                backoff = _next_backoff(backoff)
+                continue
             backoff = FIRST_BACKOFF_SECONDS
             for update in updates:
-                await self._handle_until_stored(update)
+                unreadable = update.api_kwargs.get(UNREADABLE_KEY)
+                if unreadable is None:
+                    await self._handle_until_stored(update)
+                else:
+                    # Skipped for good: the offset below acknowledges it, so no restart meets it again.
+                    log.error("update_unreadable", update_id=update.update_id, **unreadable)
                 self._offset = update.update_id + 1
 
     async def _handle_until_stored(self, update: Update) -> None:
@@ -82,6 +143,40 @@ class Poller:
                 # A bug on one odd update must not wedge the chat: log it with the update and move on.
                 log.exception("update_handler_failed", update_id=update.update_id)
                 return
+
+
+class PollingTask:
+    """The poller running in the background, and what ended it by itself (a revoked token, a bug), if
+    anything: a stop is not a failure. The failure is logged once, when it happens; a stop does not raise it."""
+
+    def __init__(self, poller: Poller, name: str) -> None:
+        self._failure: BaseException | None = None
+        self._failed = asyncio.Event()
+        self._task = asyncio.create_task(poller.run(), name=name)
+        self._task.add_done_callback(self._ended)
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    async def wait_failure(self) -> BaseException:
+        """Until polling ends by itself; never returns once stopped."""
+        await self._failed.wait()
+        assert self._failure is not None
+        return self._failure
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.wait({self._task})  # a failure was reported when it happened: not raised again here
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        self._failure = task.exception() or RuntimeError("polling returned")  # run() loops until cancelled
+        log.critical(
+            "polling_stopped", task=task.get_name(), error=str(self._failure), error_type=type(self._failure).__name__
+        )
+        self._failed.set()
 
 
 def _seconds(value: object) -> float:

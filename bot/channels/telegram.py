@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import datetime as dtm
 import re
@@ -23,7 +21,7 @@ from bot.channels.formatting import (
     split_message,
     utf16_len,
 )
-from bot.channels.polling import Poller
+from bot.channels.polling import Poller, PollingTask, ReadableUpdatesRequest
 from bot.channels.telegram_routing import SameIds, migration_of, thread_of
 from bot.inbound import InboundMessage
 from core.logging import get_logger
@@ -131,7 +129,7 @@ class TelegramChannel:
         self._directory: ChatDirectory = SameIds()
         self._bot_id: int | None = None
         self._bot_username: str | None = None
-        self._polling: asyncio.Task[None] | None = None
+        self._polling: PollingTask | None = None
 
     def _build(self) -> Application:  # type: ignore[type-arg]
         return (
@@ -142,7 +140,7 @@ class TelegramChannel:
             # Updates are handled one at a time by our poller: the handler only stores and hands off, so
             # chats still run concurrently in the engine, and order within a chat is Telegram's order.
             .updater(None)
-            .get_updates_read_timeout(self._poll_timeout_seconds + 10)
+            .get_updates_request(ReadableUpdatesRequest(read_timeout_seconds=self._poll_timeout_seconds + 10))
             .build()
         )
 
@@ -164,15 +162,21 @@ class TelegramChannel:
         poller = Poller(
             app.bot, self._on_update, timeout_seconds=self._poll_timeout_seconds, allowed_updates=ALLOWED_UPDATES
         )
-        self._polling = asyncio.create_task(poller.run(), name="telegram-polling")
+        self._polling = PollingTask(poller, name="telegram-polling")
         log.info("telegram_started", bot_username=self._bot_username)
 
     async def stop_receiving(self) -> None:
         polling, self._polling = self._polling, None
         if polling is not None:
-            polling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await polling
+            await polling.stop()
+
+    def receiving_failure(self) -> BaseException | None:
+        return None if self._polling is None else self._polling.failure
+
+    async def wait_receiving_failure(self) -> BaseException:
+        if self._polling is None:
+            raise RuntimeError("the Telegram channel is not receiving")
+        return await self._polling.wait_failure()
 
     async def stop(self) -> None:
         await self.stop_receiving()
