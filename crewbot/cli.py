@@ -319,11 +319,13 @@ def run(argv: Sequence[str] | None = None) -> int:
 
         cause = exc.__cause__ if isinstance(exc, StartFailed | Crashed) and exc.__cause__ else exc
         logged = log_file if log_file is not None and log_file.parent.is_dir() else None
-        if not isinstance(cause, StartupError):
-            keep_traceback(cause, logged, settings)
         if isinstance(exc, Crashed):
+            # It had started, so its log is open: the traceback goes there as a crash, not as a failed start.
+            log.critical("crewbot_crashed", error=str(cause), error_type=type(cause).__name__, exc_info=cause)
             _fail([explain(cause, settings, logged)], prefix="crewbot: stopped: ")
             return EXIT_CRASHED
+        if not isinstance(cause, StartupError):
+            keep_traceback(cause, logged, settings)
         _fail([explain(cause, settings, logged)], prefix=CANNOT_START if args.command in STARTS else "crewbot: ")
         return EXIT_CANNOT_START
 

@@ -2,7 +2,7 @@
 
 Off unless METRICS_ADDR is set (e.g. `127.0.0.1:9464`). `/healthz` answers while the event loop does
 (a stuck loop cannot answer); `/readyz` answers 200 once the bot has started and its database responds,
-503 before that or while it stops.
+503 before that, while it stops, or once Telegram polling has stopped by itself (the process then exits).
 """
 
 from __future__ import annotations

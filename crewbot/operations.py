@@ -2,13 +2,14 @@
 
 Built by `serve` around the app: the stored live overrides are applied before the app reads the settings,
 the control socket and METRICS_ADDR open before the app starts (so /readyz can say "starting"), and both
-close after it stops taking work.
+close after it stops taking work. /readyz also fails once the channel stopped receiving by itself.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bot.channels.base import Channel, WatchedChannel
 from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.settings import Settings
@@ -34,6 +35,7 @@ class Operations:
         self.control: ControlServer | None = None
         self.server: MetricsServer | None = None
         self._db: Database | None = None
+        self._channel: Channel | None = None
         self.ready = False
 
     async def open(self, stores: Stores) -> LiveConfig:
@@ -41,8 +43,9 @@ class Operations:
         await self.config.load()
         return self.config
 
-    async def start(self, db: Database) -> None:
+    async def start(self, db: Database, channel: Channel | None = None) -> None:
         self._db = db
+        self._channel = channel
         assert self.config is not None
         self.control = ControlServer(self.config, control_socket_path(self._settings.data_dir))
         await self.control.start()
@@ -51,6 +54,10 @@ class Operations:
             await self.server.start()
 
     async def _readiness(self) -> str | None:
+        channel = self._channel
+        failure = channel.receiving_failure() if isinstance(channel, WatchedChannel) else None
+        if channel is not None and failure is not None:
+            return f"{channel.name} stopped receiving messages ({type(failure).__name__}: {failure})"
         if not self.ready or self._db is None:
             return "starting or stopping"
         try:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from bot.agent.main_agent import Spawner
 from bot.agent.spawn_guard import CapCheckedSpawner
-from bot.channels.base import Channel
+from bot.channels.base import Channel, WatchedChannel
 from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
 from bot.commands import RunControl, WorkspaceControl
 from bot.run_output import ContainerLogs, RunOutputReader, RunsView
@@ -212,7 +212,7 @@ async def serve(
             await stores.db.close()
         raise StartFailed from exc
     try:
-        await ops.start(app.stores.db)
+        await ops.start(app.stores.db, channel)
         started = await _start(app, stop)
     except Exception as exc:
         await ops.stop()
@@ -232,15 +232,35 @@ async def serve(
                 await _until_console_done(app, channel, stop)
             channel.finish(await _farewell(app))
         elif started:
-            await stop.wait()
+            await _until_stopped(channel, stop)
     except Exception as exc:
         raise Crashed from exc
     finally:
         log.info("shutting_down")
         ops.ready = False
-        await ops.stop()
-        await app.stop()
+        try:
+            await ops.stop()
+            await app.stop()
+        except Exception as exc:
+            raise Crashed from exc  # after start: not "cannot start", whatever it is
     return 0
+
+
+async def _until_stopped(channel: Channel, stop: asyncio.Event) -> None:
+    """Until a signal asks for a stop; raises what ended the channel's receiving if that came first (a bot
+    that takes no message must exit, so that its supervisor restarts it)."""
+    if not isinstance(channel, WatchedChannel):
+        await stop.wait()
+        return
+    stopping = asyncio.create_task(stop.wait())
+    failing = asyncio.create_task(channel.wait_receiving_failure())
+    try:
+        await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        failing.cancel()
+    if failing.done() and not failing.cancelled() and not stop.is_set():
+        raise failing.result()
 
 
 async def _until_console_done(app: App, channel: ConsoleChannel, stop: asyncio.Event) -> None:
