@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from telegram import Bot, Update
-from telegram._utils.types import JSONDict
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
@@ -47,7 +47,7 @@ class ReadableUpdatesRequest(HTTPXRequest):
         super().__init__(connection_pool_size=1, read_timeout=read_timeout_seconds)  # PTB's for getUpdates
 
     @staticmethod
-    def parse_json_payload(payload: bytes) -> JSONDict:
+    def parse_json_payload(payload: bytes) -> dict[str, Any]:
         data = HTTPXRequest.parse_json_payload(payload)
         result = data.get("result") if isinstance(data, dict) else None
         if isinstance(result, list):
@@ -55,7 +55,7 @@ class ReadableUpdatesRequest(HTTPXRequest):
         return data
 
 
-def _readable(item: object) -> JSONDict | None:
+def _readable(item: object) -> dict[str, Any] | None:
     """The update as it came when PTB can read it, else its stand-in; None when it has no id to stand in by."""
     try:
         if not isinstance(item, dict):
@@ -63,7 +63,7 @@ def _readable(item: object) -> JSONDict | None:
         Update.de_json(item, None)
         return item
     except Exception as exc:
-        fields: JSONDict = item if isinstance(item, dict) else {}
+        fields: dict[str, Any] = item if isinstance(item, dict) else {}
         why = {
             "error_type": type(exc).__name__,
             "error": str(exc)[:MAX_ERROR_CHARS],
