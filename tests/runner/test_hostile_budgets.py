@@ -38,6 +38,7 @@ FLOOD_CHAT = GROUP_ID - 911
 TOKENS_CHAT = GROUP_ID - 912
 QUOTA_CHAT = GROUP_ID - 913
 HUGE_CHAT = GROUP_ID - 914
+BODIES_CHAT = GROUP_ID - 915
 
 FLOOD_SIZE = 200
 CUT_NOTE_CHARS = 60  # "\n… [N more characters cut]"
@@ -46,7 +47,7 @@ CUT_NOTE_CHARS = 60  # "\n… [N more characters cut]"
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def world(tmp_path_factory: pytest.TempPathFactory, subagent_image: str) -> AsyncIterator[World]:
     async with hostile_world(
-        tmp_path_factory.mktemp("hostile-budgets"), [FLOOD_CHAT, TOKENS_CHAT, QUOTA_CHAT, HUGE_CHAT]
+        tmp_path_factory.mktemp("hostile-budgets"), [FLOOD_CHAT, TOKENS_CHAT, QUOTA_CHAT, HUGE_CHAT, BODIES_CHAT]
     ) as w:
         yield w
 
@@ -92,6 +93,31 @@ async def test_a_message_flood_gets_its_budget_and_no_more(world: World) -> None
     assert flood_sent() == [f"Crew: {text} {i}" for i in range(MAX_MESSAGES)]  # still: none came late
     stored = [m for m in await world.messages.recent(FLOOD_CHAT, 500) if m.kind == "progress"]
     assert len(stored) == MAX_MESSAGES
+    await world.assert_within_budgets(chat)
+    world.assert_host_untouched()
+
+
+# The reviewer's reproduction: model steps of 8 MB of `{}` (2.8 million objects each). On the host that was
+# 28 s of one thread holding the GIL and 4.7 GB per step; now each is refused at its first 64 KB.
+REPRODUCTION = r"""
+size = 8 * 1024 * 1024 - 100
+body = b'{"messages":[' + b"{}," * ((size - 40) // 3) + b'{}],"tools":[]}'
+report("reproduction", [call("POST", "/run/model", body)[0] for _ in range(4)])
+"""
+
+
+async def test_the_reviewers_reproduction_is_refused_unread_and_stops_the_run(world: World) -> None:
+    chat = await world.chat(BODIES_CHAT)
+    marker = new_id("bodies")
+    run_id = await world.spawn(chat, f"{marker}\n{container_python(REPRODUCTION)}\n$ echo never reached", "bodies")
+    record = await world.wait_final(run_id)
+    await world.bystander_answers()
+
+    assert record.status == "failed"
+    assert record.error == "sent 3 invalid requests on its channel and was stopped"
+    assert world.tool_reports(marker) == {}  # stopped before its script could report, or the agent go on
+    outcome = await world.assert_one_outcome(chat, record)
+    assert "invalid requests" in outcome
     await world.assert_within_budgets(chat)
     world.assert_host_untouched()
 
