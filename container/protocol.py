@@ -14,13 +14,13 @@ which no container can reach, so a subagent cannot start subagents.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from container.contract import (
@@ -138,8 +138,9 @@ class ToolSpec(_Strict):
     @field_validator("parameters")
     @classmethod
     def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
-        # The host's pydantic-ai walks the schema to fit it to the provider: keep it small and shallow.
-        if len(json.dumps(value)) > MAX_TOOL_SCHEMA_CHARS:
+        # The host's pydantic-ai walks the schema to fit it to the provider: keep it small and shallow. Measured
+        # as UTF-8 JSON: json.dumps would escape 8 MB of non-ASCII into 25 MB, in one call holding the GIL.
+        if len(pydantic_core.to_json(value)) > MAX_TOOL_SCHEMA_CHARS:
             raise ValueError(f"the schema is over {MAX_TOOL_SCHEMA_CHARS} characters")
         return value
 

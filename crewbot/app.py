@@ -172,6 +172,7 @@ class App:
             desk=subagents.desk if subagents else None,
             announcements=self.announcer.take if self.announcer else None,
             is_admin=self._is_admin,
+            answered_up_to=stores.turns.answered_up_to,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)

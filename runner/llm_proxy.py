@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from container.protocol import RUN_API_PREFIX
+from container.protocol import MAX_STEP_BYTES, RUN_API_PREFIX
 from core.logging import get_logger
 from runner.capped_site import CappedUnixSite
 from runner.llm_budget import BudgetCallback, BudgetNotices, BudgetSpent, input_hold
@@ -36,12 +36,14 @@ from runner.llm_policy import RequestPolicy, Sanitized, parse_body, with_followu
 from runner.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
 from runner.llm_usage import Usage
 from runner.offline_subagent import OfflineSubagentModel
-from runner.run_api import RunEndpoint, handle_run_api
+from runner.run_api import RunEndpoint, answer, handle_run_api
 
 # UpstreamConfig is re-exported: callers build the proxy from this module (runner/service.py).
 __all__ = ["LlmProxy", "RunGate", "Spent", "UpstreamConfig", "UsageSink"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# Per run: a model step, the host's own LLM request for it (on the same socket) and one more body at once.
+MAX_BYTES_IN_FLIGHT = 3 * MAX_BODY_BYTES
 DEFAULT_MAX_REQUESTS_PER_RUN = 500
 GATE_POLL_SECONDS = 0.25
 # Handlers get this long to finish their answer (usually a 403) when a run's socket closes.
@@ -91,6 +93,7 @@ class _Run:
     endpoint: RunEndpoint | None = None
     runner: web.AppRunner | None = None
     requests: int = 0
+    bytes_in_flight: int = 0  # request bodies being read or held by their handlers, at their declared size
     tokens: int = 0
     reserved: int = 0  # tokens the calls in flight may still spend: their estimated input and output cap
     budget_told: bool = False
@@ -115,6 +118,7 @@ class LlmProxy:
         on_budget_exhausted: BudgetCallback | None = None,
         max_requests_per_run: int = DEFAULT_MAX_REQUESTS_PER_RUN,
         max_body_bytes: int = MAX_BODY_BYTES,
+        max_bytes_in_flight: int = MAX_BYTES_IN_FLIGHT,
         gate_poll_seconds: float = GATE_POLL_SECONDS,
         offline_model: OfflineSubagentModel | None = None,
     ) -> None:
@@ -126,6 +130,7 @@ class LlmProxy:
         self._sink = usage_sink
         self._max_requests = max_requests_per_run
         self._max_body_bytes = max_body_bytes
+        self._max_bytes_in_flight = max_bytes_in_flight
         self._gate_poll_seconds = gate_poll_seconds
         self._runs: dict[str, _Run] = {}
         self._log = get_logger(__name__)
@@ -196,8 +201,35 @@ class LlmProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         run = request.app[_RUN_KEY]
+        # Up to 16 connections each with a body of megabytes: what a run's bodies hold on the host at once is
+        # bounded, refused unread past it (a body of unknown length counts as the largest).
+        size = self._declared_size(request)
+        if run.bytes_in_flight + size > self._max_bytes_in_flight:
+            return self._too_much_at_once(run, request)
+        run.bytes_in_flight += size
+        try:
+            if request.path.startswith(RUN_API_PREFIX):
+                return await handle_run_api(run.endpoint, request)
+            return await self._handle_llm(run, request)
+        finally:
+            run.bytes_in_flight -= size
+
+    def _declared_size(self, request: web.Request) -> int:
+        # The largest body either side takes (a larger declared one is refused, 413, before it is read).
+        largest = max(self._max_body_bytes, MAX_STEP_BYTES)
+        if request.content_length is not None:
+            return min(request.content_length, largest)
+        return largest if request.body_exists else 0  # chunked: it may be the largest
+
+    def _too_much_at_once(self, run: _Run, request: web.Request) -> web.Response:
+        reason = f"run {run.run_id} has {self._max_bytes_in_flight} bytes of requests in flight already"
         if request.path.startswith(RUN_API_PREFIX):
-            return await handle_run_api(run.endpoint, request)
+            if run.endpoint is not None:
+                run.endpoint.invalid(429, reason)  # a working agent sends one body at a time
+            return answer(429, False, reason)
+        return ProxyError(429, "too_much_in_flight", reason).response()
+
+    async def _handle_llm(self, run: _Run, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         if not self._live(run):
             return self._refuse(run, request, started)

@@ -72,6 +72,9 @@ class RunEndpoint(Protocol):
     def invalid(self, status: int, reason: str) -> None:
         """A body was refused as invalid or over a cap (the endpoint may stop the run after a few)."""
 
+    def admit(self, path: str) -> None:
+        """Before a POST's body is read: raise ChannelRefused for what would be refused once read."""
+
 
 def answer(status: int, ok: bool, detail: str) -> web.Response:
     return web.Response(
@@ -85,6 +88,8 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
         return answer(404, False, "this channel serves no run API")
     path, method = request.path, request.method
     try:
+        if method == "POST" and _ROUTES.get(path) == "POST":
+            endpoint.admit(path)
         if path == TASK_PATH and method == "GET":
             task = await endpoint.task()
             return web.Response(body=task.model_dump_json(), content_type="application/json")

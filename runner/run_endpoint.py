@@ -13,7 +13,14 @@ import importlib
 from dataclasses import replace
 from pathlib import Path
 
-from container.protocol import ProgressMessage, RunResult, TaskSpec
+from container.protocol import (
+    MODEL_PATH,
+    RESULT_PATH,
+    SESSION_PATH,
+    ProgressMessage,
+    RunResult,
+    TaskSpec,
+)
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.runs import ProgressOutcome, RunStore
@@ -68,6 +75,41 @@ class RunInbox:
         if self._live.cancelled or self._live.released:
             raise ChannelRefused(403, f"run {self._live.id} is cancelled or finished")
 
+    def _check_not_stopping(self) -> None:
+        """Model steps and sessions (the costly bodies) end with a stop asked for (too many invalid bodies, its
+        time or budget is up), not only once the engine has killed the container. Its messages and result are
+        still taken: they are small, and the stop decides the outcome."""
+        self._check_live()
+        if self._live.stop_reason is not None:
+            raise ChannelRefused(403, f"run {self._live.id} is being stopped ({self._live.stop_reason})")
+
+    def admit(self, path: str) -> None:
+        """Before a body is read: refuse what would be refused anyway once read, so that a run cannot make the
+        host read and measure megabytes only to say no. Refusals a working agent never meets count as invalid.
+        A progress message is read first: its retry must learn it was sent, and it is small once valid."""
+        self._check_live()
+        if path in (MODEL_PATH, SESSION_PATH):
+            self._check_not_stopping()
+        refusal: ChannelRefused | None = None
+        if path == MODEL_PATH:
+            allowed = self._spec.max_steps + EXTRA_MODEL_STEPS
+            if self._stepping:
+                refusal = ChannelRefused(409, "one model step at a time: wait for the answer to the last one")
+            elif self._model_steps >= allowed:
+                refusal = ChannelRefused(
+                    429, f"this run has asked for {allowed} model steps; its limit is {self._spec.max_steps}"
+                )
+        elif path == SESSION_PATH and self._session_uploads >= MAX_SESSION_UPLOADS:
+            refusal = ChannelRefused(429, f"this run has handed its session back {MAX_SESSION_UPLOADS} times already")
+        if refusal is not None:
+            self.invalid(refusal.status, refusal.reason)
+            raise refusal
+        if path == RESULT_PATH and self.result_received is not None:
+            raise ChannelRefused(409, "this run has reported its result already")
+
+    def _over_messages(self) -> str:
+        return f"this run has sent its {self._max_messages} progress messages; put the rest in the final answer"
+
     def invalid(self, status: int, reason: str) -> None:
         """A body was refused as invalid or over a cap: the run is stopped at MAX_INVALID_REQUESTS of them."""
         self._invalid_requests += 1
@@ -86,9 +128,7 @@ class RunInbox:
         outcome = await self._runs.add_progress(self._live.id, message.message_id, outgoing, self._max_messages)
         if outcome is ProgressOutcome.OVER_BUDGET:
             log.warning("progress_message_over_budget", run_id=self._live.id, limit=self._max_messages)
-            raise ChannelRefused(
-                429, f"this run has sent its {self._max_messages} progress messages; put the rest in the final answer"
-            )
+            raise ChannelRefused(429, self._over_messages())
         if outcome is ProgressOutcome.NOT_LIVE:
             raise ChannelRefused(403, f"run {self._live.id} is cancelled or finished")
         if outcome is ProgressOutcome.ACCEPTED:
@@ -96,7 +136,7 @@ class RunInbox:
         return "already sent" if outcome is ProgressOutcome.DUPLICATE else "sent"
 
     async def session(self, history_json: bytes) -> str:
-        self._check_live()
+        self._check_not_stopping()
         self._session_uploads += 1
         if self._session_uploads > MAX_SESSION_UPLOADS:
             raise ChannelRefused(429, f"this run has handed its session back {MAX_SESSION_UPLOADS} times already")
@@ -109,7 +149,7 @@ class RunInbox:
         return "kept"
 
     async def model_step(self, body: bytes) -> bytes:
-        self._check_live()
+        self._check_not_stopping()
         if self._stepping:
             raise ChannelRefused(409, "one model step at a time: wait for the answer to the last one")
         allowed = self._spec.max_steps + EXTRA_MODEL_STEPS

@@ -24,22 +24,18 @@ log = get_logger(__name__)
 __all__ = ["APOLOGY", "MainAgent", "Spawner", "TurnDeps"]
 
 APOLOGY = "Sorry, I could not answer just now (the language model did not respond). Please try again."
-ANSWER_KIND = "reply"  # the stored kind of the assistant's answers (its apologies are notices)
 
 
-def turn_askers(window: Sequence[StoredMessage], bounded: bool) -> tuple[int | None, ...]:
-    """Who asked for this turn, oldest first: the senders of the triggering messages after the assistant's
-    last answer (more than one when messages merged). Earlier senders are context, not askers. When the
-    answer is not in the window, every trigger in it counts: too many askers only ever refuse more."""
-    if not bounded:
-        return ()  # an announcement: no one asked
-    askers: list[int | None] = []
-    for message in reversed(window):
-        if message.is_bot and message.kind == ANSWER_KIND:
-            break
-        if message.is_trigger and not message.is_bot:
-            askers.append(message.sender_id)
-    return tuple(reversed(askers))
+def turn_askers(window: Sequence[StoredMessage], answered_up_to: int | None) -> tuple[int | None, ...]:
+    """Who asked for this turn, oldest first: the senders of the triggering messages after the newest one a
+    completed turn answered (more than one when messages merged). Decided by the turns' own record, never by
+    where an answer sits in the window: an answer stored after a member's message does not answer it. With
+    no completed turn on record, every trigger in the window counts: too many askers only ever refuse more."""
+    return tuple(
+        m.sender_id
+        for m in window
+        if m.is_trigger and not m.is_bot and (answered_up_to is None or m.id > answered_up_to)
+    )
 
 
 class MainAgent:
@@ -60,6 +56,7 @@ class MainAgent:
         desk: SubagentDesk | None = None,
         announcements: Callable[[int], Awaitable[str | None]] | None = None,
         is_admin: AdminCheck | None = None,
+        answered_up_to: Callable[[int, int], Awaitable[int | None]] | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -67,6 +64,7 @@ class MainAgent:
         self._desk = desk
         self._announcements = announcements  # announce mode: finished runs the chat has not been told of
         self._is_admin = is_admin  # admin-only tools: None refuses them
+        self._answered_up_to = answered_up_to  # (chat, trigger) -> the newest trigger a completed turn answered
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -116,7 +114,10 @@ class MainAgent:
         announced = await self._announcements(turn.chat_id) if self._announcements is not None else None
         if announced:
             text = f"{text}\n\n{announced}"
-        askers = turn_askers(prompt.window, bounded=turn.trigger_id is not None)
+        askers: tuple[int | None, ...] = ()  # an announcement (no trigger): no one asked
+        if turn.trigger_id is not None:
+            answered = await self._answered_up_to(turn.chat_id, turn.trigger_id) if self._answered_up_to else None
+            askers = turn_askers(prompt.window, answered)
         deps = TurnDeps(
             chat_id=turn.chat_id,
             turn=turn,

@@ -38,6 +38,17 @@ class TurnStore:
             )
         return cursor.rowcount == 1
 
+    async def answered_up_to(self, chat_id: int, below: int) -> int | None:
+        """The newest triggering message (row id, under `below`) that a completed turn of the chat answered:
+        every trigger after it is still unanswered. None when no completed turn answered one."""
+        async with self._db.conn.execute(
+            "SELECT trigger_message_id FROM turns WHERE chat_id = ? AND status = 'completed' "
+            "AND trigger_message_id < ? ORDER BY started_at DESC LIMIT 1",
+            (chat_id, below),
+        ) as cursor:
+            row = await cursor.fetchone()
+        return int(row[0]) if row else None
+
     async def status(self, turn_id: str) -> TurnStatus | None:
         async with self._db.conn.execute("SELECT status FROM turns WHERE id = ?", (turn_id,)) as cursor:
             row = await cursor.fetchone()

@@ -197,6 +197,9 @@ class _FakeRunEndpoint:
     def invalid(self, status: int, reason: str) -> None:
         """The host's RunInbox counts these; the scripted host only serves."""
 
+    def admit(self, path: str) -> None:
+        """The scripted host refuses (if told to) once the body is read."""
+
     @property
     def limits(self) -> ConversationLimits:
         task = self._host.task or TaskSpec(run_id="run-scripted", task="t", label="l")

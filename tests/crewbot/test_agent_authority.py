@@ -72,23 +72,23 @@ class Script:
         return bool(self.prompts)
 
     def model(self) -> FunctionModel:
-        async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-            last = messages[-1]
-            results = [str(p.content) for p in last.parts if isinstance(p, ToolReturnPart)]
-            if results:
-                self.returned.extend(results)
-                return ModelResponse(parts=[TextPart(" | ".join(results))])
-            self.prompts.append(prompt_text(messages))
-            if self.hold_first and len(self.prompts) == 1:
-                await asyncio.Event().wait()  # until the merge aborts this turn
-            calls = self.plans.pop(0) if self.plans else []
-            if not calls:
-                return ModelResponse(parts=[TextPart("noted")])
-            return ModelResponse(
-                parts=[ToolCallPart(name, args, tool_call_id=f"c{n}") for n, (name, args) in enumerate(calls)]
-            )
+        return FunctionModel(self.respond)
 
-        return FunctionModel(respond)
+    async def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        results = [str(p.content) for p in last.parts if isinstance(p, ToolReturnPart)]
+        if results:
+            self.returned.extend(results)
+            return ModelResponse(parts=[TextPart(" | ".join(results))])
+        self.prompts.append(prompt_text(messages))
+        if self.hold_first and len(self.prompts) == 1:
+            await asyncio.Event().wait()  # until the merge aborts this turn
+        calls = self.plans.pop(0) if self.plans else []
+        if not calls:
+            return ModelResponse(parts=[TextPart("noted")])
+        return ModelResponse(
+            parts=[ToolCallPart(name, args, tool_call_id=f"c{n}") for n, (name, args) in enumerate(calls)]
+        )
 
 
 @dataclass
@@ -302,3 +302,51 @@ async def test_in_a_private_chat_its_user_may_cancel(tmp_path: Path) -> None:
 
         assert script.returned == [f"Run {run_id} is cancelled."]
         assert await r.status_is(run_id, RunStatus.CANCELLED)
+
+
+class HeldTurns(Script):
+    """Turn 1 thinks until released; turn 2 until a merge aborts it; turn 3 obeys the planned orders."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release_first = asyncio.Event()
+
+    async def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not isinstance(messages[-1].parts[-1], ToolReturnPart):
+            if len(self.prompts) == 0:
+                self.prompts.append(prompt_text(messages))
+                await self.release_first.wait()
+                return ModelResponse(parts=[TextPart("hello Ada")])
+            if len(self.prompts) == 1:
+                self.prompts.append(prompt_text(messages))
+                await asyncio.Event().wait()  # until the admin's "thanks" merges into it and aborts it
+        return await super().respond(messages, info)
+
+
+async def test_an_answer_stored_after_a_members_order_lends_it_no_authority(tmp_path: Path) -> None:
+    # Found by review: the admin's turn still thinks when a member's order arrives past the merge window (it
+    # waits for its own turn); the admin's answer is stored after it; the member's turn is aborted by the
+    # admin's "thanks" and the next turn answers both. The member asked too: the orders are refused.
+    window_seconds = 3.0
+    script = HeldTurns()
+    async with rig(tmp_path, script, MERGE_WINDOW_SECONDS=window_seconds) as r:
+        run_id, task_id = await r.start_run("watch the build"), await admins_task(r)
+        script.plans.append(orders(run_id, task_id))
+        r.say(ADMIN, "Ada", "hello")
+        await until_true(script.thinking)
+        await asyncio.sleep(window_seconds + 0.5)  # past turn 1's merge window: the order will wait, not merge
+        r.say(MEMBER, "Mallory", f"cancel run {run_id}, pause and cancel task {task_id}")
+
+        async def order_stored() -> bool:
+            return any("cancel run" in m.content for m in await r.app.stores.messages.recent(GROUP_ID, 20))
+
+        await until_true(order_stored)
+        script.release_first.set()
+        await until_true(lambda: asyncio.sleep(0, len(script.prompts) == 2))  # the member's turn thinks
+        r.say(ADMIN, "Ada", "thanks!")  # within its merge window: merged, and one turn answers both
+
+        await r.replies(2)
+
+        assert "cancel run" in script.prompts[-1] and "thanks!" in script.prompts[-1]
+        assert_refused(script.returned, task_id)
+        await assert_untouched(r, run_id, task_id)

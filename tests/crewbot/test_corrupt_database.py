@@ -1,7 +1,8 @@
 """A database damaged on disk: `crewbot doctor` reads it through (integrity_check) and fails, and `crewbot run`
-refuses to start in one line that says how to restore the backup, instead of starting and then failing
-every message with "database disk image is malformed". The app's real schema in a real SQLite file,
-corrupted by overwriting the bytes of a table's page."""
+(integrity_check up to 256 MiB, quick_check above) refuses to start in one line that says how to restore
+the backup, instead of starting and then failing every message with "database disk image is malformed".
+The app's real schema in a real SQLite file, corrupted by overwriting the bytes of a table's page, or by
+pointing its indexes at the wrong b-trees."""
 
 from __future__ import annotations
 
@@ -118,8 +119,43 @@ async def test_run_refuses_a_damaged_database_in_one_line(tmp_path: Path) -> Non
 
     line = start_failure(tmp_path, data_dir)  # one line, non-zero exit, no traceback, no secret
 
-    assert "crewbot.sqlite3 is corrupt (quick_check: " in line and RESTORE_HINT in line
+    assert "crewbot.sqlite3 is corrupt (integrity_check: " in line and RESTORE_HINT in line
     assert "Traceback" not in line
+
+
+def swap_index_roots(path: Path) -> None:
+    """Found by review: the message indexes now point at empty b-trees of the same shape (as a lost range of
+    index pages would leave them). Every page is sound and referenced once: quick_check passes; only the
+    cross-check of each index against its table sees that the bot would find none of the chat's history and
+    could store a redelivered update twice."""
+    conn = sqlite3.connect(path)
+    try:
+        for spare in ("spare1", "spare2"):
+            conn.execute(f"CREATE TABLE {spare} (a INTEGER, b INTEGER)")
+            conn.execute(f"CREATE INDEX {spare}_index ON {spare} (a, b)")
+        conn.commit()
+        roots = dict(conn.execute("SELECT name, rootpage FROM sqlite_master WHERE type = 'index'").fetchall())
+        conn.execute("PRAGMA writable_schema = ON")
+        for index, spare in (("messages_by_chat", "spare1_index"), ("sqlite_autoindex_messages_1", "spare2_index")):
+            conn.execute("UPDATE sqlite_master SET rootpage = ? WHERE name = ?", (roots[spare], index))
+            conn.execute("UPDATE sqlite_master SET rootpage = ? WHERE name = ?", (roots[index], spare))
+        conn.execute("PRAGMA writable_schema = OFF")
+        conn.commit()
+        (quick,) = conn.execute("PRAGMA quick_check").fetchone()
+        assert quick == "ok"  # what start-up used to read
+    finally:
+        conn.close()
+
+
+async def test_run_refuses_a_database_whose_indexes_no_longer_match_its_tables(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    await filled_database(data_dir / "crewbot.sqlite3")
+    swap_index_roots(data_dir / "crewbot.sqlite3")
+
+    line = start_failure(tmp_path, data_dir)
+
+    assert "crewbot.sqlite3 is corrupt (integrity_check: " in line and RESTORE_HINT in line
 
 
 def test_run_refuses_a_file_that_is_not_a_database_with_the_restore_hint(tmp_path: Path) -> None:

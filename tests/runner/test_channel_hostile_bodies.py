@@ -4,7 +4,9 @@ refusal names the cap, and a run that keeps sending them is stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import tracemalloc
 from pathlib import Path
 from typing import Any, cast
@@ -12,17 +14,26 @@ from typing import Any, cast
 import pytest
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from container.protocol import MAX_RUN_BODY_BYTES, MAX_SESSION_BYTES, MAX_STEP_BYTES, MESSAGE_PATH, TaskSpec
+from container.protocol import (
+    MAX_RUN_BODY_BYTES,
+    MAX_SESSION_BYTES,
+    MAX_STEP_BYTES,
+    MESSAGE_PATH,
+    MODEL_PATH,
+    RunResult,
+    TaskSpec,
+)
 from runner import model_step, session_history
 from runner.conversation_limits import MAX_PARTS_PER_MESSAGE, ConversationLimits
 from runner.live_runs import LiveRun, StopReason
 from runner.llm_policy import parse_body
+from runner.llm_proxy import MAX_BYTES_IN_FLIGHT
 from runner.llm_upstream import ProxyError
 from runner.model_step import StepFailed, parse_step
 from runner.run_api import ChannelRefused
 from runner.run_endpoint import EXTRA_MODEL_STEPS, MAX_INVALID_REQUESTS, RunInbox
 from runner.sessions import SessionRejected, clean
-from tests.runner.run_api_client import Request, exchange
+from tests.runner.run_api_client import Request, exchange, exchange_raw
 from tests.runner.run_api_server import Recorder, serve
 
 MIB = 1024 * 1024
@@ -164,3 +175,97 @@ def test_valid_history_json_still_round_trips() -> None:
     history = ModelMessagesTypeAdapter.validate_python([prompt("hello")])
     kept = clean(ModelMessagesTypeAdapter.dump_json(history), 200, LIMITS)
     assert json.loads(kept)[0]["parts"][0]["content"] == "hello"
+
+
+# --- found by review: what is refused must be refused before it is read -----------------------------------
+
+
+def live_inbox(max_steps: int = 50) -> tuple[LiveRun, RunInbox]:
+    task = TaskSpec(run_id="run-hostile2", task="t", label="l", max_steps=max_steps)
+    live = LiveRun(id=task.run_id, chat_id=1, turn_id=None, label="l")
+    inbox = RunInbox(
+        live,
+        task,
+        socket_path=Path("/unused"),
+        runs=cast(Any, None),
+        delivery=cast(Any, None),
+        max_messages=1,
+        session_max_messages=10,
+    )
+    return live, inbox
+
+
+async def serve_inbox(inbox: RunInbox, requests: list[Request]) -> list[Any]:
+    async def send_all(sock: Path) -> list[Any]:
+        return [await exchange(sock, request) for request in requests]
+
+    answers: list[Any] = await serve(inbox, send_all)
+    return answers
+
+
+async def test_steps_over_the_limit_are_refused_unread_and_stop_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    live, inbox = live_inbox(max_steps=1)
+
+    async def answered(*args: Any) -> bytes:
+        return b'{"response": {}}'
+
+    monkeypatch.setattr(model_step, "make_step", answered)
+    step = json.dumps({"messages": [prompt("go")], "tools": []}).encode()
+    for _ in range(1 + EXTRA_MODEL_STEPS):  # what the run may ask for
+        assert await inbox.model_step(step) == b'{"response": {}}'
+    big = json.dumps({"messages": [prompt("x" * (MAX_STEP_BYTES - 1_000))], "tools": []}).encode()
+    answers = await serve_inbox(inbox, [Request("POST", MODEL_PATH, big)] * 4)
+
+    assert [a.status for a in answers[:MAX_INVALID_REQUESTS]] == [429] * MAX_INVALID_REQUESTS
+    assert answers[-1].status == 403  # stopped: refused as such
+    assert all(a.sent < len(big) for a in answers)  # not one of them was read to its end
+    assert live.stop_reason is StopReason.INVALID_REQUESTS
+
+
+async def test_a_stopped_run_gets_no_more_steps_or_sessions_but_its_result_is_taken() -> None:
+    live, inbox = live_inbox()
+    live.request_stop(StopReason.TOKEN_BUDGET)
+    with pytest.raises(ChannelRefused, match="being stopped") as step:
+        await inbox.model_step(b"{}")
+    with pytest.raises(ChannelRefused, match="being stopped"):
+        await inbox.session(b"[]")
+    assert step.value.status == 403
+    assert await inbox.result(RunResult(status="completed", result="late")) == "received"  # the stop decides
+
+
+async def test_bodies_held_at_once_by_one_run_are_bounded() -> None:
+    # Heads that announce 8 MB bodies, their bodies not sent: each holds its size until answered.
+    recorder = Recorder()
+    head = f"POST {MODEL_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {MAX_STEP_BYTES}\r\n\r\n".encode()
+
+    async def hold_then_one_more(sock: Path) -> Any:
+        loop = asyncio.get_running_loop()
+        held = []
+        try:
+            for _ in range(MAX_BYTES_IN_FLIGHT // MAX_STEP_BYTES):
+                conn = socket.socket(socket.AF_UNIX)
+                conn.setblocking(False)
+                await loop.sock_connect(conn, str(sock))
+                await loop.sock_sendall(conn, head)
+                held.append(conn)
+            await asyncio.sleep(0.2)  # the server has taken every head (a head is one read)
+            return await exchange_raw(sock, head, [b"{}"])
+        finally:
+            for conn in held:
+                conn.close()
+
+    answer = await serve(recorder, hold_then_one_more)
+    assert answer.status == 429
+    assert recorder.invalid_reasons == [f"run run-aaaaaa has {MAX_BYTES_IN_FLIGHT} bytes of requests in flight already"]
+
+
+def test_a_tool_schema_of_megabytes_of_non_ascii_is_refused_cheaply(never_validated: list[str]) -> None:
+    schema = {"type": "object", "description": "\U0001f600" * 2_000_000}
+    body = json.dumps({"messages": [prompt("go")], "tools": [{"name": "t", "description": "", "parameters": schema}]})
+
+    def refuse() -> None:
+        with pytest.raises(StepFailed, match="over 8000 characters"):
+            parse_step(body.encode(), LIMITS)
+
+    encoded = len(body.encode())
+    assert peak_bytes(refuse) < 3 * encoded  # json.dumps escaped it to 25 MB in one call holding the GIL
