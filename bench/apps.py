@@ -22,9 +22,9 @@ from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded
-from runner.docker_runtime import DockerRuntime
-from runner.live_runs import LiveRuns
-from runner.runtime import ContainerSpec
+from runner.runs.live_runs import LiveRuns
+from runner.runtimes.docker_runtime import DockerRuntime
+from runner.runtimes.runtime import ContainerSpec
 from runner.service import SubagentService
 
 if TYPE_CHECKING:

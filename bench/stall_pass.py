@@ -31,7 +31,7 @@ from core.store.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded
-from runner.ipc import ensure_chat_dirs
+from runner.ipc.requests import ensure_chat_dirs
 from runner.service import SubagentService
 from tests.fakes.memory_runtime import MemoryRuntime
 

@@ -31,8 +31,8 @@ from crewbot.app import App, SubagentFactory
 from crewbot.operations import Operations
 
 if TYPE_CHECKING:
-    from runner.metrics import RunMetrics
-    from runner.runtime import ContainerRuntime
+    from runner.lifecycle.metrics import RunMetrics
+    from runner.runtimes.runtime import ContainerRuntime
     from runner.service import SubagentService
 
 log = get_logger("crewbot")
@@ -94,14 +94,14 @@ class ObservedSubagents:
 
 
 def docker_runtime(settings: Settings) -> ContainerRuntime:
-    from runner.docker_runtime import DockerRuntime
+    from runner.runtimes.docker_runtime import DockerRuntime
 
     return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)  # threads start on demand; the cap may rise live
 
 
 def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> RunOutputReader:
-    from runner.paths import DataPaths
-    from runner.run_files import LOG_FILE
+    from runner.storage.paths import DataPaths
+    from runner.storage.run_files import LOG_FILE
 
     paths = DataPaths(settings.data_dir)
     return RunOutputReader(RunStore(db), runtime, lambda run_id: paths.run_dir(run_id) / LOG_FILE)

@@ -69,7 +69,7 @@ async def telegram_app(
     finally:
         await app.stop()
         if with_subagents:
-            from runner.paths import DataPaths
+            from runner.storage.paths import DataPaths
             from tests.runner.docker_helpers import remove_instance_containers
 
             await asyncio.to_thread(remove_instance_containers, DataPaths(settings.data_dir).instance_id)

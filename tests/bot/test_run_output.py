@@ -11,7 +11,7 @@ from bot.run_output import CHAT_OUTPUT_TAIL_CHARS, RunOutputReader, RunsView
 from core.store.chats import ChatStore
 from core.store.db import Database
 from core.store.runs import RunStatus, RunStore
-from runner.runtime import ContainerSpec
+from runner.runtimes.runtime import ContainerSpec
 from tests.bot.helpers import FakeRunControl, RecordingChannel, make_delivery
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 
