@@ -27,7 +27,7 @@ from bench.tg_process import TelegramProcess
 from bot.channels.telegram import TelegramChannel
 from core.delivery import Delivery
 from core.settings import Settings
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bot.channels.base import Channel
+from bot.channels.inbound import InboundMessage
 from bot.config_command import config_reply
-from bot.engine import ChatEngine
-from bot.inbound import InboundMessage
 from bot.schedules.book import TaskAction, TaskBook, TaskRequestError
+from bot.turns.engine import ChatEngine
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger

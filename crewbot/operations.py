@@ -15,7 +15,7 @@ from core.logging import get_logger
 from core.settings import Settings
 from core.store.db import Database
 from core.store.setting_overrides import SettingOverrideStore
-from core.store.stores import Stores
+from core.stores import Stores
 from crewbot.control import ControlServer, control_socket_path
 from crewbot.metrics_server import MetricsServer
 

@@ -25,7 +25,7 @@ from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.db import Database
 from core.store.runs import FINAL_STATUSES, RunStore
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App, SubagentFactory
 from crewbot.operations import Operations

@@ -10,7 +10,7 @@ from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.runs import FollowUp, RunStatus, RunStore
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from runner.channel.llm_policy import RequestPolicy
 from runner.channel.llm_proxy import LlmProxy, UpstreamConfig

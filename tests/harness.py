@@ -12,7 +12,7 @@ from pydantic_ai.models import Model
 
 from bot.channels.telegram import TelegramChannel
 from core.settings import Settings, load_settings
-from core.store.stores import Stores
+from core.stores import Stores
 from crewbot.app import App
 from tests.fakes.telegram_server import FakeTelegram
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from bot.commands import RunInfo
-from bot.engine import Turn
+from bot.turns.engine import Turn
 from core.store.runs import FollowUp, RunStatus
 
 if TYPE_CHECKING:

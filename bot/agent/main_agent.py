@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+from bot.agent.announce import SKIP_MARKER
 from bot.agent.deps import AdminCheck, Spawner, SubagentDesk, TurnDeps
 from bot.agent.prompt import build_prompt
-from bot.announce import SKIP_MARKER
-from bot.engine import Turn
 from bot.schedules.book import TaskBook
+from bot.turns.engine import Turn
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.messages import MessageStore, StoredMessage

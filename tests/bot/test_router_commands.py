@@ -8,9 +8,9 @@ import time
 import pytest
 
 from bot.commands import MAX_LISTED_RUNS, Commands, RunSummary
-from bot.engine import ChatEngine
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
+from bot.turns.engine import ChatEngine
 from core.settings import load_settings
 from core.store import ChatStore, MessageStore
 from core.store.db import Database

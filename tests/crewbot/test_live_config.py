@@ -23,7 +23,7 @@ from core.settings import Settings
 from core.store.db import Database
 from core.store.runs import RunStatus, RunStore
 from core.store.setting_overrides import SettingOverrideStore, now_change
-from core.store.stores import Stores
+from core.stores import Stores
 from crewbot.control import control_socket_path
 from crewbot.serve import serve
 from runner.ipc.requests import ensure_chat_dirs, write_spawn_request

@@ -18,7 +18,7 @@ from core.delivery import Delivery
 from core.outbox import DeliveryError
 from core.settings import Settings
 from core.store.chats import Chat
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from runner.ipc.outcome import RequestOutcome
 from runner.service import SubagentService

@@ -12,7 +12,7 @@ import pytest
 from container.channel import RunChannel
 from container.task import RunResult
 from core.store.runs import RunStatus, RunStore
-from core.store.stores import Stores
+from core.stores import Stores
 from runner.runtimes.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 from tests.runner.lifecycle_helpers import CHAT_ID, OTHER_CHAT_ID, Rig, rig
