@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from core.logging import get_logger
-from runner.channel.llm_upstream import ProxyError
+from runner.channel.proxy_error import ProxyError
 
 BudgetCallback = Callable[[str], Coroutine[Any, Any, None]]
 

@@ -18,7 +18,7 @@ import pydantic_core
 from core.settings import LLMProvider
 from runner.channel import bounded_json
 from runner.channel.bounded_json import BodyRefused
-from runner.channel.llm_upstream import ProxyError
+from runner.channel.proxy_error import ProxyError
 
 DEFAULT_MAX_OUTPUT_TOKENS = 16_384  # one call's output ceiling; the run's budget is SUBAGENT_MAX_TOKENS
 MAX_DROPPED_LABELS = 20  # a body of a million junk keys must not become a million-entry log line

@@ -33,9 +33,10 @@ from runner.channel.capped_site import CappedUnixSite
 from runner.channel.llm_budget import BudgetCallback, BudgetNotices, BudgetSpent, input_hold
 from runner.channel.llm_call_log import CallLog
 from runner.channel.llm_policy import RequestPolicy, Sanitized, parse_body, with_followups
-from runner.channel.llm_upstream import Call, ProxyError, Upstream, UpstreamConfig
+from runner.channel.llm_upstream import Call, Upstream, UpstreamConfig
 from runner.channel.llm_usage import Usage
 from runner.channel.offline_subagent import OfflineSubagentModel
+from runner.channel.proxy_error import ProxyError
 from runner.channel.run_api import RunEndpoint, handle_run_api
 
 # UpstreamConfig is re-exported: callers build the proxy from this module (runner/service.py).

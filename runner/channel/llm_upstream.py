@@ -13,18 +13,17 @@ import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 from pydantic import SecretStr
 
 from core.settings import LLMProvider, Settings
+from runner.channel.llm_policy import RequestPolicy
 from runner.channel.llm_usage import SseUsageScanner, Usage
 from runner.channel.offline_subagent import OfflineRequestError, OfflineSubagentModel, stream_chunks
-
-if TYPE_CHECKING:  # llm_policy imports ProxyError from here
-    from runner.channel.llm_policy import RequestPolicy
+from runner.channel.proxy_error import ProxyError
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"  # OpenAI convention: the base includes /v1
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"  # Anthropic convention: it does not
@@ -38,23 +37,6 @@ _UPSTREAM_PATHS: Mapping[LLMProvider, str] = {
     LLMProvider.ANTHROPIC: "/v1/messages",
     LLMProvider.OFFLINE: "",
 }
-
-
-class ProxyError(Exception):
-    """An answer the proxy gives itself: status, error type and a message the container's client shows."""
-
-    def __init__(self, status: int, error_type: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_type = error_type
-        self.message = message
-
-    def response(self) -> web.Response:
-        return error_response(self.status, self.error_type, self.message)
-
-
-def error_response(status: int, error_type: str, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": error_type}}, status=status)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import pytest
 
 from core.settings import LLMProvider
 from runner.channel.llm_policy import RequestPolicy, Sanitized
-from runner.channel.llm_upstream import ProxyError
+from runner.channel.proxy_error import ProxyError
 
 MODEL = "pinned-small-model"
 PLENTY = 1_000_000  # tokens left in the run's budget when the budget is not what a test is about

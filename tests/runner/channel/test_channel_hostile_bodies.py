@@ -16,8 +16,8 @@ from container.protocol import MAX_RUN_BODY_BYTES, MAX_SESSION_BYTES, MAX_STEP_B
 from runner.channel import model_step, session_history
 from runner.channel.conversation_limits import MAX_PARTS_PER_MESSAGE, ConversationLimits
 from runner.channel.llm_policy import parse_body
-from runner.channel.llm_upstream import ProxyError
 from runner.channel.model_step import StepFailed, parse_step
+from runner.channel.proxy_error import ProxyError
 from runner.channel.run_api import ChannelRefused
 from runner.channel.run_endpoint import EXTRA_MODEL_STEPS, MAX_INVALID_REQUESTS, RunInbox
 from runner.channel.sessions import SessionRejected, clean

@@ -22,7 +22,7 @@ from runner.channel.llm_policy import (
     RequestPolicy,
     Sanitized,
 )
-from runner.channel.llm_upstream import ProxyError
+from runner.channel.proxy_error import ProxyError
 
 leaves = (
     st.none()

@@ -16,7 +16,7 @@ from runner.channel.llm_policy import (
     MESSAGES_PATH,
     RequestPolicy,
 )
-from runner.channel.llm_upstream import ProxyError
+from runner.channel.proxy_error import ProxyError
 from tests.runner.channel.llm_policy_helpers import (
     ANTHROPIC,
     ANTHROPIC_TOOLS,
