@@ -5,12 +5,20 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from container.protocol import RunResult
 from runner.runtimes.resource_use import ResourceUse
 
-if TYPE_CHECKING:
-    from runner.channel.run_endpoint import RunInbox
+
+class RunReport(Protocol):
+    """What the run's end of its channel (runner/channel/run_endpoint.py's RunInbox) holds for its lifecycle:
+    the session it started from, and what it reported, once it has."""
+
+    session_in: str | None
+    result_received: RunResult | None
+    session_json: bytes | None
+    reported: asyncio.Event
 
 
 class StopReason(StrEnum):
@@ -46,7 +54,7 @@ class LiveRun:
     usage: ResourceUse = field(default_factory=ResourceUse, repr=False)
     stop_reason: StopReason | None = None
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-    inbox: RunInbox | None = field(default=None, repr=False)
+    inbox: RunReport | None = field(default=None, repr=False)
     # Follow-ups from the chat (the main agent's `send`): the LLM proxy adds them to each later LLM request.
     followups: list[str] = field(default_factory=list, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
