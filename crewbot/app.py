@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Protocol
 from bot.agent.announce import Announcer
 from bot.agent.deps import SubagentDesk
 from bot.agent.llm import build_main_model
-from bot.agent.main_agent import MainAgent, Spawner
+from bot.agent.main_agent import MainAgent
 from bot.channels.base import CardChannel, Channel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.flood import FloodGuard
+from bot.ports.spawner import Spawner
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards

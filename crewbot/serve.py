@@ -13,11 +13,11 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bot.agent.main_agent import Spawner
 from bot.agent.spawn_guard import CapCheckedSpawner
 from bot.channels.base import Channel, WatchedChannel
 from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
 from bot.commands import RunControl, WorkspaceControl
+from bot.ports.spawner import Spawner
 from bot.run_output import ContainerLogs, RunOutputReader, RunsView
 from core.delivery import Delivery
 from core.live_config import LiveConfig

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from bot.channels.base import Channel, ChatDirectory, InboundHandler, MembershipHandler
 from bot.channels.inbound import InboundMessage
-from bot.commands import RunSummary
+from bot.ports.runs import RunSummary
 from bot.turns.engine import Turn
 from core.delivery import Delivery
 from core.outbox import Outbox

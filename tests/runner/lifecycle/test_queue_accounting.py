@@ -43,7 +43,8 @@ async def test_a_run_cancelled_while_waiting_is_counted_as_cancelled(tmp_path: P
 
 
 async def test_a_spawn_refused_because_caps_and_queue_are_full_is_counted(tmp_path: Path) -> None:
-    from bot.agent.spawn_guard import CapCheckedSpawner, SpawnRefused
+    from bot.agent.spawn_guard import CapCheckedSpawner
+    from bot.ports.spawner import SpawnRefused
     from tests.runner.lifecycle_helpers import CHAT_ID
 
     gates = Gates()
