@@ -33,6 +33,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/check_import_cycles.py
 	$(PY) scripts/check_module_size.py
 
 test: lint image test-deps
