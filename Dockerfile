@@ -1,5 +1,5 @@
 # The subagent image: `python -m container` (standard library only) run as uid 1000 on a read-only root.
-# Build it with `python -m runner.image` (it picks the base and labels the image with its content hash).
+# Build it with `python -m runner.runtimes.image` (it picks the base and labels the image with its content hash).
 # The build needs no network and no Python packages: the model's requests are made by the host.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 

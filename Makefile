@@ -22,7 +22,7 @@ engine:
 # The subagent image, built when missing or stale (its agent code or its base changed; that takes seconds),
 # with a local debootstrap base when no registry answers.
 image: setup engine
-	$(PY) -m runner.image
+	$(PY) -m runner.runtimes.image
 
 # What the tests need besides the engine and the image (a static busybox for the Docker runtime tests).
 test-deps:
@@ -33,6 +33,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/check_import_cycles.py
 	$(PY) scripts/check_module_size.py
 
 test: lint image test-deps
@@ -45,7 +46,7 @@ test-stress: image test-deps
 
 # Subagents need the engine and the image; without them the bot still answers and says why spawns fail.
 run: setup
-	@bash scripts/docker-engine.sh && $(PY) -m runner.image \
+	@bash scripts/docker-engine.sh && $(PY) -m runner.runtimes.image \
 	  || echo "crewbot: no Docker engine or subagent image: the bot runs, subagents will fail until there is one"
 	$(PY) -m crewbot run
 

@@ -18,13 +18,13 @@ from bot.channels.telegram import TelegramChannel
 from core.delivery import Delivery
 from core.settings import Settings
 from core.store.runs import FINAL_STATUSES
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded
-from runner.docker_runtime import DockerRuntime
-from runner.live_runs import LiveRuns
-from runner.runtime import ContainerSpec
+from runner.runs.live_runs import LiveRuns
+from runner.runtimes.docker_runtime import DockerRuntime
+from runner.runtimes.runtime import ContainerSpec
 from runner.service import SubagentService
 
 if TYPE_CHECKING:

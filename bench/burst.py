@@ -31,7 +31,7 @@ from bench.engine import engine_client, running_containers_of
 from bench.report import Measure, Row
 from container.protocol import SpawnRequest
 from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus
-from runner.ipc import ERRORS_DIR, TASKS_DIR, ensure_chat_dirs, write_spawn_request
+from runner.ipc.requests import ERRORS_DIR, TASKS_DIR, ensure_chat_dirs, write_spawn_request
 from tests.fakes.telegram_server import FakeTelegram
 
 NAME = "burst"

@@ -18,7 +18,7 @@ import docker
 import docker.errors
 from docker.types import Mount as DockerMount
 
-from runner.runtime import LABEL_APP, LABEL_CHAT_ID
+from runner.runtimes.runtime import LABEL_APP, LABEL_CHAT_ID
 
 BARE_NAME_PREFIX = "crewbot-bench-"
 ENGINE_TIMEOUT_SECONDS = 60

@@ -34,8 +34,8 @@ from bench.stall_pass import stall_app
 from bench.stall_peer import WAIT_SECONDS, Peer
 from bench.tg_process import TelegramProcess
 from container.protocol import CHANNEL_DIR, CHANNEL_SOCKET_FILE, SpawnRequest
-from runner.ipc import ensure_chat_dirs, write_spawn_request
-from runner.runtime import LABEL_RUN_ID
+from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
+from runner.runtimes.runtime import LABEL_RUN_ID
 from runner.service import SubagentService
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 

@@ -30,10 +30,10 @@ from container.protocol import (
     SESSION_PATH,
     TaskSpec,
 )
-from runner.conversation_limits import ConversationLimits
-from runner.run_endpoint import EXTRA_MODEL_STEPS
+from runner.channel.conversation_limits import ConversationLimits
+from runner.channel.run_endpoint import EXTRA_MODEL_STEPS
 
-STEPS = 55  # the default step limit (50) and the retries a run is allowed (runner/run_endpoint.py)
+STEPS = 55  # the default step limit (50) and the retries a run is allowed (runner/channel/run_endpoint.py)
 SESSIONS = 3  # MAX_SESSION_UPLOADS
 ANSWER_BYTES = 300
 SOCKET_TIMEOUT_SECONDS = 120.0

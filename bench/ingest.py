@@ -22,7 +22,7 @@ from bench.common import BenchContext, bench_settings, poll_until
 from bench.report import Measure, Row
 from bench.tg_process import TelegramProcess
 from core.store.messages import NewMessage
-from core.store.stores import Stores
+from core.stores import Stores
 
 NAME = "ingest"
 MESSAGES = 1_000

@@ -18,9 +18,9 @@ from bench.common import BenchContext, ms, wait_event
 from bench.report import Measure, Row
 from container.protocol import SpawnRequest
 from core.store.chats import folder_for_chat
-from runner.ipc import ensure_chat_dirs, write_spawn_request
-from runner.ipc_outcome import RequestOutcome
-from runner.watcher import POLL_DELAY_MS, IpcWatcher
+from runner.ipc.outcome import RequestOutcome
+from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
+from runner.ipc.watcher import POLL_DELAY_MS, IpcWatcher
 
 NAME = "pickup"
 FOLDERS = 4

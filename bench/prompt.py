@@ -14,7 +14,7 @@ from bench.common import BenchContext, bench_settings, ms
 from bench.report import Measure, Row
 from bot.agent.prompt import build_prompt
 from core.store.messages import NewMessage, insert_params
-from core.store.stores import Stores
+from core.stores import Stores
 
 NAME = "prompt"
 SIZES = (100, 10_000, 100_000)

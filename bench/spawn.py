@@ -1,6 +1,6 @@
 """Spawn overhead: a spawn request file until the subagent's first LLM request, and where the time goes.
 
-Start: the request's atomic rename into the chat's tasks/ folder (runner.ipc.write_spawn_request), with
+Start: the request's atomic rename into the chat's tasks/ folder (runner.ipc.requests.write_spawn_request), with
 the full app running (real watcher, task manager, LLM proxy, Docker runtime; offline provider).
 Stops: the run's first LLM request arriving at its proxy socket (by then the container's process has
 started, loaded its task and asked for its first model step, which the host turned into that request);
@@ -34,9 +34,9 @@ from bench.common import BenchContext, bench_settings, ms
 from bench.engine import BareMount, bare_start, engine_client, image_interpreter, remove_container
 from bench.report import Measure, Row
 from container.protocol import SpawnRequest
-from runner.docker_runtime import container_name
-from runner.ipc import ensure_chat_dirs, write_spawn_request
-from runner.paths import CONTAINER_GID, CONTAINER_UID, container_user
+from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
+from runner.runtimes.docker_runtime import container_name
+from runner.storage.paths import CONTAINER_GID, CONTAINER_UID, container_user
 from tests.fakes.telegram_server import FakeTelegram
 
 NAME = "spawn"

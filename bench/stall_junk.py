@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.stall_peer import WAIT_SECONDS, Peer, failure, reply
 from container.protocol import SpawnRequest
-from runner.ipc import ERRORS_DIR, TASKS_DIR
+from runner.ipc.requests import ERRORS_DIR, TASKS_DIR
 
 JUNK_FILES = 10_000
 

@@ -27,11 +27,11 @@ from bench.tg_process import TelegramProcess
 from bot.channels.telegram import TelegramChannel
 from core.delivery import Delivery
 from core.settings import Settings
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded
-from runner.ipc import ensure_chat_dirs
+from runner.ipc.requests import ensure_chat_dirs
 from runner.service import SubagentService
 from tests.fakes.memory_runtime import MemoryRuntime
 

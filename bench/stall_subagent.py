@@ -30,8 +30,8 @@ from container.protocol import (
     SpawnRequest,
 )
 from crewbot.app import App
-from runner.ipc import write_spawn_request
-from runner.runtime import LABEL_RUN_ID
+from runner.ipc.requests import write_spawn_request
+from runner.runtimes.runtime import LABEL_RUN_ID
 from runner.service import SubagentService
 from tests.fakes.memory_runtime import MemoryContainer
 

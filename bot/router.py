@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from bot.channels.inbound import InboundMessage
 from bot.commands import Commands
-from bot.engine import ChatEngine
 from bot.flood import FLOOD_NOTICE, FloodGuard
-from bot.inbound import InboundMessage
+from bot.turns.engine import ChatEngine
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import Settings

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bot.commands import RunCancels, RunSummary, age_text, when_text
+from bot.ports.runs import RunCancels, RunSummary, age_text, when_text
 from core.store.runs import FINAL_STATUSES, FollowUp, RunRecord, RunStatus, RunStore
 
 LATEST_PROGRESS_CHARS = 1_000  # what the main agent is shown of a run's latest message or outcome

@@ -32,7 +32,7 @@ STEP_TIMEOUT_SECONDS = 1_500.0
 # Connecting is tried again after these pauses (about 30 s in all): the socket is missing or refuses while
 # the host restarts, and the run must outlive a normal restart.
 CONNECT_RETRY_DELAYS_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
-# The host closes connections to a run's socket beyond 16 at once (runner/capped_site.py): requests sent
+# The host closes connections to a run's socket beyond 16 at once (runner/channel/capped_site.py): requests sent
 # all at once wait their turn here instead.
 MAX_CONNECTIONS = 4
 MAX_ANSWER_BYTES = 16 * 1024 * 1024  # the task (its prior session) or a model response; the host's are smaller

@@ -16,14 +16,14 @@ TASK_PATH = "/run/task"
 MESSAGE_PATH = "/run/message"
 SESSION_PATH = "/run/session"
 RESULT_PATH = "/run/result"
-MODEL_PATH = "/run/model"  # one model request of the agent's loop, made by the host (runner/model_step.py)
+MODEL_PATH = "/run/model"  # one model request of the agent's loop, made by the host (runner/channel/model_step.py)
 RUN_API_PREFIX = "/run/"
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{6,64}$"
 MAX_TASK_CHARS = 100_000
 MAX_LABEL_CHARS = 200
 MAX_PROGRESS_CHARS = 4_000  # one progress message: about one Telegram message
-MAX_RESULT_CHARS = 100_000  # on the wire; the host keeps less (runner.outcome)
+MAX_RESULT_CHARS = 100_000  # on the wire; the host keeps less (runner.runs.outcome)
 MAX_ERROR_CHARS = 4_000
 MAX_SESSION_BYTES = 4 * 1024 * 1024  # a session upload; the host trims what it keeps
 MAX_RUN_BODY_BYTES = 512 * 1024  # a message or a result, JSON-encoded

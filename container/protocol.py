@@ -147,7 +147,7 @@ class ToolSpec(_Strict):
 
 class ModelStep(_Strict):
     """POST /run/model: the conversation so far (pydantic-ai messages as JSON) and the tools on offer. The
-    host answers `{"response": <a pydantic-ai ModelResponse as JSON>}` (runner/model_step.py)."""
+    host answers `{"response": <a pydantic-ai ModelResponse as JSON>}` (runner/channel/model_step.py)."""
 
     messages: list[Any] = Field(min_length=1)
     tools: list[ToolSpec] = Field(default_factory=list, max_length=MAX_TOOLS)

@@ -6,17 +6,18 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from bot.agent.announce import Announcer
 from bot.agent.deps import SubagentDesk
 from bot.agent.llm import build_main_model
-from bot.agent.main_agent import MainAgent, Spawner
-from bot.announce import Announcer
+from bot.agent.main_agent import MainAgent
 from bot.channels.base import CardChannel, Channel
 from bot.commands import Commands, RunControl, WorkspaceControl
-from bot.engine import ChatEngine, Turn
 from bot.flood import FloodGuard
+from bot.ports.spawner import Spawner
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
+from bot.turns.engine import ChatEngine, Turn
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
@@ -25,8 +26,8 @@ from core.settings import CancelScope, LLMProvider, ResultMode, Settings
 from core.store.announcements import AnnouncementStore
 from core.store.chats import ChatAddress
 from core.store.runs import RunStore
-from core.store.stores import Stores
 from core.store.turns import TurnStatus, TurnStore
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 
 if TYPE_CHECKING:

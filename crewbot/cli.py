@@ -184,7 +184,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from runner.image import main as image_main
+    from runner.runtimes.image import main as image_main
 
     flags = ["--force"] if args.force else ["--if-missing"] if args.if_missing else []
     return int(image_main(flags))

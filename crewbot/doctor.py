@@ -28,7 +28,7 @@ from crewbot.startup import (
 from crewbot.startup import check_database as check_database_file
 
 if TYPE_CHECKING:
-    from runner.runtime import ContainerRuntime
+    from runner.runtimes.runtime import ContainerRuntime
 
 CHECK_TIMEOUT_SECONDS = 20.0
 CONTAINER_CHECK_TIMEOUT_SECONDS = 60.0
@@ -145,8 +145,8 @@ def _engine_reason(exc: BaseException) -> str:
 
 
 async def _container_check(settings: Settings, runtime: ContainerRuntime) -> CheckResult:
-    from runner.paths import container_user
-    from runner.runtime import ContainerSpec, ContainerStartError
+    from runner.runtimes.runtime import ContainerSpec, ContainerStartError
+    from runner.storage.paths import container_user
 
     spec = ContainerSpec(
         name=f"crewbot-doctor-{secrets.token_hex(4)}",
@@ -244,7 +244,7 @@ async def run_doctor(
     results.append(await _guard("telegram", lambda: check_telegram(settings)))
     results.append(await _guard("llm", lambda: check_llm(settings)))
     if runtime is None:
-        from runner.docker_runtime import DockerRuntime
+        from runner.runtimes.docker_runtime import DockerRuntime
 
         owned: ContainerRuntime = DockerRuntime(max_concurrency=1)
     else:

@@ -14,7 +14,7 @@ from core.store.runs import FINAL_STATUSES
 from crewbot.startup import StartupError
 
 if TYPE_CHECKING:
-    from runner.runtime import ContainerRuntime
+    from runner.runtimes.runtime import ContainerRuntime
 
 FOLLOW_INTERVAL_SECONDS = 1.0  # --follow looks for new output this often
 FOLLOW_TAIL_CHARS = 1_000_000  # --follow compares whole outputs up to this size to find what is new

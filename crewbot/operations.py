@@ -15,19 +15,19 @@ from core.logging import get_logger
 from core.settings import Settings
 from core.store.db import Database
 from core.store.setting_overrides import SettingOverrideStore
-from core.store.stores import Stores
+from core.stores import Stores
 from crewbot.control import ControlServer, control_socket_path
 from crewbot.metrics_server import MetricsServer
 
 if TYPE_CHECKING:
-    from runner.metrics import RunMetrics
+    from runner.lifecycle.metrics import RunMetrics
 
 log = get_logger(__name__)
 
 
 class Operations:
     def __init__(self, settings: Settings) -> None:
-        from runner.metrics import RunMetrics
+        from runner.lifecycle.metrics import RunMetrics
 
         self._settings = settings
         self.metrics: RunMetrics = RunMetrics()  # the app's own registry: no global state

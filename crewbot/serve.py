@@ -13,11 +13,11 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bot.agent.main_agent import Spawner
 from bot.agent.spawn_guard import CapCheckedSpawner
 from bot.channels.base import Channel, WatchedChannel
 from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
 from bot.commands import RunControl, WorkspaceControl
+from bot.ports.spawner import Spawner
 from bot.run_output import ContainerLogs, RunOutputReader, RunsView
 from core.delivery import Delivery
 from core.live_config import LiveConfig
@@ -25,14 +25,14 @@ from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.db import Database
 from core.store.runs import FINAL_STATUSES, RunStore
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App, SubagentFactory
 from crewbot.operations import Operations
 
 if TYPE_CHECKING:
-    from runner.metrics import RunMetrics
-    from runner.runtime import ContainerRuntime
+    from runner.lifecycle.metrics import RunMetrics
+    from runner.runtimes.runtime import ContainerRuntime
     from runner.service import SubagentService
 
 log = get_logger("crewbot")
@@ -94,14 +94,14 @@ class ObservedSubagents:
 
 
 def docker_runtime(settings: Settings) -> ContainerRuntime:
-    from runner.docker_runtime import DockerRuntime
+    from runner.runtimes.docker_runtime import DockerRuntime
 
     return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)  # threads start on demand; the cap may rise live
 
 
 def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> RunOutputReader:
-    from runner.paths import DataPaths
-    from runner.run_files import LOG_FILE
+    from runner.storage.paths import DataPaths
+    from runner.storage.run_files import LOG_FILE
 
     paths = DataPaths(settings.data_dir)
     return RunOutputReader(RunStore(db), runtime, lambda run_id: paths.run_dir(run_id) / LOG_FILE)

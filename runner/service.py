@@ -10,26 +10,26 @@ from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.runs import FollowUp, RunStatus, RunStore
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
-from runner.admission import Admission
-from runner.docker_runtime import DockerRuntime
-from runner.ipc import ensure_ipc_root
-from runner.live_runs import LiveRuns
-from runner.llm_policy import RequestPolicy
-from runner.llm_proxy import LlmProxy, UpstreamConfig
-from runner.manager import TaskManager
-from runner.manager_ports import RunStores
-from runner.metrics import RunMetrics
-from runner.paths import DataPaths
-from runner.recovery import Recovery
-from runner.retention import Retention
-from runner.run_accounting import RunAccounting
-from runner.run_files import RunFiles
-from runner.runtime import ContainerRuntime, RuntimeUnavailable
-from runner.spawner import IpcSpawner
-from runner.watcher import IpcWatcher
-from runner.workspaces import Workspaces
+from runner.channel.llm_policy import RequestPolicy
+from runner.channel.llm_proxy import LlmProxy, UpstreamConfig
+from runner.ipc.requests import ensure_ipc_root
+from runner.ipc.spawner import IpcSpawner
+from runner.ipc.watcher import IpcWatcher
+from runner.lifecycle.admission import Admission
+from runner.lifecycle.manager import TaskManager
+from runner.lifecycle.manager_ports import RunStores
+from runner.lifecycle.metrics import RunMetrics
+from runner.lifecycle.recovery import Recovery
+from runner.lifecycle.run_accounting import RunAccounting
+from runner.runs.live_runs import LiveRuns
+from runner.runtimes.docker_runtime import DockerRuntime
+from runner.runtimes.runtime import ContainerRuntime, RuntimeUnavailable
+from runner.storage.paths import DataPaths
+from runner.storage.retention import Retention
+from runner.storage.run_files import RunFiles
+from runner.storage.workspaces import Workspaces
 
 log = get_logger(__name__)
 

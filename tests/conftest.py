@@ -49,7 +49,7 @@ def docker_engine() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def subagent_image(docker_engine: None) -> str:
     """The real subagent image, built once if missing or stale (`make test` builds it beforehand)."""
-    from runner.image import DEFAULT_IMAGE, build_image
+    from runner.runtimes.image import DEFAULT_IMAGE, build_image
 
     build_image(DEFAULT_IMAGE, log=lambda line: None)
     return DEFAULT_IMAGE

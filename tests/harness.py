@@ -12,7 +12,7 @@ from pydantic_ai.models import Model
 
 from bot.channels.telegram import TelegramChannel
 from core.settings import Settings, load_settings
-from core.store.stores import Stores
+from core.stores import Stores
 from crewbot.app import App
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -69,7 +69,7 @@ async def telegram_app(
     finally:
         await app.stop()
         if with_subagents:
-            from runner.paths import DataPaths
+            from runner.storage.paths import DataPaths
             from tests.runner.docker_helpers import remove_instance_containers
 
             await asyncio.to_thread(remove_instance_containers, DataPaths(settings.data_dir).instance_id)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from runner.runtime import LABEL_APP
+from runner.runtimes.runtime import LABEL_APP
 from tests.runner.docker_helpers import TEST_LABEL
 
 CONTAINER_GONE_WAIT_SECONDS = 15.0  # a finished run's container is removed just after its result is recorded

@@ -13,7 +13,7 @@ from docker.utils.build import exclude_paths
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runner.metrics import RunMetrics
+from runner.lifecycle.metrics import RunMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -6,8 +6,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from bot.commands import RunInfo
-from bot.engine import Turn
+from bot.ports.runs import RunInfo
+from bot.ports.spawner import Spawner
+from bot.turns.engine import Turn
 from core.store.runs import FollowUp, RunStatus
 
 if TYPE_CHECKING:
@@ -15,11 +16,6 @@ if TYPE_CHECKING:
 
 
 AdminCheck = Callable[[int, int], Awaitable[bool]]  # (chat id, user id) -> an admin of that chat
-
-
-class Spawner(Protocol):
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
-        """Write a spawn request; return its run id at once (never wait for the container)."""
 
 
 class SubagentDesk(Protocol):

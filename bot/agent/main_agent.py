@@ -6,11 +6,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from bot.agent.deps import AdminCheck, Spawner, SubagentDesk, TurnDeps
+from bot.agent.announce import SKIP_MARKER
+from bot.agent.deps import AdminCheck, SubagentDesk, TurnDeps
 from bot.agent.prompt import build_prompt
-from bot.announce import SKIP_MARKER
-from bot.engine import Turn
+from bot.ports.spawner import Spawner
 from bot.schedules.book import TaskBook
+from bot.turns.engine import Turn
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.messages import MessageStore, StoredMessage
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-__all__ = ["APOLOGY", "MainAgent", "Spawner", "TurnDeps"]
+__all__ = ["APOLOGY", "MainAgent", "TurnDeps"]
 
 APOLOGY = "Sorry, I could not answer just now (the language model did not respond). Please try again."
 

@@ -8,7 +8,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from bot.agent.main_agent import Spawner
+from bot.ports.spawner import Spawner, SpawnRefused
 from core.logging import get_logger
 
 log = get_logger(__name__)
@@ -24,10 +24,6 @@ QUEUE_FULL = "and the queue of {limit} waiting requests is full"
 
 def _runs(count: int) -> str:
     return f"{count} subagent run" if count == 1 else f"{count} subagent runs"
-
-
-class SpawnRefused(Exception):
-    """The caps are full: the message says so and what to do, for the model to pass on."""
 
 
 class CapCheckedSpawner:

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pydantic_ai import RunContext
 
 from bot.agent.deps import TurnDeps
-from bot.commands import when_text
+from bot.ports.runs import when_text
 from core.logging import get_logger
 from core.store.runs import FollowUp, RunStatus
 

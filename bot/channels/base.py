@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
-from bot.inbound import InboundMessage
+from bot.channels.inbound import InboundMessage
 from core.outbox import DeliveryError
 from core.store.chats import ChatAddress
 

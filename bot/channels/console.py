@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from bot.channels.base import ChatDirectory, InboundHandler, MembershipHandler
+from bot.channels.inbound import InboundMessage
 from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain
-from bot.inbound import InboundMessage
 from core.logging import get_logger
 
 log = get_logger(__name__)

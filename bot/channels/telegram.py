@@ -21,9 +21,9 @@ from bot.channels.formatting import (
     split_message,
     utf16_len,
 )
+from bot.channels.inbound import InboundMessage
 from bot.channels.polling import Poller, PollingTask, ReadableUpdatesRequest
 from bot.channels.telegram_routing import SameIds, migration_of, thread_of
-from bot.inbound import InboundMessage
 from core.logging import get_logger
 
 log = get_logger(__name__)

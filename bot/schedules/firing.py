@@ -10,8 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from bot.agent.deps import Spawner
-from bot.agent.spawn_guard import SpawnRefused
+from bot.ports.spawner import Spawner, SpawnRefused
 from core.logging import get_logger
 from core.store.schedules import PENDING_FIRES, Fire, FireStatus, ScheduleStore, TaskMode, TaskRecord, TaskStatus
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from bot.agent.deps import Spawner
+from bot.ports.spawner import Spawner
 from bot.schedules.book import ScheduleLimits, TaskBook
 from bot.schedules.firing import Notifier, TaskFiring
 from bot.schedules.scheduler import TaskScheduler

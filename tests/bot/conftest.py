@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.commands import Commands
-from bot.engine import ChatEngine
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
+from bot.turns.engine import ChatEngine
 from core.live_config import LiveConfig
 from core.settings import load_settings
 from core.store import ChatStore, MessageStore

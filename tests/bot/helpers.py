@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Callable
 
 from bot.channels.base import Channel, ChatDirectory, InboundHandler, MembershipHandler
-from bot.commands import RunSummary
-from bot.engine import Turn
-from bot.inbound import InboundMessage
+from bot.channels.inbound import InboundMessage
+from bot.ports.runs import RunSummary
+from bot.turns.engine import Turn
 from core.delivery import Delivery
 from core.outbox import Outbox
 from core.store.db import Database

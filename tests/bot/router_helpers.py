@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.engine import ChatEngine
 from bot.router import InboundRouter
+from bot.turns.engine import ChatEngine
 from core.settings import Settings
 from core.store import ChatStore, MessageStore, StoredMessage
 from core.typing_indicator import TypingIndicator

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.announce import Announcer
+from bot.agent.announce import Announcer
 from core.store import ChatStore
 from core.store.announcements import AnnouncementStore
 from core.store.db import Database

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bot.engine import ChatEngine, Turn
+from bot.turns.engine import ChatEngine, Turn
 from core.typing_indicator import TypingIndicator
 from tests.bot.helpers import WAIT_SECONDS, ControlledRunner, Recorder, RecordingLifecycle
 

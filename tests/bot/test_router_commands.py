@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from bot.commands import MAX_LISTED_RUNS, Commands, RunSummary
-from bot.engine import ChatEngine
+from bot.commands import MAX_LISTED_RUNS, Commands
 from bot.flood import FloodGuard
+from bot.ports.runs import RunSummary
 from bot.router import InboundRouter
+from bot.turns.engine import ChatEngine
 from core.settings import load_settings
 from core.store import ChatStore, MessageStore
 from core.store.db import Database

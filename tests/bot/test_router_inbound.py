@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from bot.commands import Commands
-from bot.engine import ChatEngine
 from bot.flood import FloodGuard
 from bot.router import InboundRouter
+from bot.turns.engine import ChatEngine
 from core.settings import load_settings
 from core.store import ChatStore, MessageStore
 from core.store.db import Database

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.commands import Commands
-from bot.engine import ChatEngine
 from bot.run_output import CHAT_OUTPUT_TAIL_CHARS, RunOutputReader, RunsView
+from bot.turns.engine import ChatEngine
 from core.store.chats import ChatStore
 from core.store.db import Database
 from core.store.runs import RunStatus, RunStore
-from runner.runtime import ContainerSpec
+from runner.runtimes.runtime import ContainerSpec
 from tests.bot.helpers import FakeRunControl, RecordingChannel, make_delivery
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 
@@ -141,7 +141,7 @@ async def test_the_list_shows_when_finished_runs_ended(db: Database, tmp_path: P
 
 
 async def test_subagents_with_an_id_answers_in_the_chat(db: Database, tmp_path: Path) -> None:
-    from bot.inbound import InboundMessage
+    from bot.channels.inbound import InboundMessage
     from core.typing_indicator import TypingIndicator
 
     channel = RecordingChannel()

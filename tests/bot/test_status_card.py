@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from bot.channels.inbound import InboundMessage
 from bot.channels.telegram import TelegramChannel
-from bot.inbound import InboundMessage
 from bot.status_card import StatusCards
 from core.store import ChatStore
 from core.store.db import Database

@@ -6,9 +6,9 @@ It stands in for the host's end of a run's channel and serves both halves of it:
   gets the next scripted reply (a tool call or final text) and is recorded, so a test can check what the
   agent sent;
 - the run API (`/run/task`, `/run/model`, `/run/message`, `/run/session`, `/run/result`): served by the
-  host's own handler (runner/run_api.py, so bodies are bounded, parsed and answered exactly as the host
+  host's own handler (runner/channel/run_api.py, so bodies are bounded, parsed and answered exactly as the host
   does), with an endpoint that hands out `task` and records what it accepts. A model step is made by the
-  host's own code (runner/model_step.py), which sends the provider's request back to this socket's LLM
+  host's own code (runner/channel/model_step.py), which sends the provider's request back to this socket's LLM
   paths, as the real host sends it to its LLM proxy. It enforces the task's progress-message
   budget (429, the host's reason) and refuses whatever path a test lists in `refusals`.
 
@@ -40,11 +40,11 @@ from container.protocol import (
     RunResult,
     TaskSpec,
 )
-from runner.conversation_limits import ConversationLimits
-from runner.model_step import StepFailed, make_step
-from runner.run_api import ChannelRefused as HostRefusal
-from runner.run_api import handle_run_api
-from runner.run_endpoint import EXTRA_MODEL_STEPS
+from runner.channel.conversation_limits import ConversationLimits
+from runner.channel.model_step import StepFailed, make_step
+from runner.channel.run_api import ChannelRefused as HostRefusal
+from runner.channel.run_api import handle_run_api
+from runner.channel.run_endpoint import EXTRA_MODEL_STEPS
 
 SOCKET_MODE = 0o666  # the container's uid 1000 connects to a socket the test (maybe root) created
 LLM_MAX_BODY_BYTES = 8 * 1024 * 1024  # as the host's LLM proxy: a long prior history fits

@@ -1,4 +1,4 @@
-"""The run channel stays under the host's cap of connections to a run's socket (runner/capped_site.py): a
+"""The run channel stays under the host's cap of connections to a run's socket (runner/channel/capped_site.py): a
 container that sends many requests at once (parallel tool calls) has them wait their turn, not fail."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from aiohttp import web
 
 from container.channel import RunChannel
 from container.protocol import MESSAGE_PATH, ChannelAnswer
-from runner.capped_site import CappedUnixSite
+from runner.channel.capped_site import CappedUnixSite
 
 AT_ONCE = 200  # far over the cap, as the bench's 1,000 at once were
 ANSWER_DELAY_SECONDS = 0.05  # each answer takes a moment, so the requests overlap

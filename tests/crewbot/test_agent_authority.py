@@ -26,7 +26,7 @@ from container.task import RunResult
 from core.delivery import Delivery
 from core.store.runs import RunStatus
 from core.store.schedules import TaskRecord, TaskStatus
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded

@@ -14,14 +14,14 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from bot.agent.announce import SKIP_MARKER
 from bot.agent.offline import prompt_text
-from bot.announce import SKIP_MARKER
 from container.channel import RunChannel
 from container.protocol import SpawnRequest
 from container.task import RunResult
 from core.delivery import Delivery
 from core.store.runs import RunStatus
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded

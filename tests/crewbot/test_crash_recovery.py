@@ -21,7 +21,7 @@ import docker
 import pytest
 
 from core.settings import without_settings
-from runner.runtime import LABEL_CHAT_ID
+from runner.runtimes.runtime import LABEL_CHAT_ID
 from tests.fakes.faults import Fault
 from tests.fakes.telegram_server import FakeTelegram
 

@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 
 from crewbot.doctor import run_doctor
-from runner.docker_runtime import DockerRuntime
-from runner.runtime import ContainerStartError
+from runner.runtimes.docker_runtime import DockerRuntime
+from runner.runtimes.runtime import ContainerStartError
 from tests.crewbot.cli_env import SECRET_TOKEN, crewbot_env, run_crewbot
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime

@@ -23,11 +23,11 @@ from core.settings import Settings
 from core.store.db import Database
 from core.store.runs import RunStatus, RunStore
 from core.store.setting_overrides import SettingOverrideStore, now_change
-from core.store.stores import Stores
+from core.stores import Stores
 from crewbot.control import control_socket_path
 from crewbot.serve import serve
-from runner.ipc import ensure_chat_dirs, write_spawn_request
-from runner.paths import DataPaths
+from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
+from runner.storage.paths import DataPaths
 from tests.bot.helpers import RecordingChannel
 from tests.crewbot.cli_env import crewbot_env, run_crewbot
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime

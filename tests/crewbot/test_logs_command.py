@@ -10,7 +10,7 @@ from core.store.chats import ChatStore
 from core.store.db import Database
 from core.store.runs import RunStatus, RunStore
 from crewbot.logs_command import show_logs
-from runner.runtime import ContainerSpec
+from runner.runtimes.runtime import ContainerSpec
 from tests.crewbot.cli_env import crewbot_env, run_crewbot
 from tests.fakes.memory_runtime import MemoryRuntime
 from tests.harness import make_settings

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from core.store.runs import RunStore
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.serve import subagent_factory
 from tests.bot.helpers import RecordingChannel, make_delivery

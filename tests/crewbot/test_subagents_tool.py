@@ -15,7 +15,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bot.agent.main_agent import MainAgent
-from bot.engine import Turn
+from bot.turns.engine import Turn
 from container.channel import RunChannel
 from core.store.messages import NewMessage
 from core.store.runs import RunStatus

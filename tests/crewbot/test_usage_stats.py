@@ -11,7 +11,7 @@ from PIL import Image
 
 from core.store.runs import RunRecord, RunStatus, RunStore
 from core.store.setting_overrides import SettingChange
-from core.store.stores import Stores
+from core.stores import Stores
 from crewbot.cap_advice import GIB, MIB, Host, advise
 from crewbot.stats_command import cap_history
 from crewbot.stats_plot import PLOT_HEIGHT_PX, PLOT_WIDTH_PX, draw

@@ -1,7 +1,7 @@
 """Nothing under test (or benchmark) may connect beyond loopback, so no real model can be reached.
 
 pydantic-ai's ALLOW_MODEL_REQUESTS stays on: the host makes every subagent's model steps itself
-(runner/model_step.py), over the run's Unix socket to its own LLM proxy, in nearly every subagent test.
+(runner/channel/model_step.py), over the run's Unix socket to its own LLM proxy, in nearly every subagent test.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runner.docker_runtime import ContainerGone, container_name
-from runner.resource_use import ResourceSample
-from runner.runtime import (
+from runner.runtimes.docker_runtime import ContainerGone, container_name
+from runner.runtimes.resource_use import ResourceSample
+from runner.runtimes.runtime import (
     LABEL_APP,
     LABEL_RUN_ID,
     ContainerInfo,
@@ -51,7 +51,7 @@ class MemoryContainer:
 
 
 class MemoryRuntime:
-    """`runner.runtime.ContainerRuntime` in memory, driven by the test: `images` are those the "engine" has
+    """`runner.runtimes.runtime.ContainerRuntime` in memory, driven by the test: `images` are those the "engine" has
     (None: all), `on_start` the behaviour each started container runs as its own task. As an async context
     manager it cancels running behaviours at exit and re-raises the first that crashed, failing its test."""
 

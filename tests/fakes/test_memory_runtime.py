@@ -1,7 +1,8 @@
 """The in-memory runtime keeps DockerRuntime's documented semantics, and its controls do what they say.
 
-The expectations mirror tests/runner/test_docker_runtime.py (run against the real engine) and the
-docstrings of runner.runtime and runner.docker_runtime: a fake that lies would make the race tests lie.
+The expectations mirror tests/runner/runtimes/test_docker_runtime.py (run against the real engine) and the
+docstrings of runner.runtimes.runtime and runner.runtimes.docker_runtime: a fake that lies would make the race
+tests lie.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from runner.docker_runtime import ContainerGone, DockerRuntime, container_name
-from runner.runtime import (
+from runner.runtimes.docker_runtime import ContainerGone, DockerRuntime, container_name
+from runner.runtimes.runtime import (
     LABEL_APP,
     LABEL_INSTANCE,
     LABEL_RUN_ID,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from runner.llm_policy import RequestPolicy
-from runner.llm_proxy import LlmProxy, Spent
-from runner.llm_upstream import UpstreamConfig
+from runner.channel.llm_policy import RequestPolicy
+from runner.channel.llm_proxy import LlmProxy, Spent
+from runner.channel.llm_upstream import UpstreamConfig
 from tests.fakes.llm_server import FakeLLM, anthropic_text, openai_text
 from tests.runner.docker_helpers import remove_labelled
 from tests.runner.llm_proxy_helpers import (

@@ -7,7 +7,7 @@ import contextlib
 import docker
 from docker.errors import DockerException, NotFound
 
-from runner.runtime import LABEL_INSTANCE
+from runner.runtimes.runtime import LABEL_INSTANCE
 
 TEST_LABEL = "crewbot.test"
 

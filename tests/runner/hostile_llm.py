@@ -15,7 +15,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from runner.offline_subagent import OfflineRequestError, OfflineSubagentModel, message_text
+from runner.channel.offline_subagent import OfflineRequestError, OfflineSubagentModel, message_text
 
 TOKENS_PER_CALL = 10  # what an ordinary call reports: far below the budget, however many a run makes
 RUN_WAIT_SECONDS = 90.0  # container start-up is slow on a loaded 2-core machine

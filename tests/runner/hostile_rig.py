@@ -23,9 +23,9 @@ from core.store.messages import MessageStore
 from core.store.runs import RunRecord, RunStatus, RunStore
 from crewbot.app import App
 from crewbot.serve import ObservedSubagents
-from runner.ipc import ensure_chat_dirs, write_spawn_request
-from runner.offline_subagent import message_text
-from runner.outcome import MAX_RESULT_CHARS
+from runner.channel.offline_subagent import message_text
+from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
+from runner.runs.outcome import MAX_RESULT_CHARS
 from runner.service import SubagentService
 from tests.fakes.llm_server import FakeLLM, RecordedRequest
 from tests.fakes.telegram_server import FakeTelegram

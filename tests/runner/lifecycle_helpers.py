@@ -18,9 +18,9 @@ from core.delivery import Delivery
 from core.outbox import DeliveryError
 from core.settings import Settings
 from core.store.chats import Chat
-from core.store.stores import Stores
+from core.stores import Stores
 from core.typing_indicator import TypingIndicator
-from runner.ipc_outcome import RequestOutcome
+from runner.ipc.outcome import RequestOutcome
 from runner.service import SubagentService
 from tests.bot.helpers import RecordingChannel, make_delivery
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime

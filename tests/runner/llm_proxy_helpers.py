@@ -16,8 +16,8 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from core.settings import LLMProvider
-from runner.llm_proxy import LlmProxy
-from runner.llm_upstream import UpstreamConfig
+from runner.channel.llm_proxy import LlmProxy
+from runner.channel.llm_upstream import UpstreamConfig
 from tests.fakes.llm_server import FakeLLM
 
 API_KEY = "sk-test-provider-key-0123456789"

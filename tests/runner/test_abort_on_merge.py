@@ -18,7 +18,7 @@ from container.protocol import SpawnRequest
 from core.store.messages import MessageStore
 from core.store.runs import RunRecord, RunStore
 from core.store.turns import TurnStatus
-from runner.ipc import ensure_chat_dirs, write_spawn_request
+from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 from tests.runner.test_subagents_e2e import RUN_WAIT_SECONDS, final, labelled_containers, wait_for_runs

@@ -19,7 +19,7 @@ import pytest
 
 from core.store.runs import RunRecord, RunStore
 from crewbot.app import App
-from runner.runtime import LABEL_CHAT_ID
+from runner.runtimes.runtime import LABEL_CHAT_ID
 from tests.fakes.telegram_server import FakeTelegram, SentMessage
 from tests.harness import make_settings, telegram_app
 from tests.runner.test_subagents_e2e import RUN_WAIT_SECONDS

@@ -17,7 +17,7 @@ from container.protocol import MAX_ERROR_CHARS as WIRE_ERROR_CHARS
 from container.protocol import MAX_RESULT_CHARS as WIRE_RESULT_CHARS
 from container.protocol import MAX_RUN_BODY_BYTES
 from core.store.runs import RunStatus
-from runner.outcome import MAX_ERROR_CHARS, MAX_RESULT_CHARS
+from runner.runs.outcome import MAX_ERROR_CHARS, MAX_RESULT_CHARS
 from tests.harness import GROUP_ID
 from tests.runner.hostile_llm import RUN_WAIT_SECONDS
 from tests.runner.hostile_rig import (

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from runner.llm_policy import CHAT_COMPLETIONS_PATH
+from runner.channel.llm_policy import CHAT_COMPLETIONS_PATH
 from tests.harness import GROUP_ID
 from tests.runner.hostile_host_files import LLM_KEY
 from tests.runner.hostile_rig import MAX_TOKENS, SUBAGENT_MODEL, World, hostile_world, new_id

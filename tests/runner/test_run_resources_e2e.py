@@ -15,7 +15,7 @@ from container.protocol import SpawnRequest
 from core.store.runs import RunStatus, RunStore
 from crewbot.cap_advice import HOST_MEMORY_RESERVE_FRACTION, Host
 from crewbot.stats_command import gather
-from runner.ipc import ensure_chat_dirs, write_spawn_request
+from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 from tests.runner.test_subagents_e2e import RUN_WAIT_SECONDS, final, wait_for_runs

@@ -18,8 +18,8 @@ from bot.agent.offline import offline_main_model, prompt_text
 from container.protocol import SpawnRequest
 from core.store.messages import MessageStore
 from core.store.runs import RunRecord, RunStore
-from runner.ipc import ensure_chat_dirs, write_spawn_request
-from runner.runtime import LABEL_CHAT_ID, LABEL_RUN_ID
+from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
+from runner.runtimes.runtime import LABEL_CHAT_ID, LABEL_RUN_ID
 from tests.fakes.llm_server import FakeLLM, openai_text, openai_tool_call
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app

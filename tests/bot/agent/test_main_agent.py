@@ -19,7 +19,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bot.agent.main_agent import APOLOGY, MainAgent
 from bot.agent.prompt import LATEST_MARKER
-from bot.engine import Turn
+from bot.turns.engine import Turn
 from core.store import ChatStore, MessageStore, NewMessage, StoredMessage
 from core.store.db import Database
 from tests.bot.helpers import RecordingChannel, RecordingSpawner, make_delivery

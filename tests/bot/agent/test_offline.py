@@ -10,7 +10,7 @@ from bot.agent.llm_agent import spawn_subagent
 from bot.agent.main_agent import MainAgent, TurnDeps
 from bot.agent.offline import offline_main_model
 from bot.agent.prompt import build_prompt, instructions_for
-from bot.engine import Turn
+from bot.turns.engine import Turn
 from core.store import ChatStore, MessageStore, NewMessage
 from core.store.db import Database
 from tests.bot.helpers import RecordingChannel, RecordingSpawner, make_delivery

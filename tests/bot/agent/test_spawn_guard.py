@@ -9,7 +9,7 @@ import pytest
 from bot.agent.main_agent import MainAgent
 from bot.agent.offline import offline_main_model
 from bot.agent.spawn_guard import PICKUP_GRACE_SECONDS, CapCheckedSpawner
-from bot.engine import Turn
+from bot.turns.engine import Turn
 from core.store import ChatStore, MessageStore, NewMessage
 from core.store.db import Database
 from tests.bot.helpers import RecordingChannel, make_delivery

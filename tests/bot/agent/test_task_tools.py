@@ -14,7 +14,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from bot.agent.deps import TurnDeps
 from bot.agent.offline import offline_main_model
 from bot.agent.task_tools import TASK_TOOLS
-from bot.engine import Turn
+from bot.turns.engine import Turn
 from core.store.schedules import TaskStatus
 from tests.bot.helpers import RecordingSpawner
 from tests.bot.schedules.rig import CHAT, CREATOR, Rig, open_rig

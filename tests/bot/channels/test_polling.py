@@ -7,8 +7,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from bot.channels.inbound import InboundMessage
 from bot.channels.telegram import TelegramChannel
-from bot.inbound import InboundMessage
 from core.store.messages import MessageStore
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, POLL_TIMEOUT_SECONDS, make_settings, telegram_app

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.agent.spawn_guard import SpawnRefused
+from bot.ports.spawner import SpawnRefused
 from bot.schedules.book import ScheduleLimits, TaskBook
 from bot.schedules.firing import TaskFiring
 from bot.schedules.scheduler import TaskScheduler

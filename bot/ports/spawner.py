@@ -1,0 +1,15 @@
+"""The spawner port: how the chat side (the main agent and scheduled tasks) starts a subagent run, and the
+one refusal it can get back."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Spawner(Protocol):
+    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
+        """Write a spawn request; return its run id at once (never wait for the container)."""
+
+
+class SpawnRefused(Exception):
+    """The caps are full: the message says so and what to do, for the model to pass on."""

@@ -1,0 +1,294 @@
+"""Build the subagent image `crewbot-agent:latest`: base image, then `docker build`.
+
+The agent needs only the standard library (the host makes its model requests), so the image is the base's
+Python and `container/`. The build context is assembled here from the Dockerfile and `container/`, so what
+is sent is exactly what is hashed: the image carries that hash as a label, which tells a current image
+from a stale one. Usable as `python -m runner.runtimes.image [--if-missing | --force]` (the Makefile does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import io
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import docker
+import docker.errors
+
+from runner.runtimes.image_base import BaseImageError, ensure_base_image
+
+DEFAULT_IMAGE = "crewbot-agent:latest"
+LABEL_CONTENT_HASH = "crewbot.image.content_hash"
+LABEL_BASE_IMAGE = "crewbot.image.base"
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = "Dockerfile"
+CONTAINER_PACKAGE = "container"
+BUILD_LOCK_FILE = "build/image/.lock"
+SKIPPED_PARTS = frozenset({"__pycache__"})
+SKIPPED_SUFFIXES = frozenset({".pyc", ".pyo"})
+# A build step can be silent for minutes on a busy machine; the engine connection must outlast it.
+DOCKER_API_TIMEOUT_SECONDS = 1_800
+DOCKER_PING_TIMEOUT_SECONDS = 10
+CONTEXT_FILE_MODE = 0o644
+CONTEXT_DIR_MODE = 0o755
+SPOOL_MAX_BYTES = 64 * 1024 * 1024
+
+ImageStatus = Literal["missing", "stale", "current"]
+
+
+class ImageBuildError(Exception):
+    """The image could not be built or inspected; the message says which step failed and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuildContext:
+    """The files of the build context, relative path to absolute path, and their content hash."""
+
+    files: dict[str, Path]
+    content_hash: str
+
+
+def image_exists(image: str = DEFAULT_IMAGE) -> bool:
+    """True when the engine has `image` (any version of it)."""
+    with _docker_client() as client:
+        return _image_labels(client, image) is not None
+
+
+def image_status(image: str = DEFAULT_IMAGE) -> ImageStatus:
+    """`missing`, `stale` (built from other sources or on another base) or `current`."""
+    with _docker_client() as client:
+        labels = _image_labels(client, image)
+        if labels is None:
+            return "missing"
+        base = labels.get(LABEL_BASE_IMAGE)
+        if not base:
+            return "stale"
+        context = collect_context(base)
+    return "current" if labels.get(LABEL_CONTENT_HASH) == context.content_hash else "stale"
+
+
+def build_image(
+    image: str = DEFAULT_IMAGE,
+    *,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+    base_image: str | None = None,
+) -> None:
+    """Build `image` unless it is current; `force` rebuilds every layer. Raises ImageBuildError."""
+    with _build_lock(log):
+        _build_locked(image, force=force, log=log, base_image=base_image)
+
+
+def _build_locked(image: str, *, force: bool, log: Callable[[str], None], base_image: str | None) -> None:
+    started = time.monotonic()
+    with _docker_client() as client:
+        try:
+            base = ensure_base_image(client, log, requested=base_image)
+        except BaseImageError as exc:
+            raise ImageBuildError(str(exc)) from exc
+        log(f"image: base image {base} ready after {time.monotonic() - started:.1f} s")
+        context = collect_context(base)
+        labels = _image_labels(client, image)
+        if not force and labels is not None and labels.get(LABEL_CONTENT_HASH) == context.content_hash:
+            log(f"image: {image} is up to date ({context.content_hash[:12]})")
+            return
+        previous_id = _image_id(client, image)
+        log(f"image: building {image} from {base} ({len(context.files)} files in the context)")
+        _docker_build(client, image, base, context, nocache=force, log=log)
+        if (_image_labels(client, image) or {}).get(LABEL_CONTENT_HASH) != context.content_hash:
+            raise ImageBuildError(f"docker build finished but {image} does not carry the new content hash")
+        if previous_id is not None and previous_id != _image_id(client, image):
+            _remove_if_unused(client, previous_id, log)
+    log(f"image: {image} built after {time.monotonic() - started:.1f} s")
+
+
+def collect_context(base_image: str) -> BuildContext:
+    """The Dockerfile and `container/`, with a hash over their paths, bytes and the base."""
+    dockerfile = SOURCE_ROOT / DOCKERFILE
+    package = SOURCE_ROOT / CONTAINER_PACKAGE
+    if not dockerfile.is_file() or not package.is_dir():
+        raise ImageBuildError(
+            f"{DOCKERFILE} and {CONTAINER_PACKAGE}/ not found in {SOURCE_ROOT}: build from a source checkout"
+        )
+    files = {DOCKERFILE: dockerfile}
+    for path in sorted(package.rglob("*")):
+        relative = path.relative_to(SOURCE_ROOT)
+        if path.is_file() and not SKIPPED_PARTS & set(relative.parts) and path.suffix not in SKIPPED_SUFFIXES:
+            files[relative.as_posix()] = path
+    digest = hashlib.sha256(f"base={base_image}\n".encode())
+    for name, path in sorted(files.items()):
+        content = path.read_bytes()
+        digest.update(f"{name}\0{len(content)}\0".encode())
+        digest.update(content)
+    return BuildContext(files=files, content_hash=digest.hexdigest())
+
+
+@contextmanager
+def _build_lock(log: Callable[[str], None]) -> Iterator[None]:
+    """One build at a time per checkout (test runs, make): two would race to tag the same image."""
+    lock_path = SOURCE_ROOT / BUILD_LOCK_FILE
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as lock_file:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"image: waiting for another build to finish ({lock_path})")
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _docker_build(
+    client: Any, image: str, base: str, context: BuildContext, *, nocache: bool, log: Callable[[str], None]
+) -> None:
+    with _context_tar(context) as tar_file:
+        try:
+            events = client.api.build(
+                fileobj=tar_file,
+                custom_context=True,
+                tag=image,
+                buildargs={"BASE_IMAGE": base},
+                labels={LABEL_CONTENT_HASH: context.content_hash, LABEL_BASE_IMAGE: base},
+                network_mode="none",
+                nocache=nocache,
+                pull=False,
+                rm=True,
+                forcerm=True,
+                decode=True,
+            )
+            for event in events:
+                if "error" in event:
+                    raise ImageBuildError(f"docker build of {image} failed: {str(event['error']).strip()}")
+                for line in str(event.get("stream", "")).splitlines():
+                    if line.strip():
+                        log(f"  build: {line.rstrip()}")
+        except docker.errors.DockerException as exc:
+            raise ImageBuildError(f"docker build of {image} failed: {_short(exc)}") from exc
+
+
+@contextmanager
+def _context_tar(context: BuildContext) -> Iterator[IO[bytes]]:
+    """The context as an uncompressed tar with fixed owners, modes and times (same files, same bytes)."""
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_MAX_BYTES) as spool:
+        with tarfile.open(fileobj=spool, mode="w") as tar:
+            directories: set[str] = set()
+            for name, path in sorted(context.files.items()):
+                for parent in reversed(Path(name).parents[:-1]):
+                    if parent.as_posix() not in directories:
+                        directories.add(parent.as_posix())
+                        tar.addfile(_tar_entry(parent.as_posix(), tarfile.DIRTYPE, CONTEXT_DIR_MODE, 0))
+                data = path.read_bytes()
+                tar.addfile(_tar_entry(name, tarfile.REGTYPE, CONTEXT_FILE_MODE, len(data)), io.BytesIO(data))
+        spool.seek(0)
+        yield spool
+
+
+def _tar_entry(name: str, kind: bytes, mode: int, size: int) -> tarfile.TarInfo:
+    entry = tarfile.TarInfo(name)
+    entry.type = kind
+    entry.mode = mode
+    entry.size = size
+    entry.mtime = 0
+    return entry
+
+
+def _image_labels(client: Any, image: str) -> dict[str, str] | None:
+    """The image's labels ({} if none), or None when the engine does not have it."""
+    try:
+        found = client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.DockerException as exc:
+        raise ImageBuildError(f"cannot inspect {image}: {_short(exc)}") from exc
+    return dict(found.labels or {})
+
+
+def _image_id(client: Any, image: str) -> str | None:
+    try:
+        return str(client.images.get(image).id)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _remove_if_unused(client: Any, image_id: str, log: Callable[[str], None]) -> None:
+    # Each rebuild would otherwise leave the previous image behind, untagged; one in use stays.
+    try:
+        client.images.remove(image_id)
+    except docker.errors.APIError as exc:
+        log(f"image: previous image {image_id[:19]} kept ({_short(exc)})")
+        return
+    log(f"image: removed the previous image {image_id[:19]}")
+
+
+@contextmanager
+def _docker_client() -> Iterator[Any]:
+    try:
+        client = docker.from_env(timeout=DOCKER_API_TIMEOUT_SECONDS)
+        client.api.timeout = DOCKER_PING_TIMEOUT_SECONDS
+        client.ping()
+        client.api.timeout = DOCKER_API_TIMEOUT_SECONDS
+    except docker.errors.DockerException as exc:
+        raise ImageBuildError(
+            f"Docker engine not reachable ({_short(exc)}); start it (scripts/docker-engine.sh) or set DOCKER_HOST"
+        ) from exc
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _short(exc: BaseException) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc).strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m runner.runtimes.image`: build the image if it is missing or stale."""
+    parser = argparse.ArgumentParser(prog="python -m runner.runtimes.image", description=main.__doc__)
+    parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"image name (default {DEFAULT_IMAGE})")
+    parser.add_argument("--base-image", default=None, help="base image to build on (default: automatic)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--if-missing", action="store_true", help="build only when no such image exists")
+    mode.add_argument("--force", action="store_true", help="rebuild every layer even when current")
+    args = parser.parse_args(argv)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        if args.if_missing and image_exists(args.image):
+            _report_existing(args.image, log)
+            return 0
+        build_image(args.image, force=args.force, log=log, base_image=args.base_image)
+    except ImageBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _report_existing(image: str, log: Callable[[str], None]) -> None:
+    try:
+        status = image_status(image)
+    except ImageBuildError as exc:
+        log(f"image: {image} exists (not checked for staleness: {exc})")
+        return
+    if status == "stale":
+        log(f"image: {image} exists but is STALE (other sources or base); rebuild: python -m runner.runtimes.image")
+    else:
+        log(f"image: {image} exists and is {status}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

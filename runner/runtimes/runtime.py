@@ -1,0 +1,86 @@
+"""The `ContainerRuntime` protocol: what the task manager needs from a container engine, and nothing more."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from runner.runtimes.resource_use import ResourceSample
+
+LABEL_APP = "crewbot"
+LABEL_RUN_ID = "crewbot.run_id"
+LABEL_CHAT_ID = "crewbot.chat_id"
+LABEL_INSTANCE = "crewbot.instance"  # which deployment (data dir) owns it: recovery touches only its own
+
+
+class RuntimeUnavailable(Exception):
+    """The engine cannot be reached (daemon down, socket missing); the message says which and how."""
+
+
+class ContainerStartError(Exception):
+    """The engine answered but refused to start the container (missing image, bad limits, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    name: str
+    image: str
+    command: list[str]
+    labels: dict[str, str]
+    mounts: list[Mount]
+    user: str
+    network: str = "none"
+    memory: str = "512m"
+    cpus: float = 1.0
+    pids: int = 256
+    environment: dict[str, str] = field(default_factory=dict)
+    workdir: str = "/workspace"
+    entrypoint: list[str] | None = None  # None: the image's own (the subagent's agent loop)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerInfo:
+    id: str
+    name: str
+    labels: dict[str, str]
+    status: str  # engine's word: created, running, exited, dead, ...
+    exit_code: int | None
+    started_at: float | None  # unix seconds, None if it never started
+
+
+class ContainerRuntime(Protocol):
+    async def ping(self) -> None:
+        """Raise RuntimeUnavailable when the engine does not answer."""
+
+    async def start(self, spec: ContainerSpec) -> str:
+        """Create and start a container; return its id."""
+
+    async def wait(self, container_id: str, timeout_seconds: float | None = None) -> int | None:
+        """Exit code once it stops; None if `timeout_seconds` passed first (it keeps running)."""
+
+    async def kill(self, container_id: str) -> None:
+        """SIGKILL at once; a container that is already gone or stopped is not an error."""
+
+    async def logs(self, container_id: str) -> bytes:
+        """stdout and stderr so far; empty if the container is gone."""
+
+    async def remove(self, container_id: str) -> None:
+        """Remove it (force); gone is not an error."""
+
+    async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:
+        """Containers (running or not) carrying all of these labels."""
+
+    async def usage(self, container_id: str) -> ResourceSample | None:
+        """Its peak memory and CPU time so far; None once it has exited or is gone (the engine forgets them)."""
+
+    async def image_exists(self, image: str) -> bool: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,273 @@
+"""Retention: what runs leave behind on disk and in the database goes once it is older than the limit.
+
+Run dirs and quarantined IPC entries were written by containers, so they are removed through
+descriptors without following anything (`runner.storage.workspace_usage.remove_entry`); file work runs in a
+thread and database work in small batches, so neither holds up the event loop or other writers.
+Run rows stay (statistics count them); only their bulky text is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from core.logging import get_logger
+from core.store.db import Database
+from core.store.runs import FINAL_STATUSES, RunStatus
+from runner.ipc.requests import REASON_SUFFIX, errors_dir, printable
+from runner.storage.paths import DataPaths
+from runner.storage.workspace_usage import remove_entry
+
+SECONDS_PER_DAY = 86_400.0
+PRUNE_INTERVAL_SECONDS = 3_600.0  # a suggested pace for `run_forever`; pruning is cheap when little is due
+PRUNE_BATCH_ROWS = 500  # rows changed per statement, so other writers get the database in between
+LOOKUP_BATCH_IDS = 500  # ids per `IN (...)` lookup, well under SQLite's variable limit
+PRUNED_TASK = "[pruned]"
+SESSION_SUFFIX = ".json"
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What one pass removed; `failures` counts entries that could not be removed (each logged)."""
+
+    run_dirs: int = 0
+    ipc_error_files: int = 0  # quarantined entries and their reason files
+    session_files: int = 0
+    run_texts: int = 0
+    ipc_messages: int = 0
+    outbox_rows: int = 0
+    failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Removed:
+    removed: int
+    failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    name: str
+    st: os.stat_result
+
+    @property
+    def changed_at(self) -> float:
+        """A container can set mtime to any time but not ctime: the earlier of the two ages honest entries
+        by mtime, and a forged future mtime cannot keep an entry forever."""
+        return min(self.st.st_mtime, self.st.st_ctime)
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.st.st_mode)
+
+
+class Retention:
+    def __init__(
+        self,
+        db: Database,
+        paths: DataPaths,
+        retention_days: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not retention_days > 0:
+            raise ValueError(f"retention_days must be positive, not {retention_days}")
+        self._db = db
+        self._paths = paths
+        self._retention_seconds = retention_days * SECONDS_PER_DAY
+        self._clock = clock
+        self._lock = asyncio.Lock()  # one pass at a time, whoever asks
+
+    async def run_forever(self, interval_seconds: float) -> None:
+        """Prune now and then every `interval_seconds`; a failed pass is logged and the next one still runs."""
+        while True:
+            try:
+                await self.prune()
+            except Exception:
+                log.exception("retention_failed")
+            await asyncio.sleep(interval_seconds)
+
+    async def prune(self) -> PruneReport:
+        async with self._lock:
+            cutoff = self._clock() - self._retention_seconds
+            run_dirs = await self._prune_run_dirs(cutoff)
+            ipc_errors = await asyncio.to_thread(_prune_ipc_errors, errors_dir(self._paths.ipc_root), cutoff)
+            sessions = await self._prune_sessions(cutoff)
+            report = PruneReport(
+                run_dirs=run_dirs.removed,
+                ipc_error_files=ipc_errors.removed,
+                session_files=sessions.removed,
+                run_texts=await self._prune_run_texts(cutoff),
+                ipc_messages=await self._delete_rows("ipc_messages", "received_at < ?", (cutoff,)),
+                # A failed row records no time of failure: it failed at or after its last scheduled attempt.
+                outbox_rows=await self._delete_rows(
+                    "outbox",
+                    "(status = 'sent' AND sent_at < ?) OR (status = 'failed' AND next_attempt_at < ?)",
+                    (cutoff, cutoff),
+                ),
+                failures=run_dirs.failures + ipc_errors.failures + sessions.failures,
+            )
+        log.info("retention_pruned", **asdict(report))
+        return report
+
+    # --- files ---------------------------------------------------------------------------------------
+
+    async def _prune_run_dirs(self, cutoff: float) -> _Removed:
+        """A run's dir goes once the run finished before the cutoff; one without a run row by its age."""
+        runs_dir = self._paths.runs_dir
+        entries = await asyncio.to_thread(_list_entries, runs_dir)
+        rows = await self._run_rows(entry.name for entry in entries)
+        expired = [entry.name for entry in entries if _run_dir_expired(entry, rows.get(entry.name), cutoff)]
+        return await asyncio.to_thread(_remove_names, runs_dir, expired)
+
+    async def _run_rows(self, run_ids: Iterable[str]) -> dict[str, tuple[str, float | None]]:
+        ids = list(run_ids)
+        found: dict[str, tuple[str, float | None]] = {}
+        for start in range(0, len(ids), LOOKUP_BATCH_IDS):
+            chunk = ids[start : start + LOOKUP_BATCH_IDS]
+            marks = ", ".join("?" for _ in chunk)
+            async with self._db.conn.execute(
+                f"SELECT id, status, finished_at FROM subagent_runs WHERE id IN ({marks})", chunk
+            ) as cursor:
+                for row in await cursor.fetchall():
+                    found[str(row[0])] = (str(row[1]), row[2])
+        return found
+
+    async def _prune_sessions(self, cutoff: float) -> _Removed:
+        keep = await self._sessions_in_use()
+        return await asyncio.to_thread(_prune_session_files, self._paths.sessions_dir, keep, cutoff)
+
+    async def _sessions_in_use(self) -> set[tuple[str, str]]:
+        """(folder, session id) of every chat's current session and of the sessions live runs started from."""
+        async with self._db.conn.execute(
+            "SELECT c.folder, s.session_id FROM chat_sessions s JOIN chats c ON c.id = s.chat_id "
+            "UNION SELECT c.folder, r.session_in FROM subagent_runs r JOIN chats c ON c.id = r.chat_id "
+            "WHERE r.status IN (?, ?) AND r.session_in IS NOT NULL",
+            (RunStatus.QUEUED, RunStatus.RUNNING),
+        ) as cursor:
+            return {(str(row[0]), str(row[1])) for row in await cursor.fetchall()}
+
+    # --- database ------------------------------------------------------------------------------------
+
+    async def _prune_run_texts(self, cutoff: float) -> int:
+        """Drop task, result and error of runs finished before the cutoff; the rows and their counts stay."""
+        finals = sorted(FINAL_STATUSES)
+        marks = ", ".join("?" for _ in finals)
+        due = (
+            f"SELECT rowid FROM subagent_runs WHERE status IN ({marks}) AND finished_at < ? "
+            "AND NOT (task = ? AND result IS NULL AND error IS NULL) LIMIT ?"
+        )
+        total = 0
+        while True:
+            async with self._db.write() as conn:
+                cursor = await conn.execute(
+                    f"UPDATE subagent_runs SET task = ?, result = NULL, error = NULL WHERE rowid IN ({due})",
+                    (PRUNED_TASK, *finals, cutoff, PRUNED_TASK, PRUNE_BATCH_ROWS),
+                )
+            total += cursor.rowcount
+            if cursor.rowcount < PRUNE_BATCH_ROWS:
+                return total
+
+    async def _delete_rows(self, table: str, where: str, params: tuple[float, ...]) -> int:
+        """Delete matching rows in batches. `table` and `where` are this module's constants, never input."""
+        total = 0
+        while True:
+            async with self._db.write() as conn:
+                cursor = await conn.execute(
+                    f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} LIMIT ?)",
+                    (*params, PRUNE_BATCH_ROWS),
+                )
+            total += cursor.rowcount
+            if cursor.rowcount < PRUNE_BATCH_ROWS:
+                return total
+
+
+def _run_dir_expired(entry: _Entry, row: tuple[str, float | None] | None, cutoff: float) -> bool:
+    if row is None:
+        return entry.changed_at < cutoff  # no run of that id: left over, kept only while recent
+    status, finished_at = row
+    if status not in FINAL_STATUSES:
+        return False  # queued or running: its container may be using it
+    if finished_at is None:
+        return entry.changed_at < cutoff
+    return finished_at < cutoff
+
+
+# --- blocking file work (run in a thread) -------------------------------------------------------------
+
+
+def _list_entries(directory: Path) -> list[_Entry]:
+    """The entries of a host-owned directory, each lstat'ed (never followed); none when it is missing."""
+    entries: list[_Entry] = []
+    try:
+        with os.scandir(directory) as found:
+            for item in found:
+                try:
+                    entries.append(_Entry(item.name, item.stat(follow_symlinks=False)))
+                except FileNotFoundError:
+                    continue
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return entries
+
+
+def _remove_names(directory: Path, names: Collection[str]) -> _Removed:
+    """Remove entries of a host-owned directory; a symlink is removed as a link, a tree without following."""
+    if not names:
+        return _Removed(0, 0)
+    removed = failures = 0
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names:
+            try:
+                removed += remove_entry(fd, name)
+            except OSError as exc:
+                failures += 1
+                log.warning("retention_remove_failed", directory=str(directory), name=printable(name), error=str(exc))
+    finally:
+        os.close(fd)
+    return _Removed(removed, failures)
+
+
+def _prune_ipc_errors(errors: Path, cutoff: float) -> _Removed:
+    """A quarantined entry and its reason file go together, aged by the reason file: the host wrote it
+    when it quarantined the entry, while the entry's own times are whatever the container made them."""
+    entries = _list_entries(errors)
+    reasons = {e.name.removesuffix(REASON_SUFFIX): e for e in entries if e.name.endswith(REASON_SUFFIX)}
+    expired: list[str] = []
+    for entry in entries:
+        if entry.name.endswith(REASON_SUFFIX):
+            continue
+        reason = reasons.pop(entry.name, None)
+        if (reason or entry).changed_at < cutoff:
+            expired.append(entry.name)
+            if reason is not None:
+                expired.append(reason.name)
+    expired.extend(reason.name for reason in reasons.values() if reason.changed_at < cutoff)  # entry gone
+    return _remove_names(errors, expired)
+
+
+def _prune_session_files(sessions_dir: Path, keep: set[tuple[str, str]], cutoff: float) -> _Removed:
+    """Old files in each chat's session folder, except the sessions in use; folders stay."""
+    removed = failures = 0
+    for folder in _list_entries(sessions_dir):
+        if not folder.is_dir:
+            continue
+        directory = sessions_dir / folder.name
+        expired = [
+            entry.name
+            for entry in _list_entries(directory)
+            if not entry.is_dir
+            and entry.changed_at < cutoff
+            and (folder.name, entry.name.removesuffix(SESSION_SUFFIX)) not in keep
+        ]
+        done = _remove_names(directory, expired)
+        removed += done.removed
+        failures += done.failures
+    return _Removed(removed, failures)

@@ -1,0 +1,83 @@
+"""A run's files on the host, all in folders no container can reach: its record (task, container log),
+its channel folder (the socket, mounted read-only) and the chat's saved sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from container.protocol import TaskSpec, write_bytes_atomic, write_json_atomic
+from core.settings import LLMProvider, Settings
+from core.store.chats import Chat
+from runner.channel.sessions import SessionFiles
+from runner.runs.live_runs import LiveRun
+from runner.storage.paths import CONTAINER_GID, DataPaths, hand_to_container, host_is_root
+
+TASK_RECORD_FILE = "task.json"
+LOG_FILE = "container.log"
+MAX_LOG_BYTES = 1024 * 1024  # the tail of a container's output kept for post-mortems
+RUN_DIR_MODE = 0o700
+# Only the container's user (by its group when the host is root) may reach the socket, and never write
+# beside it; other local users cannot reach it at all.
+CHANNEL_DIR_MODE = 0o750
+
+
+class RunFiles:
+    def __init__(self, settings: Settings, paths: DataPaths) -> None:
+        self._settings = settings
+        self._paths = paths
+        self._sessions = SessionFiles(paths.sessions_dir)
+
+    async def prepare(
+        self, live: LiveRun, chat: Chat, task: str, context: list[str], session_in: str | None
+    ) -> TaskSpec:
+        """The run's task (with the chat's prior session, if usable), its record and its folders."""
+        history: list[Any] = []
+        if session_in is not None:
+            loaded = await asyncio.to_thread(
+                self._sessions.load, chat.folder, session_in, self._settings.subagent_session_max_messages
+            )
+            history = loaded or []
+        s = self._settings
+        spec = TaskSpec(
+            run_id=live.id,
+            task=task,
+            label=live.label,
+            context=context,
+            history=history,
+            provider_kind="anthropic" if s.llm_provider is LLMProvider.ANTHROPIC else "openai",
+            model=s.effective_subagent_model or "offline-subagent",
+            max_messages=s.subagent_max_messages,
+        )
+        await asyncio.to_thread(self._make_folders, live.id, chat, spec)
+        return spec
+
+    def _make_folders(self, run_id: str, chat: Chat, spec: TaskSpec) -> None:
+        run_dir = self._paths.run_dir(run_id)
+        run_dir.mkdir(parents=True, exist_ok=True, mode=RUN_DIR_MODE)
+        write_json_atomic(run_dir / TASK_RECORD_FILE, spec.model_copy(update={"history": []}))
+        channel = self._paths.channel_dir(run_id)
+        channel.mkdir(parents=True, exist_ok=True)
+        if host_is_root():
+            os.chown(channel, 0, CONTAINER_GID, follow_symlinks=False)
+        channel.chmod(CHANNEL_DIR_MODE)
+        hand_to_container(self._paths.workspace(chat.folder))
+
+    async def save_session(self, chat: Chat, run_id: str, cleaned: bytes) -> None:
+        await asyncio.to_thread(self._sessions.save, chat.folder, run_id, cleaned)
+
+    async def keep_logs(self, run_id: str, logs: bytes) -> None:
+        tail = logs[-MAX_LOG_BYTES:]
+        path = self._paths.run_dir(run_id) / LOG_FILE
+        await asyncio.to_thread(_write_in_place, path, tail)
+
+    async def remove_channel(self, run_id: str) -> None:
+        await asyncio.to_thread(shutil.rmtree, self._paths.channel_dir(run_id), True)
+
+
+def _write_in_place(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, data)

@@ -1,0 +1,57 @@
+"""What `/workspace` shows and does: a chat's workspace measured on disk, and cleared when no run uses it.
+
+The workspace is the one folder a container writes, so both walk it without following a link
+(runner/storage/workspace_usage.py), in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from core.store.chats import ChatStore
+from runner.runs.live_runs import LiveRuns
+from runner.storage.paths import DataPaths
+from runner.storage.workspace_usage import clear, measure_async
+
+BYTES_PER_MB = 1024 * 1024
+WORKSPACE_MAX_ENTRIES = 200_000  # more files than this counts as over quota (and bounds a measurement)
+
+
+class Workspaces:
+    def __init__(self, paths: DataPaths, chats: ChatStore, live: LiveRuns, quota_mb: int) -> None:
+        self._paths = paths
+        self._chats = chats
+        self._live = live
+        self._quota_mb = quota_mb
+
+    async def over_quota(self, folder: str) -> str | None:
+        """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, else None."""
+        usage = await measure_async(self._paths.workspace(folder), max_entries=WORKSPACE_MAX_ENTRIES)
+        if not usage.over(self._quota_mb * BYTES_PER_MB):
+            return None
+        size = f"over {WORKSPACE_MAX_ENTRIES} files" if usage.truncated else f"{usage.bytes / BYTES_PER_MB:.0f} MB"
+        return (
+            f"the chat's workspace uses {size}, over its quota of {self._quota_mb} MB (WORKSPACE_QUOTA_MB). "
+            "Ask me to delete files there, or an admin can clear it with /workspace clear."
+        )
+
+    async def describe(self, chat_id: int) -> str:
+        chat = await self._chats.get(chat_id)
+        if chat is None:
+            return "This chat has no workspace yet."
+        usage = await measure_async(self._paths.workspace(chat.folder), max_entries=WORKSPACE_MAX_ENTRIES)
+        size = f"more than {WORKSPACE_MAX_ENTRIES} files" if usage.truncated else f"{usage.bytes / BYTES_PER_MB:.1f} MB"
+        return (
+            f"This chat's workspace (files its subagents keep between runs) uses {size} of {self._quota_mb} MB "
+            f"({usage.entries} entries). An admin can empty it with /workspace clear."
+        )
+
+    async def clear(self, chat_id: int) -> str:
+        chat = await self._chats.get(chat_id)
+        if chat is None:
+            return "This chat has no workspace yet."
+        running = self._live.count(chat_id)
+        if running:
+            return f"{running} subagent run(s) of this chat are using the workspace: /cancel all first, then clear it."
+        await asyncio.to_thread(clear, self._paths.workspace(chat.folder))
+        return "Cleared this chat's workspace."

@@ -1,0 +1,171 @@
+"""`/metrics` as Prometheus scrapes it, parsed with its own text parser: the documented series exist and
+move as runs start, wait, are refused, finish and are cancelled; the caps follow a live change."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from container.channel import RunChannel
+from container.task import RunResult
+from core.live_config import LiveConfig
+from core.store.runs import RunStatus
+from core.store.setting_overrides import SettingOverrideStore
+from crewbot.metrics_server import MetricsServer
+from runner.runtimes.resource_use import ResourceSample
+from tests.fakes.memory_runtime import MemoryContainer
+from tests.runner.lifecycle_helpers import CHAT_ID, Rig, rig
+
+pytestmark = pytest.mark.timeout(60)
+
+MIB = 1024 * 1024
+DOCUMENTED = {
+    "crewbot_subagents_running": "gauge",
+    "crewbot_subagents_queued": "gauge",
+    "crewbot_subagents_max_concurrent": "gauge",
+    "crewbot_subagents_max_per_chat": "gauge",
+    "crewbot_subagent_runs": "counter",
+    "crewbot_subagent_refusals": "counter",
+    "crewbot_subagent_llm_tokens": "counter",
+    "crewbot_subagent_queue_wait_seconds": "histogram",
+    "crewbot_subagent_start_latency_seconds": "histogram",
+    "crewbot_subagent_run_duration_seconds": "histogram",
+    "crewbot_subagent_cancel_latency_seconds": "histogram",
+    "crewbot_subagent_memory_peak_bytes": "histogram",
+    "crewbot_subagent_cpu_seconds": "histogram",
+}
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+class Scraper:
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+
+    async def get(self, path: str) -> tuple[int, str]:
+        async with aiohttp.ClientSession() as session, session.get(self.base + path) as response:
+            return response.status, await response.text()
+
+    async def scrape(self) -> tuple[dict[str, str], Samples]:
+        status, text = await self.get("/metrics")
+        assert status == 200
+        families = list(text_string_to_metric_families(text))
+        samples: Samples = {}
+        for family in families:
+            for sample in family.samples:
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return {f.name: f.type for f in families}, samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+@asynccontextmanager
+async def serving(r: Rig) -> AsyncIterator[Scraper]:
+    async def ready() -> str | None:
+        return None
+
+    server = MetricsServer(r.service.metrics.registry, "127.0.0.1:0", ready)
+    await server.start()
+    assert server.port is not None
+    try:
+        yield Scraper(server.port)
+    finally:
+        await server.stop()
+
+
+async def test_series_exist_and_move_with_runs(tmp_path: Path) -> None:
+    gates: dict[str, asyncio.Event] = {}
+
+    async def gated(channel: RunChannel, container: MemoryContainer) -> int | None:
+        task = await channel.task()
+        await gates.setdefault(task.task, asyncio.Event()).wait()
+        await channel.report(RunResult(status="completed", result="done"))
+        return 0
+
+    async with (
+        # Queue 0: over the cap is a refusal, so the refusal series move (waiting: the test below).
+        rig(tmp_path, gated, MAX_CONCURRENT_SUBAGENTS=1, MAX_SUBAGENTS_PER_CHAT=5, SUBAGENT_QUEUE_LIMIT=0) as r,
+        serving(r) as scraper,
+    ):
+        types, samples = await scraper.scrape()
+        assert {name: types.get(name) for name in DOCUMENTED} == DOCUMENTED
+        assert value(samples, "crewbot_subagents_max_concurrent") == 1
+        assert value(samples, "crewbot_subagents_running") == 0
+        assert value(samples, "crewbot_subagent_runs_total", outcome="completed") == 0
+        assert all("chat" not in dict(labels) for _, labels in samples)  # no chat ids as labels
+
+        # Waiting: the engine holds the start, the run is queued.
+        r.runtime.container_usage = ResourceSample(memory_peak_bytes=96 * MIB, cpu_seconds=2.5)
+        r.runtime.hold_starts()
+        first = await r.spawn("first")
+        await r.runtime.until(lambda: r.runtime.held_starts == 1)
+        _, samples = await scraper.scrape()
+        assert value(samples, "crewbot_subagents_queued") == 1
+        r.runtime.release_starts()
+        await r.runtime.until(lambda: r.runtime.running_count() == 1)
+        await r.until_status(first, RunStatus.RUNNING)
+        await r.until(lambda: r.service.live.running() == 1)
+        _, samples = await scraper.scrape()
+        assert value(samples, "crewbot_subagents_running") == 1
+        assert value(samples, "crewbot_subagents_queued") == 0
+        assert value(samples, "crewbot_subagent_queue_wait_seconds_count") == 1
+        assert value(samples, "crewbot_subagent_start_latency_seconds_count") == 1
+
+        # Over the cap: refused and counted.
+        refused = await r.spawn("refused")
+        assert await r.status(refused) == RunStatus.REJECTED
+        _, samples = await scraper.scrape()
+        assert value(samples, "crewbot_subagent_refusals_total", cap="global") == 1
+        assert value(samples, "crewbot_subagent_runs_total", outcome="rejected") == 1
+
+        # A live change of the cap shows at once; the next run fits, and is cancelled.
+        await LiveConfig(r.settings, SettingOverrideStore(r.stores.db)).set("MAX_CONCURRENT_SUBAGENTS", "2", "test")
+        second = await r.spawn("second")
+        await r.runtime.until(lambda: r.runtime.running_count() == 2)
+        _, samples = await scraper.scrape()
+        assert value(samples, "crewbot_subagents_max_concurrent") == 2
+        assert value(samples, "crewbot_subagents_running") == 2
+        assert await r.service.manager.cancel_run(CHAT_ID, second) is RunStatus.CANCELLED
+        await r.until(lambda: second not in r.service.live)
+
+        # The first finishes: its outcome, duration and what it used.
+        gates.setdefault("first", asyncio.Event()).set()
+        await r.until_status(first, RunStatus.COMPLETED)
+        await r.settled()
+        _, samples = await scraper.scrape()
+        assert value(samples, "crewbot_subagents_running") == 0
+        assert value(samples, "crewbot_subagent_runs_total", outcome="cancelled") == 1
+        assert value(samples, "crewbot_subagent_runs_total", outcome="completed") == 1
+        assert value(samples, "crewbot_subagent_cancel_latency_seconds_count") == 1
+        assert value(samples, "crewbot_subagent_run_duration_seconds_count") == 2
+        assert value(samples, "crewbot_subagent_memory_peak_bytes_count") == 2
+        assert value(samples, "crewbot_subagent_memory_peak_bytes_sum") == 2 * 96 * MIB
+        record = await r.service.runs.get(first)
+        assert record is not None and record.memory_peak_bytes == 96 * MIB and record.cpu_seconds == 2.5
+
+        assert await scraper.get("/healthz") == (200, "ok\n")
+        assert (await scraper.get("/readyz"))[0] == 200
+
+
+async def test_the_queued_gauge_counts_runs_waiting_for_a_slot(tmp_path: Path) -> None:
+    async def blocked(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        await asyncio.Event().wait()
+        return None
+
+    async with rig(tmp_path, blocked, MAX_CONCURRENT_SUBAGENTS=1, SUBAGENT_QUEUE_LIMIT=5) as r, serving(r) as scraper:
+        ids = [await r.spawn(f"job {i}") for i in range(3)]
+        await r.runtime.until(lambda: r.runtime.running_count() == 1)
+        assert sorted([await r.status(run_id) for run_id in ids]) == ["queued", "queued", "running"]
+        _, samples = await scraper.scrape()
+        assert value(samples, "crewbot_subagents_queued") == 2
+        assert value(samples, "crewbot_subagents_running") == 1
+        assert value(samples, "crewbot_subagent_refusals_total", cap="global") == 0
