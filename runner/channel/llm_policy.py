@@ -26,6 +26,7 @@ MAX_LABEL_CHARS = 64
 # JSON values a provider request may hold: a long conversation with tools is tens of thousands. Parsing this
 # many takes about 15 ms; the cap, not the 8 MB body limit, bounds what a request costs the host.
 MAX_REQUEST_VALUES = 200_000
+INVALID_REQUEST = "invalid_request"  # a body that is no request at all: the run's invalid ones are counted
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"  # OpenAI and the offline model; /v1/responses is never served
 MESSAGES_PATH = "/v1/messages"  # Anthropic
@@ -138,7 +139,7 @@ class RequestPolicy:
 
 
 def _invalid(message: str) -> ProxyError:
-    return ProxyError(400, "invalid_request", message)
+    return ProxyError(400, INVALID_REQUEST, message)
 
 
 def _is_int(value: object) -> bool:
@@ -255,15 +256,15 @@ def parse_body(body: bytes) -> dict[str, Any]:
         # Measured before it is parsed: 8 MB of `{}` would hold the GIL for seconds (runner/channel/bounded_json.py).
         bounded_json.check_shape(body, MAX_REQUEST_VALUES)
     except BodyRefused as exc:
-        raise ProxyError(400, "invalid_request", f"request body refused: {exc}") from None
+        raise ProxyError(400, INVALID_REQUEST, f"request body refused: {exc}") from None
     try:
         # Not json.loads: a deeply nested body raises RecursionError there, an unhandled 500. This parser
         # stops at depth 200, far beyond any real request, and refuses NaN, which no provider takes as JSON.
         payload = pydantic_core.from_json(body, allow_inf_nan=False)
     except ValueError:
-        raise ProxyError(400, "invalid_request", "request body is not JSON (or nested too deeply)") from None
+        raise ProxyError(400, INVALID_REQUEST, "request body is not JSON (or nested too deeply)") from None
     if not isinstance(payload, dict):
-        raise ProxyError(400, "invalid_request", "request body must be a JSON object")
+        raise ProxyError(400, INVALID_REQUEST, "request body must be a JSON object")
     return payload
 
 

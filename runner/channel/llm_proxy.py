@@ -29,15 +29,23 @@ from aiohttp import web
 
 from container.protocol import MAX_STEP_BYTES, RUN_API_PREFIX
 from core.logging import get_logger
+from runner.channel.bounded_json import BodyRefused, ShapeScanner
 from runner.channel.capped_site import CappedUnixSite
 from runner.channel.llm_budget import BudgetCallback, BudgetNotices, BudgetSpent, input_hold
 from runner.channel.llm_call_log import CallLog
-from runner.channel.llm_policy import RequestPolicy, Sanitized, parse_body, with_followups
+from runner.channel.llm_policy import (
+    INVALID_REQUEST,
+    MAX_REQUEST_VALUES,
+    RequestPolicy,
+    Sanitized,
+    parse_body,
+    with_followups,
+)
 from runner.channel.llm_upstream import Call, Upstream, UpstreamConfig
 from runner.channel.llm_usage import Usage
 from runner.channel.offline_subagent import OfflineSubagentModel
 from runner.channel.proxy_error import ProxyError
-from runner.channel.run_api import RunEndpoint, answer, handle_run_api
+from runner.channel.run_api import READ_CHUNK_BYTES, RunEndpoint, answer, handle_run_api
 
 # UpstreamConfig is re-exported: callers build the proxy from this module (runner/service.py).
 __all__ = ["LlmProxy", "RunGate", "Spent", "UpstreamConfig", "UsageSink"]
@@ -243,13 +251,15 @@ class LlmProxy:
                     "run_request_limit",
                     f"run {run.run_id} reached its limit of {self._max_requests} LLM requests",
                 )
+            run.requests += 1  # every request counts, refused or not: refusals cost the host work too
             body = await self._read_body(request)
-            run.requests += 1  # every request read counts, refused or not: refusals cost the host work too
             held = self._hold_input(run, len(body))
             # Parsing and the policy's walk of up to 8 MB are CPU work: never on the event loop.
             sanitized = await asyncio.to_thread(self._parse_and_sanitize, run, request.path, body)
         except ProxyError as exc:
             run.reserved -= held
+            if exc.error_type == INVALID_REQUEST and run.endpoint is not None:
+                run.endpoint.invalid(exc.status, exc.message)  # the host's own SDK never sends one
             self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
             return exc.response()
         if sanitized.dropped:
@@ -305,13 +315,25 @@ class LlmProxy:
         return self._policy.sanitize(path, parse_body(body), max(1, left))
 
     async def _read_body(self, request: web.Request) -> bytes:
+        """The body, measured as it arrives (runner/channel/bounded_json.py): one over the caps is refused at
+        the first piece that shows it, unread beyond."""
         too_large = ProxyError(413, "request_too_large", f"request body is over {self._max_body_bytes} bytes")
         if request.content_length is not None and request.content_length > self._max_body_bytes:
             raise too_large
+        scanner = ShapeScanner(MAX_REQUEST_VALUES)
+        chunks: list[bytes] = []
+        size = 0
         try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large from None
+            async for chunk in request.content.iter_chunked(READ_CHUNK_BYTES):
+                size += len(chunk)
+                if size > self._max_body_bytes:
+                    raise too_large
+                scanner.feed(chunk)
+                chunks.append(chunk)
+            scanner.finish()
+        except BodyRefused as exc:
+            raise ProxyError(400, INVALID_REQUEST, f"request body refused: {exc}") from None
+        return b"".join(chunks)
 
     async def _guarded(self, run: _Run, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
         """Run the call as a task the run owns; cancel it as soon as the run stops being live."""

@@ -269,3 +269,16 @@ def test_a_tool_schema_of_megabytes_of_non_ascii_is_refused_cheaply(never_valida
 
     encoded = len(body.encode())
     assert peak_bytes(refuse) < 3 * encoded  # json.dumps escaped it to 25 MB in one call holding the GIL
+
+
+async def test_the_llm_proxys_own_paths_refuse_the_reproduction_unread_and_count_it() -> None:
+    recorder = Recorder()
+    body = empty_objects(900 * 1024)  # under the test proxy's 1 MB limit for provider requests
+
+    async def post_three(sock: Path) -> list[Any]:
+        return [await exchange(sock, Request("POST", "/v1/chat/completions", body)) for _ in range(3)]
+
+    answers = await serve(recorder, post_three)
+    assert [a.status for a in answers] == [400, 400, 400]
+    assert all(a.sent < len(body) for a in answers)  # refused at the first piece, the rest never read
+    assert len(recorder.invalid_reasons) == 3 and "over the limit of" in recorder.invalid_reasons[0]
