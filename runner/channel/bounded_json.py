@@ -49,12 +49,15 @@ class ShapeScanner:
         self._values = 1
         self._strings = 0
         self._in_string = False
-        self._held = b""  # a piece's trailing backslashes: what they escape is in the next piece
+        self._held = b""  # a piece's odd last backslash: what it escapes is in the next piece
         self._open = bytearray()  # the brackets still open, outermost first
 
     def feed(self, piece: bytes) -> None:
         data = self._held + piece if self._held else piece
-        kept = data.rstrip(b"\\")
+        # A trailing run of backslashes pairs up from its start; only an odd last one escapes what the next
+        # piece begins with, so at most one byte is ever held back (never a growing run to copy again).
+        trailing = len(data) - len(data.rstrip(b"\\"))
+        kept = data[: len(data) - trailing % 2]
         self._held = data[len(kept) :]
         unescaped = kept.replace(b"\\\\", b"").replace(b'\\"', b"")
         quotes = unescaped.count(b'"')
