@@ -47,7 +47,7 @@ class ShapeScanner:
     def __init__(self, max_values: int) -> None:
         self._max_values = max_values
         self._values = 1
-        self._strings = 0
+        self._quotes = 0
         self._in_string = False
         self._held = b""  # a piece's odd last backslash: what it escapes is in the next piece
         self._open = bytearray()  # the brackets still open, outermost first
@@ -61,8 +61,9 @@ class ShapeScanner:
         self._held = data[len(kept) :]
         unescaped = kept.replace(b"\\\\", b"").replace(b'\\"', b"")
         quotes = unescaped.count(b'"')
-        self._strings += quotes
-        if self._strings > 2 * self._max_values + 2:  # every string is a value or the key of one
+        self._quotes += quotes
+        # Every string is a value or the key of one, and has two quotes: at most four per value.
+        if self._quotes > 4 * self._max_values + 4:
             raise self._over()
         if quotes:
             pieces = unescaped.split(b'"')

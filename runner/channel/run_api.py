@@ -141,7 +141,7 @@ async def _read(endpoint: RunEndpoint, request: web.Request, limit: int, max_val
 
 
 def _parse(endpoint: RunEndpoint, model: type[ModelT], body: bytes) -> ModelT:
-    # Small bodies: the shape check and validation take microseconds, on the loop.
+    # Small bodies (512 KB at most, 64 values): the shape check and validation take a millisecond, on the loop.
     try:
         return bounded_json.validate(model, body, MAX_SMALL_BODY_VALUES)
     except BodyRefused as exc:
