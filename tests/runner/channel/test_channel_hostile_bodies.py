@@ -138,16 +138,7 @@ def test_the_llm_proxy_refuses_the_same_body_on_its_own_paths() -> None:
 
 
 async def test_a_run_that_keeps_sending_invalid_bodies_is_stopped() -> None:
-    live = LiveRun(id=TASK.run_id, chat_id=1, turn_id=None, label="l")
-    inbox = RunInbox(
-        live,
-        TASK,
-        socket_path=Path("/unused"),
-        runs=cast(Any, None),
-        delivery=cast(Any, None),
-        max_messages=1,
-        session_max_messages=10,
-    )
+    live, inbox = live_inbox()
     body = empty_objects(MIB)
     for sent in range(1, MAX_INVALID_REQUESTS + 1):
         assert live.stop_reason is None
