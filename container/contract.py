@@ -17,6 +17,9 @@ MESSAGE_PATH = "/run/message"
 SESSION_PATH = "/run/session"
 RESULT_PATH = "/run/result"
 MODEL_PATH = "/run/model"  # one model request of the agent's loop, made by the host (runner/channel/model_step.py)
+# Files: `GET /run/files/<index>` is the bytes of the task's offered file `index`; `POST /run/files` sends one
+# file to the chat, as multipart/form-data: a `meta` part (FileMeta JSON), then a `file` part (the bytes).
+FILES_PATH = "/run/files"
 RUN_API_PREFIX = "/run/"
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{6,64}$"
@@ -32,3 +35,11 @@ MAX_TOOLS = 32
 MAX_TOOL_NAME_CHARS = 64
 MAX_TOOL_DESCRIPTION_CHARS = 4_000
 MAX_TOOL_SCHEMA_CHARS = 8_000  # a tool's argument schema as JSON
+
+INBOX_DIR = "inbox"  # under the workspace: where the container writes the files the task offers it
+MAX_FILE_NAME_BYTES = 255  # NAME_MAX: a safe file name fits one directory entry, in UTF-8
+MAX_CAPTION_CHARS = 1_024  # Telegram's limit for a photo's or a document's caption
+MAX_FILE_META_BYTES = 16 * 1024  # the `meta` part of a file upload: an id, a name and a caption, as JSON
+MAX_OFFERED_FILES = 10  # files one run may be given
+MAX_FILE_NOTES = 20  # lines saying which named files were not given to the run, and why
+MAX_FILE_NOTE_CHARS = 300

@@ -15,10 +15,11 @@ which no container can reach, so a subagent cannot start subagents.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -26,10 +27,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from container.contract import (
     CHANNEL_DIR,
     CHANNEL_SOCKET_FILE,
+    FILES_PATH,
     ID_PATTERN,
+    INBOX_DIR,
     IPC_TASKS_DIR,
+    MAX_CAPTION_CHARS,
     MAX_ERROR_CHARS,
+    MAX_FILE_META_BYTES,
+    MAX_FILE_NAME_BYTES,
+    MAX_FILE_NOTE_CHARS,
+    MAX_FILE_NOTES,
     MAX_LABEL_CHARS,
+    MAX_OFFERED_FILES,
     MAX_PROGRESS_CHARS,
     MAX_RESULT_CHARS,
     MAX_RUN_BODY_BYTES,
@@ -53,10 +62,18 @@ from container.contract import (
 __all__ = [
     "CHANNEL_DIR",
     "CHANNEL_SOCKET_FILE",
+    "FILES_PATH",
     "ID_PATTERN",
+    "INBOX_DIR",
     "IPC_TASKS_DIR",
+    "MAX_CAPTION_CHARS",
     "MAX_ERROR_CHARS",
+    "MAX_FILE_META_BYTES",
+    "MAX_FILE_NAME_BYTES",
+    "MAX_FILE_NOTES",
+    "MAX_FILE_NOTE_CHARS",
     "MAX_LABEL_CHARS",
+    "MAX_OFFERED_FILES",
     "MAX_PROGRESS_CHARS",
     "MAX_RESULT_CHARS",
     "MAX_RUN_BODY_BYTES",
@@ -77,6 +94,9 @@ __all__ = [
 ]
 
 
+FILE_REF_PATTERN = re.compile(r"f[1-9][0-9]{0,17}")  # a chat file as the main agent's prompt shows it
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -92,6 +112,16 @@ class SpawnRequest(_Strict):
     turn_id: str | None = Field(default=None, max_length=64)
     chat_id: int | None = None
     created_at: float = Field(default_factory=time.time)
+    # The chat's files the task needs, as the prompt names them (`f3`); checked against the chat when it runs.
+    files: list[str] = Field(default_factory=list, max_length=MAX_OFFERED_FILES)
+
+    @field_validator("files")
+    @classmethod
+    def _file_refs(cls, value: list[str]) -> list[str]:
+        for ref in value:
+            if not FILE_REF_PATTERN.fullmatch(ref):
+                raise ValueError(f"{ref[:40]!r} is not a file id like f3")
+        return value
 
 
 class ProgressMessage(_Strict):
@@ -99,6 +129,23 @@ class ProgressMessage(_Strict):
 
     message_id: str = Field(pattern=ID_PATTERN)
     text: str = Field(min_length=1, max_length=MAX_PROGRESS_CHARS)
+
+
+class OfferedFile(_Strict):
+    """A chat file the run is given: `GET /run/files/<index>` is its bytes, written to inbox/<name>."""
+
+    index: int = Field(ge=0, lt=MAX_OFFERED_FILES)
+    name: str = Field(min_length=1, max_length=MAX_FILE_NAME_BYTES)  # already safe and unique in the run
+    size_bytes: int = Field(ge=0)
+    mime_type: str | None = Field(default=None, max_length=255)
+
+
+class FileMeta(_Strict):
+    """The `meta` part of `POST /run/files`: the id makes a retry harmless; the host makes the name safe."""
+
+    upload_id: str = Field(pattern=ID_PATTERN)
+    name: str = Field(min_length=1, max_length=1_000)
+    caption: str | None = Field(default=None, max_length=MAX_CAPTION_CHARS)
 
 
 class TaskSpec(_Strict):
@@ -116,6 +163,13 @@ class TaskSpec(_Strict):
     output_cap_chars: int = 16_000
     max_steps: int = 50
     max_messages: int = 10  # progress messages the host accepts from this run
+    files: list[OfferedFile] = Field(default_factory=list, max_length=MAX_OFFERED_FILES)
+    # Files the task named that it was not given, each with why: the container lists them in the task text.
+    file_notes: list[Annotated[str, Field(max_length=MAX_FILE_NOTE_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_FILE_NOTES
+    )
+    max_file_bytes: int = 20 * 1024 * 1024  # one file sent with send_file
+    max_files_out: int = 5  # files the run may send
 
 
 class RunResult(_Strict):
