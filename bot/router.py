@@ -70,6 +70,7 @@ class InboundRouter:
                 is_trigger=message.triggers and not self._commands.handles(message.command),
                 reply_to=message.reply_to,
                 kind=message.kind,
+                file=message.file,
             )
         )
         if row_id is None:

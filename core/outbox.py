@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from core.logging import get_logger
-from core.store.outbox import OutboxRow, OutboxStore
+from core.store.outbox import OutboxRow, OutboxStore, OutgoingFile
 
 log = get_logger(__name__)
 
@@ -63,6 +63,11 @@ class Sender(Protocol):
         """One part; `reply_to` names a platform message it answers (sent plainly if that one is gone)."""
 
     async def send_text(self, chat_id: int, text: str) -> list[int]: ...
+
+    async def send_file(
+        self, chat_id: int, file: OutgoingFile, caption: str, reply_to: int | None = None
+    ) -> int | None:
+        """One file with its caption, as a photo or a document (`file.kind`); its platform message id."""
 
 
 @dataclass(slots=True)
@@ -128,13 +133,17 @@ class Outbox:
             if held.users == 0:
                 del self._locks[chat_id]
 
+    async def _send(self, row: OutboxRow, parts: list[str], index: int) -> int | None:
+        reply_to = row.reply_to if index == 0 else None
+        if row.file is not None:
+            return await self._channel.send_file(row.chat_id, row.file, row.text, reply_to)
+        return await self._channel.send_part(row.chat_id, parts[index], reply_to)
+
     async def _deliver(self, row: OutboxRow) -> bool:
-        parts = self._channel.split(row.text)
+        parts = [row.text] if row.file is not None else self._channel.split(row.text)  # a file: one part
         try:
             for index in range(row.parts_sent, len(parts)):
-                platform_id = await self._channel.send_part(
-                    row.chat_id, parts[index], row.reply_to if index == 0 else None
-                )
+                platform_id = await self._send(row, parts, index)
                 if index == 0 and row.id in self._tracked:
                     self._tracked[row.id] = platform_id
                 if index == 0 and platform_id is not None and row.message_id is not None:

@@ -37,6 +37,7 @@ EXIT_CANNOT_START = 2
 EXIT_CRASHED = 1
 EXIT_INTERRUPTED = 130
 NO_TOKEN_NOTE = "TELEGRAM_BOT_TOKEN is not set, so this is the console (README: Putting it in a Telegram group)."
+CONSOLE_FILES_DIR = "console-files"  # under DATA_DIR: files subagents send to the console
 LOGS_TAIL_CHARS = 10_000  # `crewbot logs` shows this much of a run's output by default
 
 
@@ -87,7 +88,7 @@ def _console(settings: Settings, why: str | None = None) -> int:
     async def session() -> int:
         runtime = docker_runtime(settings)
         intro = [*_intro(settings, log_file, why), await subagents_readiness(settings, runtime)]
-        channel = ConsoleChannel(settings.assistant_name, intro=intro)
+        channel = ConsoleChannel(settings.assistant_name, intro=intro, files_dir=settings.data_dir / CONSOLE_FILES_DIR)
         return await serve(settings, channel, runtime)
 
     try:

@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 from bot.channels.inbound import InboundMessage
 from core.outbox import DeliveryError
 from core.store.chats import ChatAddress
+from core.store.outbox import OutgoingFile
 
 __all__ = [
     "CardChannel",
@@ -65,6 +66,14 @@ class Channel(Protocol):
 
     async def send_text(self, chat_id: int, text: str) -> list[int]:
         """Send every part of `text` now (for replies outside the outbox, e.g. to a chat not allowed)."""
+
+    async def send_file(
+        self, chat_id: int, file: OutgoingFile, caption: str, reply_to: int | None = None
+    ) -> int | None:
+        """One file a run sent (kept host-side), as a photo or a document, with its caption."""
+
+    async def download_file(self, file_id: str, max_bytes: int) -> bytes:
+        """A posted file's bytes, by the id the channel gave it; FileUnavailable says why not."""
 
     async def send_typing(self, chat_id: int) -> None: ...
 

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import getpass
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from bot.channels.base import ChatDirectory, InboundHandler, MembershipHandler
+from bot.channels.console_files import FILE_COMMAND, AttachError, attach, read_local, save_copy
 from bot.channels.inbound import InboundMessage
 from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain
 from core.logging import get_logger
+from core.store.outbox import OutgoingFile
 
 log = get_logger(__name__)
 
@@ -40,12 +44,14 @@ class ConsoleChannel:
         stdout: TextIO | None = None,
         typing_quiet_seconds: float = 8.0,
         intro: Sequence[str] = (),
+        files_dir: Path | None = None,
     ) -> None:
         self._assistant_name = assistant_name
         self._user_name = user_name or getpass.getuser() or "you"
         self._lines = TerminalLines(stdin or sys.stdin, stdout or sys.stdout)
         self._typing_quiet_seconds = typing_quiet_seconds
         self._intro = list(intro)
+        self._files_dir = files_dir  # where files a subagent sends are saved (DATA_DIR/console-files)
         self._last_typing = 0.0
         self._reader: asyncio.Task[None] | None = None
         self.eof = asyncio.Event()
@@ -109,7 +115,9 @@ class ConsoleChannel:
                         "send long text in several lines)"
                     )
                 try:
-                    await handler(self._inbound(text))
+                    inbound = await self._file_message(text) if _is_file_command(text) else self._inbound(text)
+                    if inbound is not None:
+                        await handler(inbound)
                 except Exception:
                     log.exception("console_message_failed")
                     self.say("(that message could not be handled; the log says why)")
@@ -137,6 +145,16 @@ class ConsoleChannel:
             command_args=args,
         )
 
+    async def _file_message(self, text: str) -> InboundMessage | None:
+        """`/file PATH [text]`: the file, posted with the text as its caption (a message for the bot)."""
+        try:
+            file, caption = await attach(text)
+        except AttachError as exc:
+            self.say(f"(no file attached: {exc})")
+            return None
+        self.say(f"(attached {file.name}, {file.size_bytes} bytes)")
+        return dataclasses.replace(self._inbound(caption or ""), kind="file", file=file)
+
     def split(self, text: str) -> list[str]:
         return [text]  # a terminal has no message size limit
 
@@ -156,6 +174,20 @@ class ConsoleChannel:
         await self.send_part(chat_id, text)
         return []
 
+    async def send_file(
+        self, chat_id: int, file: OutgoingFile, caption: str, reply_to: int | None = None
+    ) -> int | None:
+        self._last_typing = 0.0
+        if self._files_dir is None:
+            self.say(f"{plain(caption)}\n(a file, {file.name}: not saved, this console keeps no files)")
+            return None
+        saved = await asyncio.to_thread(save_copy, self._files_dir, file)
+        self.say(f"{plain(caption)}\n(file {file.name} saved as {saved})".lstrip())
+        return None
+
+    async def download_file(self, file_id: str, max_bytes: int) -> bytes:
+        return await asyncio.to_thread(read_local, file_id, max_bytes)
+
     async def send_typing(self, chat_id: int) -> None:
         now = time.monotonic()
         # Printing every few seconds would flood the terminal; say it once per quiet spell.
@@ -165,3 +197,7 @@ class ConsoleChannel:
 
     async def is_chat_admin(self, chat_id: int, user_id: int) -> bool:
         return True
+
+
+def _is_file_command(text: str) -> bool:
+    return text == FILE_COMMAND or text.startswith(f"{FILE_COMMAND} ")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from core.store.chat_files import NewFile
+
 
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
@@ -20,12 +22,13 @@ class InboundMessage:
     reply_to: int | None = None
     triggers: bool = False  # asks the bot for a turn (mention, reply to the bot, private chat)
     sent_as_chat: bool = False  # posted on behalf of the chat itself: only its admins can (anonymous admin)
-    kind: str = "text"  # text, placeholder (media, service), edit
+    kind: str = "text"  # text, file (with `file`), placeholder (other media, service), edit
     command: str | None = None  # "stop" for "/stop@crew_bot now"; only set for commands meant for us
     command_args: tuple[str, ...] = ()
     timestamp: float = field(default_factory=time.time)
     platform_chat_id: int | None = None  # the platform's chat id when it is not `chat_id` (topics, upgrades)
     thread_id: int | None = None  # the forum topic it was written in
+    file: NewFile | None = None  # a document, photo, ... it carries, kept by reference
 
     @property
     def platform_id(self) -> int:

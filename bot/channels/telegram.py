@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dtm
 import re
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from telegram import ChatMemberUpdated, Message, MessageEntity, ReplyParameters, Update
-from telegram._utils.types import JSONDict
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
-from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
-from telegram.ext import AIORateLimiter, Application, ApplicationBuilder
+from telegram.error import BadRequest, ChatMigrated, TelegramError
+from telegram.ext import Application, ApplicationBuilder
 
 from bot.channels.base import CardGone, ChatAddress, ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
 from bot.channels.formatting import (
@@ -23,8 +19,11 @@ from bot.channels.formatting import (
 )
 from bot.channels.inbound import InboundMessage
 from bot.channels.polling import Poller, PollingTask, ReadableUpdatesRequest
+from bot.channels.telegram_files import download, file_of, send_file
+from bot.channels.telegram_limits import MessageRateLimiter, delivery_error
 from bot.channels.telegram_routing import SameIds, migration_of, thread_of
 from core.logging import get_logger
+from core.store.outbox import OutgoingFile
 
 log = get_logger(__name__)
 
@@ -50,37 +49,8 @@ _MEDIA_KINDS = (
     "dice",
     "story",
 )
-_MESSAGE_ENDPOINT_PREFIXES = ("send", "copy", "forward")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# A 400 with one of these means no message can reach the chat, as a 403 does.
-_UNREACHABLE_MARKERS = ("chat not found", "bot was kicked", "bot was blocked", "not a member", "user is deactivated")
 _PRESENT_STATUSES = (ChatMemberStatus.MEMBER, ChatMemberStatus.ADMINISTRATOR, ChatMemberStatus.OWNER)
-
-
-class MessageRateLimiter(AIORateLimiter):
-    """Telegram's flood limits (20 per minute in a group) are for messages; nothing else is throttled.
-
-    Without this, a typing action every few seconds would use up a group's budget and delay replies,
-    and an admin check (getChatMember) in a chat with a backlog would queue behind its messages.
-    """
-
-    async def process_request(
-        self,
-        callback: Callable[..., Coroutine[Any, Any, bool | JSONDict | list[JSONDict]]],
-        args: Any,
-        kwargs: dict[str, Any],
-        endpoint: str,
-        data: dict[str, Any],
-        rate_limit_args: int | None,
-    ) -> bool | JSONDict | list[JSONDict]:
-        if not _sends_a_message(endpoint):
-            return await callback(*args, **kwargs)
-        return await super().process_request(callback, args, kwargs, endpoint, data, rate_limit_args)
-
-
-def _sends_a_message(endpoint: str) -> bool:
-    """sendMessage, copyMessage, forwardMessages, ...: what Telegram's flood limits count."""
-    return endpoint.startswith(_MESSAGE_ENDPOINT_PREFIXES) and endpoint != "sendChatAction"
 
 
 def _valid_unicode(text: str | None) -> str | None:
@@ -136,6 +106,7 @@ class TelegramChannel:
             ApplicationBuilder()
             .token(self._token)
             .base_url(self._base_url)
+            .base_file_url(file_url_for(self._base_url))
             .rate_limiter(MessageRateLimiter(max_retries=RATE_LIMIT_MAX_RETRIES))
             # Updates are handled one at a time by our poller: the handler only stores and hands off, so
             # chats still run concurrently in the engine, and order within a chat is Telegram's order.
@@ -235,9 +206,12 @@ class TelegramChannel:
         sender_id, sender_name = _sender_name(message)
         text = _valid_unicode(message.text or message.caption)
         kind = "text"
+        file = None if edited else file_of(message)
         if edited:
             kind = "edit"
             text = f"[edited] {text or ''}".strip()
+        elif file is not None:
+            text, kind = text or "", "file"  # the prompt shows the file itself, with its caption
         elif text is None:
             placeholder = _media_placeholder(message)
             if placeholder is None:
@@ -267,6 +241,7 @@ class TelegramChannel:
             command=command,
             command_args=args,
             timestamp=message.date.timestamp(),
+            file=None if file is None else dataclasses.replace(file, name=_valid_text(file.name)),
         )
 
     def _command(self, message: Message) -> tuple[str | None, tuple[str, ...]]:
@@ -324,7 +299,7 @@ class TelegramChannel:
                 # Sent plainly: the old group's message ids name other messages in the supergroup.
                 return await self._send_to(ChatAddress(int(exc.new_chat_id), address.thread_id), chunk, None)
         except TelegramError as exc:
-            raise _delivery_error(exc) from exc
+            raise delivery_error(exc) from exc
 
     async def _send_to(self, address: ChatAddress, chunk: str, reply: ReplyParameters | None) -> int:
         bot = self._bot().bot
@@ -343,6 +318,20 @@ class TelegramChannel:
         sent = await bot.send_message(target, chunk, message_thread_id=thread, reply_parameters=reply)
         return int(sent.message_id)
 
+    async def send_file(self, chat_id: int, file: OutgoingFile, caption: str, reply_to: int | None = None) -> int:
+        address = await self._directory.address(chat_id)
+        reply = None if reply_to is None else ReplyParameters(reply_to, allow_sending_without_reply=True)
+        try:
+            return await send_file(
+                self._bot().bot, address.platform_chat_id, address.thread_id, file, _valid_text(caption), reply
+            )
+        except TelegramError as exc:
+            raise delivery_error(exc) from exc
+
+    async def download_file(self, file_id: str, max_bytes: int) -> bytes:
+        """A posted file's bytes (FileUnavailable says why not): for a run that needs it."""
+        return await download(self._bot().bot, file_id, max_bytes)
+
     async def post_card(self, chat_id: int, text: str, reply_to: int | None) -> int:
         address = await self._directory.address(chat_id)
         reply = None if reply_to is None else ReplyParameters(reply_to, allow_sending_without_reply=True)
@@ -351,7 +340,7 @@ class TelegramChannel:
                 address.platform_chat_id, text, message_thread_id=address.thread_id, reply_parameters=reply
             )
         except TelegramError as exc:
-            raise _delivery_error(exc) from exc
+            raise delivery_error(exc) from exc
         return int(sent.message_id)
 
     async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
@@ -364,9 +353,9 @@ class TelegramChannel:
                 return  # it already shows this text
             if "not found" in reason:
                 raise CardGone(str(exc)) from exc
-            raise _delivery_error(exc) from exc
+            raise delivery_error(exc) from exc
         except TelegramError as exc:
-            raise _delivery_error(exc) from exc
+            raise delivery_error(exc) from exc
 
     async def send_typing(self, chat_id: int) -> None:
         address = await self._directory.address(chat_id)
@@ -386,14 +375,7 @@ class TelegramChannel:
             return str(app.bot.username)
 
 
-def _delivery_error(exc: TelegramError) -> DeliveryError:
-    """Telegram's error as the senders know it: a 429 carries its wait; a kick, a block or a chat that is
-    gone means nothing can reach the chat (a 403, or a 400 that says so)."""
-    if isinstance(exc, RetryAfter):
-        retry = exc.retry_after
-        seconds = retry.total_seconds() if isinstance(retry, dtm.timedelta) else float(retry)
-        return DeliveryError(str(exc), permanent=False, retry_after_seconds=seconds)
-    unreachable = isinstance(exc, Forbidden) or (
-        isinstance(exc, BadRequest) and any(m in str(exc).lower() for m in _UNREACHABLE_MARKERS)
-    )
-    return DeliveryError(str(exc), permanent=unreachable, chat_unreachable=unreachable)
+def file_url_for(base_url: str) -> str:
+    """Where the Bot API serves files: `…/bot` -> `…/file/bot` (Telegram's, a local server's, the test fake's)."""
+    root, marker, _ = base_url.rstrip("/").rpartition("/bot")
+    return f"{root}/file/bot" if marker else f"{base_url.rstrip('/')}/file/bot"

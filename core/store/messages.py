@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import aiosqlite
 
+from core.store.chat_files import ChatFile, NewFile, chat_file, insert_chat_file
 from core.store.db import Database
 
 
@@ -24,6 +25,7 @@ class NewMessage:
     kind: str = "text"
     edit_of: int | None = None  # an edit: platform id of the message it changes (keys it with edited_at)
     edited_at: float | None = None
+    file: NewFile | None = None  # a document, photo, ... it carried (kept by reference)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class StoredMessage:
     is_trigger: bool
     reply_to: int | None
     kind: str
+    file: ChatFile | None = None
 
 
 def _message(row: aiosqlite.Row) -> StoredMessage:
@@ -54,7 +57,29 @@ def _message(row: aiosqlite.Row) -> StoredMessage:
         is_trigger=bool(row["is_trigger"]),
         reply_to=row["reply_to"],
         kind=row["kind"],
+        file=chat_file(row, _FILE_PREFIX) if row[f"{_FILE_PREFIX}id"] is not None else None,
     )
+
+
+_FILE_PREFIX = "file_"
+_FILE_COLUMNS = (
+    "id",
+    "chat_id",
+    "message_id",
+    "kind",
+    "file_id",
+    "file_unique_id",
+    "name",
+    "mime_type",
+    "size_bytes",
+    "created_at",
+)
+# A message with the file it carried, if any (at most one: Telegram sends an album as one message a file).
+_SELECT = (
+    "SELECT m.*, "
+    + ", ".join(f"f.{c} AS {_FILE_PREFIX}{c}" for c in _FILE_COLUMNS)
+    + (" FROM messages AS m LEFT JOIN chat_files AS f ON f.message_id = m.id")
+)
 
 
 # Either key can make a row a redelivery: (chat_id, platform_message_id), or an edit's messages_edit_once.
@@ -81,9 +106,14 @@ def insert_params(message: NewMessage) -> tuple[object, ...]:
 
 
 async def insert_message(conn: aiosqlite.Connection, message: NewMessage) -> int | None:
-    """Insert inside a caller's transaction; None when this platform message (or edit) was stored before."""
+    """Insert inside a caller's transaction (with its file, if any); None when this platform message (or
+    edit) was stored before."""
     cursor = await conn.execute(_INSERT, (*insert_params(message), message.edit_of, message.edited_at))
-    return cursor.lastrowid if cursor.rowcount == 1 else None
+    if cursor.rowcount != 1 or cursor.lastrowid is None:
+        return None
+    if message.file is not None:
+        await insert_chat_file(conn, message.chat_id, cursor.lastrowid, message.file)
+    return cursor.lastrowid
 
 
 class MessageStore:
@@ -98,10 +128,10 @@ class MessageStore:
     async def recent(self, chat_id: int, limit: int, up_to_id: int | None = None) -> list[StoredMessage]:
         """The last `limit` messages, oldest first: an index walk whose cost does not grow with history."""
         if up_to_id is None:
-            query = "SELECT * FROM messages WHERE chat_id = ? ORDER BY id DESC LIMIT ?"
+            query = f"{_SELECT} WHERE m.chat_id = ? ORDER BY m.id DESC LIMIT ?"
             params: tuple[object, ...] = (chat_id, limit)
         else:
-            query = "SELECT * FROM messages WHERE chat_id = ? AND id <= ? ORDER BY id DESC LIMIT ?"
+            query = f"{_SELECT} WHERE m.chat_id = ? AND m.id <= ? ORDER BY m.id DESC LIMIT ?"
             params = (chat_id, up_to_id, limit)
         async with self._db.conn.execute(query, params) as cursor:
             rows = await cursor.fetchall()
@@ -116,7 +146,15 @@ class MessageStore:
         return None if row is None or row[0] is None else int(row[0])
 
     async def get(self, message_id: int) -> StoredMessage | None:
-        async with self._db.conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)) as cursor:
+        async with self._db.conn.execute(f"{_SELECT} WHERE m.id = ?", (message_id,)) as cursor:
+            row = await cursor.fetchone()
+        return _message(row) if row else None
+
+    async def by_platform_id(self, chat_id: int, platform_message_id: int) -> StoredMessage | None:
+        """The stored message of the chat with this platform id (e.g. the one a trigger replies to)."""
+        async with self._db.conn.execute(
+            f"{_SELECT} WHERE m.chat_id = ? AND m.platform_message_id = ?", (chat_id, platform_message_id)
+        ) as cursor:
             row = await cursor.fetchone()
         return _message(row) if row else None
 

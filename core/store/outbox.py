@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
 
 import aiosqlite
 
@@ -11,14 +13,31 @@ from core.store.db import Database
 from core.store.messages import NewMessage, insert_message
 
 
+class SentFileKind(StrEnum):
+    """How a file goes to the chat: a photo only when its bytes are one Telegram takes as one."""
+
+    PHOTO = "photo"
+    DOCUMENT = "document"
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingFile:
+    """A file the chat is owed: kept host-side at `path` (never in a folder a container can write)."""
+
+    path: Path
+    name: str  # the name the chat sees, already safe
+    kind: SentFileKind
+
+
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """A message to store and send: the stored copy and the exact text the chat gets."""
+    """A message to store and send: the stored copy and the exact text the chat gets (a file's caption)."""
 
     message: NewMessage
     text: str
-    run_id: str | None = None  # a subagent's progress message: dropped if its run is cancelled first
+    run_id: str | None = None  # a subagent's progress message or file: dropped if its run is cancelled first
     reply_to: int | None = None  # the platform message its first part replies to
+    file: OutgoingFile | None = None  # sent as one part, with `text` as its caption
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +50,29 @@ class OutboxRow:
     next_attempt_at: float
     reply_to: int | None = None
     message_id: int | None = None  # the stored copy (messages.id), if any
+    file: OutgoingFile | None = None
 
 
 async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
     """Inside the caller's transaction: store the message and owe it to the chat. Returns the outbox id."""
     message_id = await insert_message(conn, outgoing.message)
     now = time.time()
+    file = outgoing.file
     cursor = await conn.execute(
-        "INSERT INTO outbox (chat_id, message_id, text, next_attempt_at, created_at, run_id, reply_to) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (outgoing.message.chat_id, message_id, outgoing.text, now, now, outgoing.run_id, outgoing.reply_to),
+        "INSERT INTO outbox (chat_id, message_id, text, next_attempt_at, created_at, run_id, reply_to, "
+        "file_path, file_name, file_kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            outgoing.message.chat_id,
+            message_id,
+            outgoing.text,
+            now,
+            now,
+            outgoing.run_id,
+            outgoing.reply_to,
+            None if file is None else str(file.path),
+            None if file is None else file.name,
+            None if file is None else file.kind.value,
+        ),
     )
     assert cursor.lastrowid is not None
     return cursor.lastrowid
@@ -56,6 +88,9 @@ def _row(row: aiosqlite.Row) -> OutboxRow:
         next_attempt_at=row["next_attempt_at"],
         reply_to=row["reply_to"],
         message_id=row["message_id"],
+        file=None
+        if row["file_path"] is None
+        else OutgoingFile(Path(row["file_path"]), row["file_name"] or "file", SentFileKind(row["file_kind"])),
     )
 
 
