@@ -23,8 +23,11 @@ from core.setting_bounds import (
     MAX_MERGE_WINDOW_SECONDS,
     MAX_SCHEDULE_MIN_INTERVAL_SECONDS,
     MAX_SCHEDULE_MISFIRE_GRACE_SECONDS,
+    MAX_SUBAGENT_FILE_MB,
+    MAX_SUBAGENT_FILES,
     MAX_SUBAGENT_MAX_TOKENS,
     MAX_SUBAGENT_PIDS,
+    MAX_SUBAGENT_RUN_FILES_MB,
     MAX_SUBAGENT_TIMEOUT_SECONDS,
     MAX_TYPING_INTERVAL_SECONDS,
     MAX_WORKSPACE_QUOTA_MB,
@@ -196,6 +199,10 @@ class Settings(BaseSettings):
     )
     subagent_max_messages: int = Field(default=10, ge=0, le=1_000, alias="SUBAGENT_MAX_MESSAGES")
     subagent_session_max_messages: int = Field(default=200, ge=0, le=10_000, alias="SUBAGENT_SESSION_MAX_MESSAGES")
+    # Files: Telegram hands bots files up to 20 MB and takes uploads up to 50 MB (a local Bot API server more).
+    subagent_max_file_mb: int = Field(default=20, ge=1, le=MAX_SUBAGENT_FILE_MB, alias="SUBAGENT_MAX_FILE_MB")
+    subagent_max_files: int = Field(default=5, ge=0, le=MAX_SUBAGENT_FILES, alias="SUBAGENT_MAX_FILES")
+    subagent_run_files_mb: int = Field(default=100, ge=1, le=MAX_SUBAGENT_RUN_FILES_MB, alias="SUBAGENT_RUN_FILES_MB")
     subagent_allow_provider_tools: bool = Field(default=False, alias="SUBAGENT_ALLOW_PROVIDER_TOOLS")
     workspace_quota_mb: int = Field(default=1024, ge=1, le=MAX_WORKSPACE_QUOTA_MB, alias="WORKSPACE_QUOTA_MB")
     data_retention_days: float = Field(

@@ -22,7 +22,11 @@ MAX_MODEL_REQUESTS_PER_TURN = 8
 
 
 async def spawn_subagent(
-    ctx: RunContext[TurnDeps], task: str, label: str | None = None, include_context: bool = False
+    ctx: RunContext[TurnDeps],
+    task: str,
+    label: str | None = None,
+    include_context: bool = False,
+    files: list[str] | None = None,
 ) -> str:
     """Start a subagent in a sandboxed container for long work or anything that needs running code.
 
@@ -33,10 +37,12 @@ async def spawn_subagent(
         task: Complete instructions for the subagent; it cannot ask questions back.
         label: A short name for the task, shown with its result.
         include_context: Also give the subagent the chat's recent messages.
+        files: Ids of the chat's files the task needs, as the transcript shows them (`f3`); the subagent
+            finds them in its inbox/ folder.
     """
     deps = ctx.deps
     try:
-        run_id = await deps.spawner.spawn(deps.chat_id, deps.turn.id, task, label, include_context)
+        run_id = await deps.spawner.spawn(deps.chat_id, deps.turn.id, task, label, include_context, files or ())
     except Exception as exc:
         log.error("spawn_failed", error=str(exc))
         return f"Could not start the subagent: {exc}"

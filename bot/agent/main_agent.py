@@ -150,5 +150,13 @@ class MainAgent:
 
 
 class _NoSpawner:
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
+    async def spawn(
+        self,
+        chat_id: int,
+        turn_id: str,
+        task: str,
+        label: str | None,
+        include_context: bool,
+        files: Sequence[str] = (),
+    ) -> str:
         raise RuntimeError("subagents are not available in this process")

@@ -6,6 +6,9 @@ model then runs each line of that task that starts with `$ ` as a shell command,
 
     @crew background: $ echo hello from a container
 
+The files a message carries or replies to (`[file f3: …]`) go with its task, as in the console's
+`/file data.csv background: $ wc -l inbox/data.csv`.
+
 `schedule:` asks for a scheduled task the same way: the schedule, then the task from its `$ ` on, e.g.
 `schedule: every 2m $ date` or `schedule: 2026-12-01T09:00 $ echo hi`.
 """
@@ -26,7 +29,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from bot.agent.prompt import LATEST_MARKER
+from bot.agent.prompt import LATEST_MARKER, REPLIED_FILE_NOTE
 
 BACKGROUND_PHRASE = "background:"
 SPAWN_TOOL = "spawn_subagent"
@@ -38,6 +41,7 @@ TRANSCRIPT_HEADING = "Chat transcript (oldest first):\n"
 # A transcript line as bot.agent.prompt writes it: "[2026-01-31 12:00] Alice: text" (text may go on below).
 _TRANSCRIPT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d\] (?P<sender>.+?): (?P<text>.*)$")
 _SUBAGENT_SENDER = "[Subagent]"
+_FILE_REF = re.compile(r"\[file (f[0-9]+): ")  # a file as bot.agent.prompt shows it
 
 
 @dataclass(slots=True)
@@ -93,15 +97,16 @@ def _unanswered(prompt: str, sender: str, assistant_name: str) -> list[str]:
     return texts[::-1]
 
 
-def _background_tasks(texts: list[str]) -> list[str]:
-    """The task of each message that asks for one, oldest first."""
+def _background_tasks(texts: list[str]) -> list[tuple[str, list[str]]]:
+    """The task of each message that asks for one, oldest first, with the files it carries or replies to."""
     tasks = []
     for text in texts:
         lowered = text.lower()
         if BACKGROUND_PHRASE in lowered:
-            task = text[lowered.index(BACKGROUND_PHRASE) + len(BACKGROUND_PHRASE) :].strip()
+            task = text[lowered.index(BACKGROUND_PHRASE) + len(BACKGROUND_PHRASE) :]
+            task = "\n".join(line for line in task.split("\n") if not line.startswith(REPLIED_FILE_NOTE)).strip()
             if task:
-                tasks.append(task)
+                tasks.append((task, list(dict.fromkeys(_FILE_REF.findall(text)))))
     return tasks
 
 
@@ -167,10 +172,11 @@ def offline_main_model(assistant_name: str) -> FunctionModel:
             calls = [
                 ToolCallPart(
                     SPAWN_TOOL,
-                    {"task": task, "label": _label_for(task), "include_context": False},
+                    {"task": task, "label": _label_for(task), "include_context": False}
+                    | ({"files": files} if files else {}),
                     tool_call_id=f"offline-spawn-{n}",
                 )
-                for n, task in enumerate(tasks)
+                for n, (task, files) in enumerate(tasks)
             ]
             return ModelResponse(parts=list(calls))
         lines = [line for line in prompt.splitlines() if line.startswith("[")]

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from container.file_names import safe_file_name
+from core.store.chat_files import ChatFile
 from core.store.messages import MessageStore, StoredMessage
 
 LATEST_MARKER = "Latest message, from "
+REPLIED_FILE_NOTE = "(It replies to a message with "
 MAX_MESSAGE_CHARS_IN_PROMPT = 4000  # one huge message must not crowd out the rest of the window
 
 
@@ -29,6 +32,9 @@ def instructions_for(assistant_name: str, can_spawn: bool, can_schedule: bool = 
             "cancel. Say only what it reports; never guess a subagent's progress.",
             "A reply to a [Subagent] result that asks for more work on it: call spawn_subagent; the new",
             "subagent continues that run's own session (it remembers what it did).",
+            "Files people post show as [file f3: name, type, size]. To work on them, pass their ids in",
+            "spawn_subagent(files=[...]): the subagent finds them in its inbox/ folder and can send files",
+            "back to the chat (a chart, a report) itself.",
         ]
     if can_schedule:
         lines += [
@@ -47,12 +53,35 @@ class Prompt:
     window: list[StoredMessage]
 
 
+def size_text(size_bytes: int | None) -> str:
+    """412 KB, 3.1 MB: a size as people read it; `size unknown` when the platform did not say."""
+    if size_bytes is None:
+        return "size unknown"
+    if size_bytes < 1024:
+        return f"{size_bytes} bytes"
+    if size_bytes < 1024 * 1024:
+        return f"{size_bytes / 1024:.0f} KB"
+    return f"{size_bytes / (1024 * 1024):.1f} MB"
+
+
+def file_line(file: ChatFile) -> str:
+    """`[file f3: sales.csv, text/csv, 412 KB]`: the name as a safe file name (no newlines or paths in a prompt)."""
+    mime = f", {file.mime_type[:80]}" if file.mime_type else ""
+    return f"[file {file.ref}: {safe_file_name(file.name)}{mime}, {size_text(file.size_bytes)}]"
+
+
+def _content(message: StoredMessage) -> str:
+    if message.file is None:
+        return message.content
+    return f"{file_line(message.file)} {message.content}".rstrip()
+
+
 def _line(message: StoredMessage, assistant_name: str) -> str:
     when = datetime.fromtimestamp(message.timestamp, UTC).strftime("%Y-%m-%d %H:%M")
     who = message.sender_name
     if message.is_bot and message.kind != "subagent":
         who = f"{assistant_name} (you)"
-    content = message.content
+    content = _content(message)
     if len(content) > MAX_MESSAGE_CHARS_IN_PROMPT:
         cut = len(content) - MAX_MESSAGE_CHARS_IN_PROMPT
         content = f"{content[:MAX_MESSAGE_CHARS_IN_PROMPT]}… [{cut} more characters not shown]"
@@ -69,6 +98,17 @@ async def build_prompt(
     latest = next((m for m in reversed(window) if m.is_trigger and not m.is_bot), None)
     parts = ["Chat transcript (oldest first):", transcript or "(no messages)"]
     if latest is not None:
-        parts += ["", f"{LATEST_MARKER}{latest.sender_name}:", latest.content[:MAX_MESSAGE_CHARS_IN_PROMPT]]
+        parts += ["", f"{LATEST_MARKER}{latest.sender_name}:", _content(latest)[:MAX_MESSAGE_CHARS_IN_PROMPT]]
+        replied = await _replied_file(messages, latest)
+        if replied is not None:
+            parts.append(f"{REPLIED_FILE_NOTE}{file_line(replied)})")
     parts += ["", f"Write {assistant_name}'s reply."]
     return Prompt(text="\n".join(parts), window=window)
+
+
+async def _replied_file(messages: MessageStore, latest: StoredMessage) -> ChatFile | None:
+    """The file of the message the latest trigger replies to ("plot this"), even one outside the window."""
+    if latest.reply_to is None:
+        return None
+    replied = await messages.by_platform_id(latest.chat_id, latest.reply_to)
+    return replied.file if replied is not None else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from bot.ports.spawner import Spawner, SpawnRefused
 from core.logging import get_logger
@@ -68,7 +68,15 @@ class CapCheckedSpawner:
                 self._written.pop(run_id, None)
         return [chat for chat, _ in self._written.values()]
 
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
+    async def spawn(
+        self,
+        chat_id: int,
+        turn_id: str,
+        task: str,
+        label: str | None,
+        include_context: bool,
+        files: Sequence[str] = (),
+    ) -> str:
         async with self._lock:
             waiting = await self._not_picked_up()
             total = self._running(None) + len(waiting)
@@ -86,6 +94,6 @@ class CapCheckedSpawner:
             if in_chat >= max_per_chat and queue_full:
                 self._on_refused(True)
                 raise SpawnRefused(f"this chat's limit of {_runs(max_per_chat)} at once is reached{full}. {RETRY}")
-            run_id = await self._inner.spawn(chat_id, turn_id, task, label, include_context)
+            run_id = await self._inner.spawn(chat_id, turn_id, task, label, include_context, files)
             self._written[run_id] = (chat_id, self._clock())
             return run_id

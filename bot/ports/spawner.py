@@ -3,12 +3,22 @@ one refusal it can get back."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
 class Spawner(Protocol):
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
-        """Write a spawn request; return its run id at once (never wait for the container)."""
+    async def spawn(
+        self,
+        chat_id: int,
+        turn_id: str,
+        task: str,
+        label: str | None,
+        include_context: bool,
+        files: Sequence[str] = (),
+    ) -> str:
+        """Write a spawn request; return its run id at once (never wait for the container). `files` names
+        chat files (`f3`) the run is given; the run checks they are the chat's when it starts."""
 
 
 class SpawnRefused(Exception):

@@ -2,34 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from enum import StrEnum
-
-import aiosqlite
 
 from core.store.db import Database
 from core.store.messages import insert_message
 from core.store.outbox import Outgoing, stage
+from core.store.run_record import FINAL_STATUSES, LIVE_STATUSES, RunRecord, RunStatus, run_from_row
 
-
-class RunStatus(StrEnum):
-    """A run's state: queued and running are live; the others are final, and a run reaches one once."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMED_OUT = "timed_out"
-    REJECTED = "rejected"
-    INTERRUPTED = "interrupted"
-
-
-LIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
-FINAL_STATUSES = frozenset(set(RunStatus) - LIVE_STATUSES)
+# The record and its statuses live in core.store.run_record; they are imported from here by most users.
+__all__ = [
+    "FINAL_STATUSES",
+    "LIVE_STATUSES",
+    "DuplicateRun",
+    "FollowUp",
+    "ProgressOutcome",
+    "RunRecord",
+    "RunStatus",
+    "RunStore",
+    "run_from_row",
+]
 
 
 class FollowUp(StrEnum):
@@ -47,61 +42,6 @@ class ProgressOutcome(StrEnum):
     DUPLICATE = "duplicate"  # the same message id was accepted before (a retry)
     OVER_BUDGET = "over_budget"  # the run has sent its SUBAGENT_MAX_MESSAGES
     NOT_LIVE = "not_live"  # the run has an outcome already
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    id: str
-    chat_id: int
-    turn_id: str | None
-    task: str
-    label: str
-    include_context: bool
-    status: RunStatus
-    container_id: str | None
-    created_at: float
-    started_at: float | None
-    finished_at: float | None
-    result: str | None
-    error: str | None
-    input_tokens: int
-    output_tokens: int
-    llm_requests: int
-    session_in: str | None
-    session_out: str | None
-    messages_sent: int = 0
-    container_started_at: float | None = None
-    memory_peak_bytes: int | None = None  # None: unknown
-    cpu_seconds: float | None = None  # None: unknown
-    resource_samples: int = 0
-
-
-def run_from_row(row: aiosqlite.Row) -> RunRecord:
-    return RunRecord(
-        id=row["id"],
-        chat_id=row["chat_id"],
-        turn_id=row["turn_id"],
-        task=row["task"],
-        label=row["label"],
-        include_context=bool(row["include_context"]),
-        status=RunStatus(row["status"]),
-        container_id=row["container_id"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        result=row["result"],
-        error=row["error"],
-        input_tokens=row["input_tokens"],
-        output_tokens=row["output_tokens"],
-        llm_requests=row["llm_requests"],
-        session_in=row["session_in"],
-        session_out=row["session_out"],
-        messages_sent=row["messages_sent"],
-        container_started_at=row["container_started_at"],
-        memory_peak_bytes=row["memory_peak_bytes"],
-        cpu_seconds=row["cpu_seconds"],
-        resource_samples=row["resource_samples"],
-    )
 
 
 class DuplicateRun(Exception):
@@ -132,6 +72,7 @@ class RunStore:
         include_context: bool,
         status: RunStatus,
         error: str | None = None,
+        files: Sequence[str] = (),
     ) -> None:
         now = time.time()
         finished = now if status in FINAL_STATUSES else None
@@ -140,7 +81,7 @@ class RunStore:
             async with self._db.write() as conn:
                 await conn.execute(
                     "INSERT INTO subagent_runs (id, chat_id, turn_id, task, label, include_context, status, "
-                    "created_at, finished_at, error, notified) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "created_at, finished_at, error, notified, files) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run_id,
                         chat_id,
@@ -153,6 +94,7 @@ class RunStore:
                         finished,
                         error,
                         notified,
+                        json.dumps(list(files)),
                     ),
                 )
         except sqlite3.IntegrityError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 from container.protocol import SpawnRequest
@@ -24,7 +25,15 @@ class IpcSpawner:
         self._ipc_root = ipc_root
         self._chats = chats
 
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
+    async def spawn(
+        self,
+        chat_id: int,
+        turn_id: str,
+        task: str,
+        label: str | None,
+        include_context: bool,
+        files: Sequence[str] = (),
+    ) -> str:
         chat = await self._chats.get(chat_id)
         if chat is None:
             raise LookupError(f"chat {chat_id} is unknown")
@@ -35,6 +44,7 @@ class IpcSpawner:
             include_context=include_context,
             turn_id=turn_id,
             chat_id=chat_id,
+            files=list(files),
         )
         # The file is renamed into place whole; a cancel of this turn while it is written is handled by
         # the manager, which checks the turn's status when it picks the request up.

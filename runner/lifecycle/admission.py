@@ -42,6 +42,7 @@ async def record_request(
         include_context=request.include_context,
         status=status,
         error=reason,
+        files=request.files,
     )
 
 
