@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-FaultKind = Literal["error", "disconnect", "hang"]
+FaultKind = Literal["error", "disconnect", "hang", "truncate"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,7 @@ class Fault:
     status: int = 0
     description: str = ""
     retry_after_seconds: int | None = None
+    sent_bytes: int | None = None  # truncate: how much of the answer's body goes out (None: half)
 
     @classmethod
     def error(cls, status: int, description: str, *, retry_after_seconds: int | None = None) -> Fault:
@@ -46,9 +47,17 @@ class Fault:
         """Never answer; the request ends when the client gives up or the fake stops."""
         return cls("hang")
 
+    @classmethod
+    def truncate(cls, sent_bytes: int | None = None) -> Fault:
+        """Answer with the full Content-Length but send only `sent_bytes` of the body (default half), then
+        close the connection: the client sees a body cut short. Served by the Telegram fake only."""
+        if sent_bytes is not None and sent_bytes < 0:
+            raise ValueError(f"sent_bytes must not be negative, not {sent_bytes}")
+        return cls("truncate", sent_bytes=sent_bytes)
+
 
 class FaultQueue:
-    """Faults waiting to be served, per key (a method name); thread-safe."""
+    """Faults waiting to be served, per key (a method name, or "file:<file_id>" for a download); thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -167,6 +167,8 @@ class FakeLLM(LoopbackServer):
 
     def fail_next(self, fault: Fault, count: int = 1) -> None:
         """The next `count` completion requests (either API) get `fault`: 429/500/..., disconnect or hang."""
+        if fault.kind == "truncate":
+            raise ValueError("FakeLLM does not serve truncated answers")
         self._faults.add(_FAULT_KEY, fault, count)
 
     def requests(self, path: str | None = None) -> list[RecordedRequest]:

@@ -10,6 +10,8 @@ from aiohttp import web
 from tests.fakes.telegram_params import ApiError, Params, bad_request
 from tests.fakes.telegram_state import JsonDict
 
+TRUNCATED_CONTENT_TYPE = "application/octet-stream"
+
 
 @dataclass(frozen=True)
 class UploadedFile:
@@ -44,10 +46,31 @@ async def read_params(request: web.Request) -> dict[str, Any]:
             raise bad_request("JSON object expected")
         params.update(body)
     elif request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        form = await request.post()
+        try:
+            form = await request.post()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(413, "Request Entity Too Large") from None
         for key, value in form.items():
             if isinstance(value, web.FileField):
-                params[key] = UploadedFile(value.filename, value.content_type, value.file.read())
+                with value.file:
+                    params[key] = UploadedFile(value.filename, value.content_type or "", value.file.read())
             else:
                 params[key] = value.decode() if isinstance(value, bytes) else value
     return params
+
+
+async def serve_truncated(
+    request: web.Request, body: bytes, sent_bytes: int | None, *, status: int = 200, content_type: str = ""
+) -> web.StreamResponse:
+    """The full Content-Length, then only the first `sent_bytes` of the body (default half), then the
+    connection closes: the client sees a body cut short."""
+    response = web.StreamResponse(status=status)
+    response.content_type = content_type or TRUNCATED_CONTENT_TYPE
+    response.content_length = len(body)
+    await response.prepare(request)
+    cut = len(body) // 2 if sent_bytes is None else min(sent_bytes, max(len(body) - 1, 0))
+    if cut:
+        await response.write(body[:cut])
+    if request.transport is not None:
+        request.transport.close()  # after what was written has gone out
+    return response

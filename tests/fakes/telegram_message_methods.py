@@ -36,6 +36,28 @@ NOT_MODIFIED_DESCRIPTION = (
 )
 
 
+def reply_target(data: TelegramData, chat_id: int, params: Params) -> JsonDict | None:
+    """The message a send replies to (reply_parameters or the older reply_to_message_id), as a snapshot."""
+    reply = params.json("reply_parameters")
+    if isinstance(reply, dict):
+        message_id, allow_missing = reply.get("message_id"), bool(reply.get("allow_sending_without_reply"))
+    else:
+        message_id = params.integer("reply_to_message_id")
+        allow_missing = params.flag("allow_sending_without_reply")
+    if message_id is None:
+        return None
+    target = data.reply_snapshot(chat_id, int(message_id))
+    if target is None and not allow_missing:
+        raise bad_request("message to be replied not found")
+    return target
+
+
+def topic_thread(chat: JsonDict, params: Params) -> int | None:
+    """A forum topic's id as sent; elsewhere Telegram ignores it (it names reply threads there)."""
+    thread = params.integer("message_thread_id")
+    return thread if chat.get("is_forum") else None
+
+
 class MessageMethods:
     """The message methods over TelegramData; every read or write holds `lock`."""
 
@@ -73,32 +95,12 @@ class MessageMethods:
             raise bad_request("message is too long")
         return parsed
 
-    def _reply_target(self, chat_id: int, params: Params) -> JsonDict | None:
-        reply = params.json("reply_parameters")
-        if isinstance(reply, dict):
-            message_id, allow_missing = reply.get("message_id"), bool(reply.get("allow_sending_without_reply"))
-        else:
-            message_id = params.integer("reply_to_message_id")
-            allow_missing = params.flag("allow_sending_without_reply")
-        if message_id is None:
-            return None
-        target = self._data.reply_snapshot(chat_id, int(message_id))
-        if target is None and not allow_missing:
-            raise bad_request("message to be replied not found")
-        return target
-
-    @staticmethod
-    def _thread(chat: JsonDict, params: Params) -> int | None:
-        """A forum topic's id as sent; elsewhere Telegram ignores it (it names reply threads there)."""
-        thread = params.integer("message_thread_id")
-        return thread if chat.get("is_forum") else None
-
     async def send_message(self, params: Params) -> Any:
         with self._lock:
             chat = find_chat(self._data, params)
             parsed = self._parse(params)
-            reply_to = self._reply_target(chat["id"], params)
-            thread = self._thread(chat, params)
+            reply_to = reply_target(self._data, chat["id"], params)
+            thread = topic_thread(chat, params)
             message: JsonDict = {
                 "message_id": self._data.next_message_id(chat["id"]),
                 "from": self._data.user(self._data.bot_id),
@@ -140,7 +142,7 @@ class MessageMethods:
             action = params.string("action")
             if action not in CHAT_ACTIONS:
                 raise bad_request("wrong parameter action in request")
-            thread = self._thread(chat, params)
+            thread = topic_thread(chat, params)
             self._data.actions.append(ChatAction(chat["id"], action, time.monotonic(), thread))
             self._watch.notify()
         return True

@@ -1,6 +1,6 @@
 """The Bot API methods the fake serves, with Telegram's validation and error descriptions: BotApi dispatches
 every method and serves the bot's own (getMe, webhook, commands) and getUpdates; chats and messages are served
-by telegram_chat_methods and telegram_message_methods."""
+by telegram_chat_methods, telegram_message_methods and telegram_file_methods."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.fakes.telegram_chat_methods import ChatMethods
+from tests.fakes.telegram_file_methods import FileMethods
 from tests.fakes.telegram_message_methods import MessageMethods
 from tests.fakes.telegram_params import ApiError, Handler, Params, bad_request
 from tests.fakes.telegram_state import MAX_UPDATES_PER_POLL, ApiCall, JsonDict, TelegramData
@@ -53,8 +54,9 @@ class BotApi:
         }
         chats = ChatMethods(data, lock).handlers()
         messages = MessageMethods(data, lock, watch, strict_html=strict_html).handlers()
+        files = FileMethods(data, lock, watch, strict_html=strict_html).handlers()
         self._handlers: dict[str, tuple[str, Handler]] = {
-            name.lower(): (name, handler) for name, handler in {**own, **chats, **messages}.items()
+            name.lower(): (name, handler) for name, handler in {**own, **chats, **messages, **files}.items()
         }
 
     def canonical(self, method: str) -> str | None:

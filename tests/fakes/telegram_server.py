@@ -4,13 +4,17 @@
         app = ApplicationBuilder().token(tg.token).base_url(tg.base_url).build()
         tg.push_message(-100123, "hello @crew_test_bot")
         [reply] = await tg.wait_for_messages(-100123, 1)
+        tg.push_media_message(-100123, "document", b"...", file_name="notes.txt", caption="for @crew_test_bot")
+        [sent] = await tg.wait_for_files(-100123, 1)   # what the bot sent with sendDocument / sendPhoto
 
     with FakeTelegram() as tg:                     # on its own thread, e.g. for a bot subprocess
         ...
 
 Requests go to `/bot<TOKEN>/<method>`, parameters form-encoded (PTB; nested objects as JSON strings),
 JSON or multipart. Answers are Bot API shaped: `{"ok": true, "result": ...}` or
-`{"ok": false, "error_code": N, "description": "..."}`. Every accessor is thread-safe.
+`{"ok": false, "error_code": N, "description": "..."}`. Files are downloaded from
+`/file/bot<TOKEN>/<file_path>` (getFile's file_path): give PTB `base_file_url=tg.base_file_url`.
+Every accessor is thread-safe.
 """
 
 from __future__ import annotations
@@ -18,44 +22,52 @@ from __future__ import annotations
 import copy
 import re
 import threading
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
 
 from tests.fakes.faults import Fault, FaultQueue
 from tests.fakes.loopback_server import LoopbackServer
+from tests.fakes.telegram_files import MAX_UPLOAD_BYTES, FileDownload, MediaKind, SentFile
 from tests.fakes.telegram_holds import Holds
-from tests.fakes.telegram_http import UploadedFile, answer, chat_param, read_params
+from tests.fakes.telegram_http import UploadedFile, answer, chat_param, read_params, serve_truncated
 from tests.fakes.telegram_methods import BotApi
 from tests.fakes.telegram_params import ApiError, Params
-from tests.fakes.telegram_state import (
-    ApiCall,
-    ChatAction,
-    ChatType,
-    JsonDict,
-    SentMessage,
-    TelegramData,
-    chat_type_for,
-)
-from tests.fakes.telegram_text import auto_entities
+from tests.fakes.telegram_pushes import DEFAULT_USER_FIRST_NAME, DEFAULT_USER_ID, UserSide
+from tests.fakes.telegram_state import ApiCall, ChatAction, JsonDict, SentMessage, TelegramData, chat_type_for
 from tests.fakes.waiting import Watch
 
-__all__ = ["DEFAULT_TOKEN", "ApiCall", "ChatAction", "FakeTelegram", "Fault", "SentMessage", "UploadedFile"]
+__all__ = [
+    "DEFAULT_TOKEN",
+    "DEFAULT_USER_FIRST_NAME",
+    "DEFAULT_USER_ID",
+    "ApiCall",
+    "ChatAction",
+    "FakeTelegram",
+    "Fault",
+    "FileDownload",
+    "MediaKind",
+    "SentFile",
+    "SentMessage",
+    "UploadedFile",
+]
 
 T = TypeVar("T")
 
 DEFAULT_TOKEN = "123456789:AAFakeTokenForCrewbotTests012345678"  # Telegram's shape: <bot id>:<35 chars>
 DEFAULT_BOT_USERNAME = "crew_test_bot"
 DEFAULT_BOT_FIRST_NAME = "Crew"
-DEFAULT_USER_ID = 1001
-DEFAULT_USER_FIRST_NAME = "Alice"
 DEFAULT_WAIT_SECONDS = 5.0
+MAX_REQUEST_BYTES = MAX_UPLOAD_BYTES + 1024 * 1024  # a 50 MB file and the form around it
 
 _API_PATH = re.compile(r"^/bot(?P<token>[^/]+)/(?P<method>[^/]+)/?$")
+_FILE_PATH = re.compile(r"^/file/bot(?P<token>[^/]+)/(?P<path>.+)$")
+_DOWNLOAD_FAULT_PREFIX = "file:"  # FaultQueue keys of download faults: "file:<file_id>"
 
 
-class FakeTelegram(LoopbackServer):
+class FakeTelegram(LoopbackServer, UserSide):
     """The Bot API for one bot (its token and identity), with test controls to drive it."""
 
     def __init__(
@@ -101,6 +113,11 @@ class FakeTelegram(LoopbackServer):
         return f"{self.origin}/bot"
 
     @property
+    def base_file_url(self) -> str:
+        """For `Bot(base_file_url=...)`: PTB downloads from `<base_file_url><token>/<file_path>`."""
+        return f"{self.origin}/file/bot"
+
+    @property
     def token(self) -> str:
         return self._token
 
@@ -121,7 +138,7 @@ class FakeTelegram(LoopbackServer):
     # --- HTTP -----------------------------------------------------------------------------------
 
     def _build_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         return app
 
@@ -131,6 +148,9 @@ class FakeTelegram(LoopbackServer):
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         match = _API_PATH.match(request.path)
         if match is None:
+            download = _FILE_PATH.match(request.path)
+            if download is not None and request.method in ("GET", "HEAD"):
+                return await self._serve_download(request, download["token"], download["path"])
             return answer(ApiError(404, "Not Found").body(), 404)
         if match["token"] != self._token:
             return answer(ApiError(401, "Unauthorized").body(), 401)
@@ -141,13 +161,34 @@ class FakeTelegram(LoopbackServer):
         method = self._api.canonical(match["method"]) or match["method"]
         self._api.record_call(method, params)
         fault = self._faults.take(method) or await self._holds.pass_through(method, chat_param(params))
-        if fault is not None:
+        if fault is not None and fault.kind != "truncate":
             return await self._serve_fault(request, fault)
         try:
             result = await self._api.call(method, params)
         except ApiError as exc:
             return answer(exc.body(), exc.status)
+        if fault is not None:  # the call took effect, but its answer is cut short
+            body = answer({"ok": True, "result": result}, 200).body
+            assert isinstance(body, bytes)
+            return await serve_truncated(request, body, fault.sent_bytes, content_type="application/json")
         return answer({"ok": True, "result": result}, 200)
+
+    async def _serve_download(self, request: web.Request, token: str, file_path: str) -> web.StreamResponse:
+        if token != self._token:
+            return answer(ApiError(401, "Unauthorized").body(), 401)
+        with self._lock:
+            stored = self._data.files.at_path(file_path)
+            if stored is None:
+                return answer(ApiError(404, "Not Found").body(), 404)
+            fault = self._faults.take(_DOWNLOAD_FAULT_PREFIX + stored.file_id)
+            download = FileDownload(stored.file_id, file_path, fault.kind if fault else None, time.monotonic())
+            self._data.files.downloads.append(download)
+            self._watch.notify()
+        if fault is not None and fault.kind == "truncate":
+            return await serve_truncated(request, stored.data, fault.sent_bytes)
+        if fault is not None:
+            return await self._serve_fault(request, fault)
+        return web.Response(body=stored.data, content_type="application/octet-stream")
 
     async def _serve_fault(self, request: web.Request, fault: Fault) -> web.StreamResponse:
         if fault.kind == "disconnect":
@@ -159,123 +200,6 @@ class FakeTelegram(LoopbackServer):
             return answer(ApiError(500, "Internal Server Error").body(), 500)
         parameters = {"retry_after": fault.retry_after_seconds} if fault.retry_after_seconds else None
         return answer(ApiError(fault.status, fault.description, parameters).body(), fault.status)
-
-    # --- driving the bot ------------------------------------------------------------------------
-
-    def add_chat(self, chat_id: int, *, chat_type: ChatType | None = None, title: str | None = None) -> JsonDict:
-        """Make a chat known (the bot is in it) without a message; the type follows the id by default."""
-        with self._lock:
-            return copy.deepcopy(self._data.add_chat(chat_id, chat_type, title))
-
-    def push_message(
-        self,
-        chat_id: int,
-        text: str,
-        *,
-        chat_type: ChatType | None = None,
-        user_id: int | None = None,
-        first_name: str | None = None,
-        username: str | None = None,
-        reply_to_message_id: int | None = None,
-        entities: list[JsonDict] | None = None,
-        chat_title: str | None = None,
-        thread_id: int | None = None,
-    ) -> JsonDict:
-        """A user's text message as an update (in forum topic `thread_id`); returns the update.
-
-        chat_type defaults to what the id implies (>0 private, -100… supergroup, else group); the user
-        defaults to the private chat's user or Alice (1001). entities=None adds the `bot_command` and
-        `mention` entities Telegram would; reply_to_message_id may name any stored message, the bot's too.
-        """
-        with self._lock:
-            kind = chat_type or (self._data.chats[chat_id]["type"] if chat_id in self._data.chats else None)
-            kind = kind or chat_type_for(chat_id)
-            if user_id is None:
-                user_id = chat_id if kind == "private" else DEFAULT_USER_ID
-            if kind == "private" and user_id != chat_id:
-                raise ValueError(f"a private chat's id is its user's id: chat {chat_id}, user {user_id}")
-            user = self._remember_user(user_id, first_name, username)
-            chat = self._data.add_chat(chat_id, kind, chat_title)
-            message: JsonDict = {
-                "message_id": self._data.next_message_id(chat_id),
-                "from": user,
-                "chat": copy.deepcopy(chat),
-                "date": self._data.now(),
-                "text": text,
-            }
-            found = auto_entities(text) if entities is None else copy.deepcopy(entities)
-            if found:
-                message["entities"] = found
-            if reply_to_message_id is not None:
-                target = self._data.reply_snapshot(chat_id, reply_to_message_id)
-                if target is None:
-                    raise ValueError(f"no message {reply_to_message_id} in chat {chat_id} to reply to")
-                message["reply_to_message"] = target
-            if thread_id is not None:
-                message.update(message_thread_id=thread_id, is_topic_message=True)
-            self._data.store(message)
-            update = self._data.enqueue_update({"message": message})
-            self._watch.notify()
-            return update
-
-    def update_chat(self, chat_id: int, **fields: Any) -> None:
-        """Change a known chat as Telegram would show it (e.g. is_forum=True for a forum)."""
-        with self._lock:
-            self._data.chats[chat_id].update(fields)
-
-    def redirect_upgraded(self, old_id: int, new_id: int) -> None:
-        """Calls on the old group answer 400 with migrate_to_chat_id, as after a supergroup upgrade."""
-        with self._lock:
-            self._data.migrated[old_id] = new_id
-
-    def push_edited_message(
-        self, chat_id: int, message_id: int, text: str, *, entities: list[JsonDict] | None = None
-    ) -> JsonDict:
-        """A user edits their earlier message; returns the `edited_message` update."""
-        with self._lock:
-            stored = self._data.stored(chat_id, message_id)
-            if stored is None:
-                raise ValueError(f"no message {message_id} in chat {chat_id} to edit")
-            message = copy.deepcopy(stored)
-            message.update(text=text, edit_date=self._data.now())
-            message.pop("entities", None)
-            found = auto_entities(text) if entities is None else copy.deepcopy(entities)
-            if found:
-                message["entities"] = found
-            self._data.store(message)
-            update = self._data.enqueue_update({"edited_message": message})
-            self._watch.notify()
-            return update
-
-    def push_raw_update(self, update: JsonDict) -> JsonDict:
-        """Any update (service messages, photos, ...); update_id is assigned when absent.
-
-        A message in it is stored (so later messages can reply to it) and its chat becomes known.
-        """
-        with self._lock:
-            for kind in ("message", "edited_message", "channel_post", "edited_channel_post"):
-                message = update.get(kind)
-                if isinstance(message, dict) and isinstance(message.get("chat"), dict):
-                    chat = message["chat"]
-                    self._data.chats.setdefault(int(chat["id"]), copy.deepcopy(chat))
-                    if "message_id" in message:
-                        self._data.store(message)
-            stored = self._data.enqueue_update(update)
-            self._watch.notify()
-            return stored
-
-    def _remember_user(self, user_id: int, first_name: str | None, username: str | None) -> JsonDict:
-        known = self._data.users.get(user_id, {})
-        default_name = DEFAULT_USER_FIRST_NAME if user_id == DEFAULT_USER_ID else f"User {user_id}"
-        user: JsonDict = {
-            "id": user_id,
-            "is_bot": False,
-            "first_name": first_name or known.get("first_name") or default_name,
-        }
-        if username or known.get("username"):
-            user["username"] = username or known["username"]
-        self._data.users[user_id] = user
-        return copy.deepcopy(user)
 
     # --- chat membership and failures -----------------------------------------------------------
 
@@ -313,6 +237,23 @@ class FakeTelegram(LoopbackServer):
             raise ValueError(f"the fake does not serve {method!r}")
         self._faults.add(canonical, fault, count)
 
+    def fail_next_download(self, file_id: str, fault: Fault, count: int = 1) -> None:
+        """The next `count` downloads of the file get `fault`: Fault.truncate() sends part of the bytes under
+        the full Content-Length and closes the connection; error, disconnect and hang as for methods."""
+        with self._lock:
+            if file_id not in self._data.files.files:
+                raise ValueError(f"no file {file_id!r} to fail")
+        self._faults.add(_DOWNLOAD_FAULT_PREFIX + file_id, fault, count)
+
+    def forget_file(self, file_id: str) -> None:
+        """Telegram no longer knows the file_id: getFile answers 400 "invalid file_id", sending it again
+        400 "wrong file identifier/HTTP URL specified", and its file_path's download 404."""
+        with self._lock:
+            stored = self._data.files.files.get(file_id)
+            if stored is None:
+                raise ValueError(f"no file {file_id!r} to forget")
+            stored.forgotten = True
+
     @property
     def holds(self) -> Holds:
         """Telegram slow for one chat: `holds.hold("sendMessage", chat_id)`, then `holds.release(...)`."""
@@ -323,6 +264,22 @@ class FakeTelegram(LoopbackServer):
     def sent_messages(self, chat_id: int | None = None) -> list[SentMessage]:
         with self._lock:
             return [m for m in self._data.sent if chat_id is None or m.chat_id == chat_id]
+
+    def sent_files(self, chat_id: int | None = None) -> list[SentFile]:
+        """Successful sendDocument and sendPhoto calls, in order (not in sent_messages)."""
+        with self._lock:
+            return [f for f in self._data.files.sent if chat_id is None or f.chat_id == chat_id]
+
+    def downloads(self, file_id: str | None = None) -> list[FileDownload]:
+        """Requests for known files' URLs, in order, with the fault each got."""
+        with self._lock:
+            return [d for d in self._data.files.downloads if file_id is None or d.file_id == file_id]
+
+    def file_bytes(self, file_id: str) -> bytes | None:
+        """What the fake keeps under a file_id (forgotten ones too); None if it never had it."""
+        with self._lock:
+            stored = self._data.files.files.get(file_id)
+            return stored.data if stored is not None else None
 
     def chat_actions(self, chat_id: int | None = None) -> list[ChatAction]:
         with self._lock:
@@ -371,6 +328,16 @@ class FakeTelegram(LoopbackServer):
         except TimeoutError:
             texts = [m.plain_text for m in self.sent_messages(chat_id)]
             raise _timed_out(f"{count} message(s) to chat {chat_id}", timeout_seconds, texts) from None
+
+    async def wait_for_files(
+        self, chat_id: int, count: int = 1, timeout_seconds: float = DEFAULT_WAIT_SECONDS
+    ) -> list[SentFile]:
+        """All files sent to the chat (sendDocument, sendPhoto) once there are at least `count`."""
+        try:
+            return await self.wait_until(lambda: _at_least(self.sent_files(chat_id), count), timeout_seconds)
+        except TimeoutError:
+            got = [(f.method, f.file_name) for f in self.sent_files(chat_id)]
+            raise _timed_out(f"{count} file(s) to chat {chat_id}", timeout_seconds, got) from None
 
     async def wait_for_chat_actions(
         self, chat_id: int, count: int = 1, timeout_seconds: float = DEFAULT_WAIT_SECONDS

@@ -11,6 +11,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tests.fakes.telegram_files import FileStore
+
 JsonDict = dict[str, Any]
 ChatType = Literal["private", "group", "supergroup"]
 
@@ -74,7 +76,8 @@ class TelegramData:
     blocked: dict[int, str] = field(default_factory=dict)  # chat id -> 403 description
     migrated: dict[int, int] = field(default_factory=dict)  # a group upgraded: old id -> supergroup id
     commands: dict[tuple[str, str], list[JsonDict]] = field(default_factory=dict)  # (scope, lang)
-    sent: list[SentMessage] = field(default_factory=list)
+    sent: list[SentMessage] = field(default_factory=list)  # sendMessage only; files are in files.sent
+    files: FileStore = field(default_factory=FileStore)
     actions: list[ChatAction] = field(default_factory=list)
     calls: list[ApiCall] = field(default_factory=list)
     call_counts: Counter[str] = field(default_factory=Counter)
