@@ -32,6 +32,7 @@ from crewbot.operations import Operations
 
 if TYPE_CHECKING:
     from runner.lifecycle.metrics import RunMetrics
+    from runner.runs.file_source import FileSource
     from runner.runtimes.runtime import ContainerRuntime
     from runner.service import SubagentService
 
@@ -123,11 +124,12 @@ def subagent_factory(
     runtime: ContainerRuntime,
     metrics: RunMetrics | None = None,
     config: LiveConfig | None = None,
+    file_source: FileSource | None = None,
 ) -> SubagentFactory:
     from runner.service import SubagentService
 
     def build(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
-        service = SubagentService(settings, stores, delivery, typing, runtime, metrics)
+        service = SubagentService(settings, stores, delivery, typing, runtime, metrics, file_source)
         spawner = CapCheckedSpawner(
             service.spawner,
             service.live.count,
@@ -204,7 +206,8 @@ async def serve(
     try:
         stores = await Stores.open(settings)
         config = await ops.open(stores)  # stored live overrides apply before anything reads the settings
-        subagents = subagent_factory(settings, stores, runtime, ops.metrics, config)
+        # The chat channel downloads the files people post when a run needs them.
+        subagents = subagent_factory(settings, stores, runtime, ops.metrics, config, file_source=channel)
         app = App(settings, channel, stores, subagents, config=config)
     except Exception as exc:
         await runtime.close()

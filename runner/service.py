@@ -9,6 +9,8 @@ from collections.abc import Callable
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
+from core.store.chat_files import ChatFileStore
+from core.store.run_files import RunFileStore
 from core.store.runs import FollowUp, RunStatus, RunStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
@@ -23,12 +25,15 @@ from runner.lifecycle.manager_ports import RunStores
 from runner.lifecycle.metrics import RunMetrics
 from runner.lifecycle.recovery import Recovery
 from runner.lifecycle.run_accounting import RunAccounting
+from runner.runs.file_source import FileSource
 from runner.runs.live_runs import LiveRuns
 from runner.runtimes.docker_runtime import DockerRuntime
 from runner.runtimes.runtime import ContainerRuntime, RuntimeUnavailable
+from runner.storage.chat_file_cache import ChatFileCache
 from runner.storage.paths import DataPaths
 from runner.storage.retention import Retention
 from runner.storage.run_files import RunFiles
+from runner.storage.run_inputs import RunInputsBuilder
 from runner.storage.workspaces import Workspaces
 
 log = get_logger(__name__)
@@ -48,6 +53,7 @@ class SubagentService:
         typing: TypingIndicator,
         runtime: ContainerRuntime,
         metrics: RunMetrics | None = None,
+        file_source: FileSource | None = None,
     ) -> None:
         self._settings = settings
         self._stores = stores
@@ -55,6 +61,7 @@ class SubagentService:
         self._runtime = runtime
         self.paths = DataPaths(settings.data_dir)
         self.runs = RunStore(stores.db)
+        self.run_files = RunFileStore(stores.db)
         self._spawner = IpcSpawner(self.paths.ipc_root, stores.chats)
         self.live = LiveRuns()
         self.metrics = metrics or RunMetrics()
@@ -82,7 +89,7 @@ class SubagentService:
         )
         self.manager = TaskManager(
             settings,
-            stores=RunStores(runs=self.runs, chats=stores.chats, messages=stores.messages),
+            stores=RunStores(runs=self.runs, chats=stores.chats, messages=stores.messages, files=self.run_files),
             admission=Admission(settings, turns=stores.turns, live=self.live),
             runtime=runtime,
             live=self.live,
@@ -93,6 +100,9 @@ class SubagentService:
             files=RunFiles(settings, self.paths),
             workspaces=self.workspaces,
             accounting=accounting,
+            inputs=RunInputsBuilder(
+                settings, ChatFileStore(stores.db), ChatFileCache(self.paths.files_in_dir, file_source)
+            ),
         )
         self.watcher = IpcWatcher(
             self.paths.ipc_root,

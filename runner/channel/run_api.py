@@ -15,6 +15,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from container.protocol import (
+    FILES_PATH,
     MAX_RUN_BODY_BYTES,
     MAX_SESSION_BYTES,
     MAX_STEP_BYTES,
@@ -23,35 +24,37 @@ from container.protocol import (
     RESULT_PATH,
     SESSION_PATH,
     TASK_PATH,
-    ChannelAnswer,
     ProgressMessage,
     RunResult,
     TaskSpec,
 )
 from runner.channel import bounded_json
 from runner.channel.bounded_json import BodyRefused, ShapeScanner
+from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused, answer
 from runner.channel.conversation_limits import ConversationLimits
+from runner.channel.file_transfer import FileEndpoint, receive_file, serve_offered
+
+# The refusal and the answer live in runner/channel/channel_answers.py; most users import them from here.
+__all__ = ["INVALID_STATUS", "READ_CHUNK_BYTES", "ChannelRefused", "RunEndpoint", "answer", "handle_run_api"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 READ_CHUNK_BYTES = 64 * 1024
 # A progress message or a result is a handful of fields: a body with more values than this is not one.
 MAX_SMALL_BODY_VALUES = 64
-INVALID_STATUS = 400  # a refusal that counts towards the run's limit of invalid requests
 MAX_SHOWN_CHARS = 100  # what a refusal echoes of the request (path, method, field name): the container chose it
-_ROUTES = {TASK_PATH: "GET", MESSAGE_PATH: "POST", SESSION_PATH: "POST", RESULT_PATH: "POST", MODEL_PATH: "POST"}
+_ROUTES = {
+    TASK_PATH: "GET",
+    MESSAGE_PATH: "POST",
+    SESSION_PATH: "POST",
+    RESULT_PATH: "POST",
+    MODEL_PATH: "POST",
+    FILES_PATH: "POST",
+}
+_OFFERED_PREFIX = f"{FILES_PATH}/"  # GET /run/files/<index>
 
 
-class ChannelRefused(Exception):
-    """The endpoint refuses the request: HTTP status and the reason the container sees."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-class RunEndpoint(Protocol):
+class RunEndpoint(FileEndpoint, Protocol):
     """What one run's channel hands to the task manager. Methods raise ChannelRefused to say no."""
 
     @property
@@ -76,12 +79,6 @@ class RunEndpoint(Protocol):
         """Before a POST's body is read: raise ChannelRefused for what would be refused once read."""
 
 
-def answer(status: int, ok: bool, detail: str) -> web.Response:
-    return web.Response(
-        status=status, body=ChannelAnswer(ok=ok, detail=detail).model_dump_json(), content_type="application/json"
-    )
-
-
 async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> web.StreamResponse:
     """Serve one `/run/...` request for the run whose socket it came in on."""
     if endpoint is None:
@@ -90,6 +87,10 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
     try:
         if method == "POST" and _ROUTES.get(path) == "POST":
             endpoint.admit(path)
+        if path.startswith(_OFFERED_PREFIX) and method == "GET":
+            return await serve_offered(endpoint, request, path[len(_OFFERED_PREFIX) :])
+        if path == FILES_PATH and method == "POST":
+            return await receive_file(endpoint, request)
         if path == TASK_PATH and method == "GET":
             task = await endpoint.task()
             return web.Response(body=task.model_dump_json(), content_type="application/json")

@@ -14,9 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from container.protocol import (
+    FILES_PATH,
     MODEL_PATH,
     RESULT_PATH,
     SESSION_PATH,
+    FileMeta,
     ProgressMessage,
     RunResult,
     TaskSpec,
@@ -26,6 +28,7 @@ from core.logging import get_logger
 from core.store.runs import ProgressOutcome, RunStore
 from runner.channel.conversation_limits import ConversationLimits
 from runner.channel.run_api import INVALID_STATUS, ChannelRefused
+from runner.channel.run_file_desk import ReceivedFile, RunFileDesk
 from runner.channel.sessions import SessionRejected, clean
 from runner.runs.live_runs import LiveRun, StopReason
 from runner.runs.outcome import SUBAGENT_SENDER
@@ -53,6 +56,7 @@ class RunInbox:
         delivery: Delivery,
         max_messages: int,
         session_max_messages: int,
+        files: RunFileDesk,
     ) -> None:
         self._live = live
         self._spec = spec
@@ -61,6 +65,7 @@ class RunInbox:
         self._delivery = delivery
         self._max_messages = max_messages
         self._session_max_messages = session_max_messages
+        self._files = files
         self.result_received: RunResult | None = None
         self.session_json: bytes | None = None
         self.session_in: str | None = None  # the session the run started from, for its record
@@ -106,6 +111,28 @@ class RunInbox:
             raise refusal
         if path == RESULT_PATH and self.result_received is not None:
             raise ChannelRefused(409, "this run has reported its result already")
+        if path == FILES_PATH:
+            self._files.admit()
+
+    # --- files: runner/channel/run_file_desk.py ---------------------------------------------------
+
+    @property
+    def max_file_bytes(self) -> int:
+        return self._files.max_file_bytes
+
+    def offered_file(self, index: int) -> Path:
+        self._check_live()
+        return self._files.offered_file(index)
+
+    async def begin_upload(self, meta: FileMeta) -> Path | None:
+        self._check_live()
+        return await self._files.begin(meta)
+
+    async def file_received(self, meta: FileMeta, received: ReceivedFile) -> str:
+        return await self._files.received(meta, received)
+
+    async def abandon_upload(self, target: Path) -> None:
+        await self._files.abandon(target)
 
     def _over_messages(self) -> str:
         return f"this run has sent its {self._max_messages} progress messages; put the rest in the final answer"

@@ -17,11 +17,12 @@ from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import ResultMode, Settings
 from core.store.chats import Chat
+from core.store.run_files import Direction, RunFileStore
 from core.store.runs import RunStatus, RunStore
 from runner.channel.run_endpoint import MAX_INVALID_REQUESTS
 from runner.lifecycle.releases import Releases
 from runner.runs.live_runs import LiveRun, StopReason
-from runner.runs.outcome import SUBAGENT_SENDER, outcome_body, subagent_content
+from runner.runs.outcome import SUBAGENT_SENDER, files_sent_line, outcome_body, subagent_content
 from runner.storage.run_files import RunFiles
 
 log = get_logger(__name__)
@@ -36,9 +37,11 @@ class Conclusion:
         delivery: Delivery,
         files: RunFiles,
         releases: Releases,
+        run_files: RunFileStore,
     ) -> None:
         self._settings = settings
         self._runs = runs
+        self._run_files = run_files
         self._delivery = delivery
         self._files = files
         self._releases = releases
@@ -127,6 +130,10 @@ class Conclusion:
     ) -> bool:
         """Record the run's one outcome with its [Subagent] message, then send that message."""
         body = outcome_body(status, result=result, error=error)
+        # Only the files the host received and owes the chat: a result that claims others says so in its text.
+        sent = [f for f in await self._run_files.of_run(live.id) if f.direction is Direction.OUT]
+        if sent:
+            body += "\n" + files_sent_line([(f.name, f.size_bytes) for f in sent])
         outgoing = self._delivery.outgoing(
             live.chat_id,
             subagent_content(live.label, body),

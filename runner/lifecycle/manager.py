@@ -14,14 +14,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from container.protocol import CHANNEL_SOCKET_FILE, SpawnRequest
+from container.protocol import SpawnRequest
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import Settings
 from core.store.chats import Chat
 from core.store.runs import DuplicateRun, RunRecord, RunStatus
-from runner.channel.llm_proxy import Spent
-from runner.channel.run_endpoint import RunInbox
 from runner.ipc.outcome import RequestOutcome
 from runner.lifecycle.admission import Admission, record_request
 from runner.lifecycle.conclusion import Conclusion
@@ -30,6 +28,7 @@ from runner.lifecycle.manager_ports import RunChannels, RunStores, TypingHolder
 from runner.lifecycle.rejections import Refusals
 from runner.lifecycle.releases import Releases
 from runner.lifecycle.run_accounting import RunAccounting
+from runner.lifecycle.run_opening import RunOpener
 from runner.lifecycle.supervisor import Supervisor
 from runner.lifecycle.waiting import Waiting, WaitingRuns
 from runner.runs.live_runs import LiveRun, LiveRuns, StopReason
@@ -37,11 +36,10 @@ from runner.runs.outcome import label_for
 from runner.runtimes.runtime import ContainerRuntime, ContainerStartError, RuntimeUnavailable
 from runner.storage.paths import DataPaths
 from runner.storage.run_files import RunFiles
+from runner.storage.run_inputs import RunInputsBuilder
 from runner.storage.workspaces import Workspaces
 
 log = get_logger(__name__)
-
-CONTEXT_MESSAGES = 20  # recent chat lines handed to a subagent with include_context=True
 
 
 class TaskManager:
@@ -60,6 +58,7 @@ class TaskManager:
         files: RunFiles,
         workspaces: Workspaces,
         accounting: RunAccounting,
+        inputs: RunInputsBuilder,
     ) -> None:
         self._settings = settings
         self._runs = stores.runs
@@ -74,10 +73,13 @@ class TaskManager:
         self._files = files
         self._workspaces = workspaces
         self._accounting = accounting
+        self._opener = RunOpener(
+            settings, stores=stores, channels=channels, delivery=delivery, paths=paths, files=files, inputs=inputs
+        )
         self._supervisor = Supervisor(runtime, lambda: settings.subagent_timeout_seconds)
         self._releases = Releases(typing)
         self._conclusion = Conclusion(
-            settings, runs=stores.runs, delivery=delivery, files=files, releases=self._releases
+            settings, runs=stores.runs, delivery=delivery, files=files, releases=self._releases, run_files=stores.files
         )
         self._live = live
         self._rejections = Refusals(stores.runs, delivery, admission.reject_text)
@@ -135,7 +137,7 @@ class TaskManager:
             raise
         log.info("run_queued", run_id=run_id, chat_id=chat_id, turn_id=request.turn_id, label=label)
         live.task = asyncio.create_task(
-            self._execute(live, request.task, request.include_context, None), name=f"run-{run_id}"
+            self._execute(live, request.task, request.include_context, None, tuple(request.files)), name=f"run-{run_id}"
         )
         return RequestOutcome.ACCEPTED
 
@@ -155,7 +157,7 @@ class TaskManager:
         # A cancel that came first makes mark_running refuse it in _execute.
         if (record := await self._runs.get(live.id)) is not None:
             live.created_at = record.created_at  # its queue wait counts from the request
-            await self._execute(live, record.task, record.include_context, record)
+            await self._execute(live, record.task, record.include_context, record, record.files)
 
     def recovered(self) -> None:
         """Recovery has reconciled the engine: from now on queued runs start as slots free."""
@@ -167,7 +169,9 @@ class TaskManager:
         if self._recovered and not self._closing and not self._stopping:
             self.waiting.drain()
 
-    async def _execute(self, live: LiveRun, task: str, include_context: bool, record: RunRecord | None) -> None:
+    async def _execute(
+        self, live: LiveRun, task: str, include_context: bool, record: RunRecord | None, files: tuple[str, ...]
+    ) -> None:
         """A new (or restarted) run: check the workspace, open its channel, start its container, supervise it."""
 
         async def body(chat: Chat) -> None:
@@ -175,7 +179,7 @@ class TaskManager:
             if over is not None:
                 await self._conclude(live, RunStatus.FAILED, error=over)
                 return
-            await self._open_channel(live, chat, task, include_context, record)
+            await self._opener.open(live, chat, task, include_context, record, files)
             marked_running_at = time.time()
             if not await self._runs.mark_running(live.id, live.inbox.session_in if live.inbox else None):
                 return  # cancelled while queued
@@ -205,35 +209,10 @@ class TaskManager:
         """A run re-attached after a restart: its container runs (or has exited) already."""
 
         async def body(chat: Chat) -> None:
-            await self._open_channel(live, chat, record.task, record.include_context, record)
+            await self._opener.open(live, chat, record.task, record.include_context, record, record.files)
             await self._supervise(live, chat)
 
         await self._guarded(live, body)
-
-    async def _open_channel(
-        self, live: LiveRun, chat: Chat, task: str, include_context: bool, record: RunRecord | None
-    ) -> None:
-        context: list[str] = []
-        if include_context:
-            recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
-            context = [f"{m.sender_name}: {m.content}" for m in recent]
-        session_in = record.session_in if record is not None and record.session_in else None
-        if record is None or record.status == RunStatus.QUEUED:
-            session_in = await self._runs.session_for(live.chat_id, live.turn_id)  # a reply continues its run
-        spec = await self._files.prepare(live, chat, task, context, session_in)
-        socket_path = self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE
-        live.inbox = RunInbox(
-            live,
-            spec,
-            socket_path=socket_path,
-            runs=self._runs,
-            delivery=self._delivery,
-            max_messages=self._settings.subagent_max_messages,
-            session_max_messages=self._settings.subagent_session_max_messages,
-        )
-        live.inbox.session_in = session_in if spec.history else None
-        spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
-        await self._channels.open_run(live.id, socket_path, endpoint=live.inbox, spent=spent)
 
     async def _guarded(self, live: LiveRun, body: Callable[[Chat], Awaitable[None]]) -> None:
         try:

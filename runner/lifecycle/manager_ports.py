@@ -8,6 +8,7 @@ from typing import Protocol
 
 from core.store.chats import ChatStore
 from core.store.messages import MessageStore
+from core.store.run_files import RunFileStore
 from core.store.runs import RunStore
 from runner.channel.llm_proxy import Spent
 from runner.channel.run_endpoint import RunInbox
@@ -26,6 +27,7 @@ class RunStores:
     runs: RunStore
     chats: ChatStore
     messages: MessageStore
+    files: RunFileStore
 
 
 class TypingHolder(Protocol):

@@ -42,3 +42,8 @@ def outcome_body(status: str, *, result: str | None, error: str | None) -> str:
     if status == RunStatus.INTERRUPTED:
         return f"Interrupted: {reason}"
     return f"Failed: {reason}"
+
+
+def files_sent_line(files: list[tuple[str, int]]) -> str:
+    """`Files sent: chart.png (34 KB), data.csv (2 KB)`: what the run sent the chat, as the host received it."""
+    return "Files sent: " + ", ".join(f"{name} ({max(1, round(size / 1024))} KB)" for name, size in files)

@@ -40,6 +40,19 @@ class DataPaths:
     def channels_dir(self) -> Path:
         return self.data_dir / "channels"
 
+    @property
+    def files_in_dir(self) -> Path:
+        """Chat files downloaded for runs, one copy per platform file: host-only, never mounted."""
+        return self.data_dir / "files" / "in"
+
+    @property
+    def files_out_dir(self) -> Path:
+        return self.data_dir / "files" / "out"
+
+    def run_files_out(self, run_id: str) -> Path:
+        """The files a run sent, as the host received them over its channel: host-only, never mounted."""
+        return self.files_out_dir / run_id
+
     def channel_dir(self, run_id: str) -> Path:
         """The run's socket folder: the host's alone, mounted read-only into the container."""
         return self.channels_dir / run_id

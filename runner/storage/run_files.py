@@ -15,6 +15,7 @@ from core.store.chats import Chat
 from runner.channel.sessions import SessionFiles
 from runner.runs.live_runs import LiveRun
 from runner.storage.paths import CONTAINER_GID, DataPaths, hand_to_container, host_is_root
+from runner.storage.run_inputs import BYTES_PER_MB, RunInputs
 
 TASK_RECORD_FILE = "task.json"
 LOG_FILE = "container.log"
@@ -32,9 +33,10 @@ class RunFiles:
         self._sessions = SessionFiles(paths.sessions_dir)
 
     async def prepare(
-        self, live: LiveRun, chat: Chat, task: str, context: list[str], session_in: str | None
+        self, live: LiveRun, chat: Chat, task: str, context: list[str], session_in: str | None, inputs: RunInputs
     ) -> TaskSpec:
-        """The run's task (with the chat's prior session, if usable), its record and its folders."""
+        """The run's task (with the chat's prior session, if usable, and the files it is given), its record
+        and its folders."""
         history: list[Any] = []
         if session_in is not None:
             loaded = await asyncio.to_thread(
@@ -51,6 +53,10 @@ class RunFiles:
             provider_kind="anthropic" if s.llm_provider is LLMProvider.ANTHROPIC else "openai",
             model=s.effective_subagent_model or "offline-subagent",
             max_messages=s.subagent_max_messages,
+            files=inputs.offered,
+            file_notes=inputs.notes,
+            max_file_bytes=s.subagent_max_file_mb * BYTES_PER_MB,
+            max_files_out=s.subagent_max_files,
         )
         await asyncio.to_thread(self._make_folders, live.id, chat, spec)
         return spec

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from bot.channels.base import Channel, ChatDirectory, InboundHandler, MembershipHandler
 from bot.channels.inbound import InboundMessage
@@ -11,8 +11,9 @@ from bot.ports.runs import RunSummary
 from bot.turns.engine import Turn
 from core.delivery import Delivery
 from core.outbox import Outbox
+from core.store.chat_files import FileUnavailable
 from core.store.db import Database
-from core.store.outbox import OutboxStore
+from core.store.outbox import OutboxStore, OutgoingFile
 from core.store.runs import RunStatus
 from core.store.turns import TurnStatus
 
@@ -49,6 +50,8 @@ class RecordingChannel(Recorder):
         self.admin_checks: list[tuple[int, int]] = []
         self.handler: InboundHandler | None = None
         self.sent_ids: list[int] = []
+        self.sent_files: list[tuple[int, OutgoingFile, str, int | None]] = []  # chat, file, caption, reply_to
+        self.downloads: dict[str, bytes] = {}  # what download_file answers, by file id
         self._next_id = 1000
 
     async def start(
@@ -79,6 +82,22 @@ class RecordingChannel(Recorder):
         message_id = await self.send_part(chat_id, text)
         return [message_id] if message_id is not None else []
 
+    async def send_file(
+        self, chat_id: int, file: OutgoingFile, caption: str, reply_to: int | None = None
+    ) -> int | None:
+        self.sent_files.append((chat_id, file, caption, reply_to))
+        self._next_id += 1
+        self.changed()
+        return self._next_id
+
+    async def download_file(self, file_id: str, max_bytes: int) -> bytes:
+        data = self.downloads.get(file_id)
+        if data is None:
+            raise FileUnavailable(f"no file {file_id}")
+        if len(data) > max_bytes:
+            raise FileUnavailable(f"it is over the limit of {max_bytes} bytes")
+        return data
+
     async def send_typing(self, chat_id: int) -> None:
         self.typing.append(chat_id)
         self.changed()
@@ -101,9 +120,19 @@ class RecordingSpawner:
         self.run_id = run_id
         self.error = error
         self.calls: list[SpawnCall] = []
+        self.files: list[tuple[str, ...]] = []  # the files each call named, in the order of `calls`
 
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
+    async def spawn(
+        self,
+        chat_id: int,
+        turn_id: str,
+        task: str,
+        label: str | None,
+        include_context: bool,
+        files: Sequence[str] = (),
+    ) -> str:
         self.calls.append((chat_id, turn_id, task, label, include_context))
+        self.files.append(tuple(files))
         if self.error is not None:
             raise self.error
         return self.run_id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
@@ -27,7 +28,15 @@ class Engine:
         self.now = 0.0
         self.queued = 0  # requests waiting in the manager's queue
 
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
+    async def spawn(
+        self,
+        chat_id: int,
+        turn_id: str,
+        task: str,
+        label: str | None,
+        include_context: bool,
+        files: Sequence[str] = (),
+    ) -> str:
         run_id = f"run-{len(self.written)}"
         self.written.append((chat_id, task))
         await asyncio.sleep(0)  # writing the request file yields, as the real spawner does

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +40,15 @@ class RecordingSpawner:
     spawned: list[Spawned] = field(default_factory=list)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
-    async def spawn(self, chat_id: int, turn_id: str, task: str, label: str | None, include_context: bool) -> str:
+    async def spawn(
+        self,
+        chat_id: int,
+        turn_id: str,
+        task: str,
+        label: str | None,
+        include_context: bool,
+        files: Sequence[str] = (),
+    ) -> str:
         if self.refuse:
             self.refuse -= 1
             raise SpawnRefused("this chat's limit of 1 subagent run at once is reached")

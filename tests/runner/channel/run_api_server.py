@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from container.protocol import ProgressMessage, RunResult, TaskSpec
+from container.protocol import FileMeta, ProgressMessage, RunResult, TaskSpec
 from core.settings import LLMProvider
 from runner.channel.conversation_limits import ConversationLimits
 from runner.channel.llm_policy import RequestPolicy
 from runner.channel.llm_proxy import LlmProxy, UpstreamConfig
 from runner.channel.run_api import ChannelRefused, RunEndpoint
 from runner.channel.run_endpoint import EXTRA_MODEL_STEPS
+from runner.channel.run_file_desk import ReceivedFile
 
 RUN = "run-aaaaaa"
 SPEC = TaskSpec(run_id=RUN, task="count the files", label="count")
@@ -40,6 +41,21 @@ class Recorder:
     def _gate(self) -> None:
         if self.refusal is not None:
             raise self.refusal
+
+    # Files are tested with the real desk (tests/runner/channel/test_file_transfer.py): none here.
+    max_file_bytes: int = 1024
+
+    def offered_file(self, index: int) -> Path:
+        raise ChannelRefused(404, "this run was offered no files")
+
+    async def begin_upload(self, meta: FileMeta) -> Path | None:
+        raise ChannelRefused(403, "this endpoint takes no files")
+
+    async def file_received(self, meta: FileMeta, received: ReceivedFile) -> str:
+        raise ChannelRefused(403, "this endpoint takes no files")
+
+    async def abandon_upload(self, target: Path) -> None:
+        return None
 
     async def task(self) -> TaskSpec:
         self._gate()

@@ -1,0 +1,24 @@
+"""How the run API says yes and no: a `ChannelAnswer` body with its status, and the refusal the endpoints raise."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from container.protocol import ChannelAnswer
+
+INVALID_STATUS = 400  # a refusal that counts towards the run's limit of invalid requests
+
+
+class ChannelRefused(Exception):
+    """The endpoint refuses the request: HTTP status and the reason the container sees."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def answer(status: int, ok: bool, detail: str) -> web.Response:
+    return web.Response(
+        status=status, body=ChannelAnswer(ok=ok, detail=detail).model_dump_json(), content_type="application/json"
+    )

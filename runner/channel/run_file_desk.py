@@ -1,0 +1,152 @@
+"""One run's files on its channel: the chat files it is offered (served from host-only storage by index,
+never by a name the container chose) and the files it sends (written by the host under names the host
+chose, in a folder no container mounts, then owed to the chat through the outbox, exactly once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from container.file_names import safe_file_name
+from container.protocol import FileMeta
+from core.delivery import Delivery
+from core.logging import get_logger
+from core.store.messages import NewMessage
+from core.store.outbox import Outgoing, OutgoingFile, SentFileKind
+from core.store.run_files import FileOutOutcome, RunFileStore
+from core.store.runs import RunStore
+from runner.channel.channel_answers import ChannelRefused
+from runner.channel.photo_kind import Photo
+from runner.runs.live_runs import LiveRun
+from runner.runs.outcome import SUBAGENT_SENDER
+
+log = get_logger(__name__)
+
+OUT_DIR_MODE = 0o700
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedFile:
+    """A file's bytes as the host wrote them, and what they are."""
+
+    path: Path
+    size_bytes: int
+    photo: Photo | None  # None: sent as a document
+
+
+@dataclass(slots=True)
+class FilesOut:
+    """Where and how much a run may send: its folder under DATA_DIR/files/out, and its limits."""
+
+    out_dir: Path
+    store: RunFileStore
+    max_files: int
+    max_file_bytes: int
+    accepted: set[str] = field(default_factory=set)  # upload ids taken in this process
+
+
+class RunFileDesk:
+    def __init__(
+        self, live: LiveRun, *, offered: list[Path], out: FilesOut, runs: RunStore, delivery: Delivery
+    ) -> None:
+        self._live = live
+        self._offered = offered
+        self._out = out
+        self._runs = runs
+        self._delivery = delivery
+        self._uploading = False
+        self._next = 0
+
+    @property
+    def max_file_bytes(self) -> int:
+        return self._out.max_file_bytes
+
+    def offered_file(self, index: int) -> Path:
+        if not 0 <= index < len(self._offered):
+            raise ChannelRefused(404, f"this run was offered {len(self._offered)} files; there is no file {index}")
+        return self._offered[index]
+
+    def admit(self) -> None:
+        """Before an upload's body is read: one at a time, and not beyond the run's limit."""
+        if self._uploading:
+            raise ChannelRefused(409, "one file at a time: wait for the answer to the last one")
+        if len(self._out.accepted) >= self._out.max_files:
+            raise ChannelRefused(429, f"this run has sent its {self._out.max_files} files (SUBAGENT_MAX_FILES)")
+
+    async def begin(self, meta: FileMeta) -> Path | None:
+        """Where to write the file's bytes; None: a retry of an upload already sent (nothing to write)."""
+        if meta.upload_id in self._out.accepted:
+            return None
+        self.admit()
+        self._uploading = True
+        self._next += 1
+        target = self._out.out_dir / f"{len(self._out.accepted) + 1:03d}-{self._next}"
+        try:
+            await asyncio.to_thread(self._out.out_dir.mkdir, mode=OUT_DIR_MODE, parents=True, exist_ok=True)
+        except BaseException:
+            self._uploading = False
+            raise
+        return target
+
+    async def abandon(self, target: Path | None) -> None:
+        """The upload failed or was refused: its bytes are not kept."""
+        self._uploading = False
+        if target is not None:
+            await asyncio.to_thread(_remove, target)
+
+    async def received(self, meta: FileMeta, file: ReceivedFile) -> str:
+        """The bytes are written: record the file and owe it to the chat (or say why not)."""
+        try:
+            return await self._record(meta, file)
+        finally:
+            self._uploading = False
+
+    async def _record(self, meta: FileMeta, file: ReceivedFile) -> str:
+        name = safe_file_name(meta.name)
+        kind = SentFileKind.PHOTO if file.photo is not None else SentFileKind.DOCUMENT
+        caption = (meta.caption or "").strip()
+        shown = f"[file sent: {name}, {file.size_bytes} bytes]"
+        outgoing = Outgoing(
+            message=NewMessage(
+                chat_id=self._live.chat_id,
+                sender_name=SUBAGENT_SENDER,
+                content=f"{shown} {caption}".rstrip(),
+                is_bot=True,
+                kind="file",
+            ),
+            text=caption,
+            run_id=self._live.id,
+            reply_to=await self._runs.asked_by(self._live.id),
+            file=OutgoingFile(path=file.path, name=name, kind=kind),
+        )
+        outcome = await self._out.store.add_out(
+            self._live.id,
+            meta.upload_id,
+            outgoing,
+            stored=str(file.path),
+            size_bytes=file.size_bytes,
+            max_files=self._out.max_files,
+        )
+        if outcome is not FileOutOutcome.ACCEPTED:
+            await asyncio.to_thread(_remove, file.path)
+        if outcome is FileOutOutcome.DUPLICATE:
+            self._out.accepted.add(meta.upload_id)
+            return "already sent"
+        if outcome is FileOutOutcome.OVER_LIMIT:
+            raise ChannelRefused(429, f"this run has sent its {self._out.max_files} files (SUBAGENT_MAX_FILES)")
+        if outcome is FileOutOutcome.NOT_LIVE:
+            raise ChannelRefused(403, f"run {self._live.id} is cancelled or finished")
+        self._out.accepted.add(meta.upload_id)
+        log.info("run_file_sent", run_id=self._live.id, name=name, size_bytes=file.size_bytes, kind=kind.value)
+        self._delivery.send_soon(self._live.chat_id)
+        return "sent"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

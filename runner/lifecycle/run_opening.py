@@ -1,0 +1,84 @@
+"""Opening a run's channel: its task (context, prior session, the chat files it is given), its host-side
+folders, its endpoint on the channel (runner/channel/run_endpoint.py) and the socket it listens on."""
+
+from __future__ import annotations
+
+from container.protocol import CHANNEL_SOCKET_FILE
+from core.delivery import Delivery
+from core.settings import Settings
+from core.store.chats import Chat
+from core.store.runs import RunRecord, RunStatus
+from runner.channel.llm_proxy import Spent
+from runner.channel.run_endpoint import RunInbox
+from runner.channel.run_file_desk import FilesOut, RunFileDesk
+from runner.lifecycle.manager_ports import RunChannels, RunStores
+from runner.runs.live_runs import LiveRun
+from runner.storage.paths import DataPaths
+from runner.storage.run_files import RunFiles
+from runner.storage.run_inputs import RunInputsBuilder
+
+CONTEXT_MESSAGES = 20  # recent chat lines handed to a subagent with include_context=True
+
+
+class RunOpener:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        stores: RunStores,
+        channels: RunChannels,
+        delivery: Delivery,
+        paths: DataPaths,
+        files: RunFiles,
+        inputs: RunInputsBuilder,
+    ) -> None:
+        self._settings = settings
+        self._runs = stores.runs
+        self._messages = stores.messages
+        self._run_files = stores.files
+        self._channels = channels
+        self._delivery = delivery
+        self._paths = paths
+        self._files = files
+        self._inputs = inputs
+
+    async def open(
+        self,
+        live: LiveRun,
+        chat: Chat,
+        task: str,
+        include_context: bool,
+        record: RunRecord | None,
+        files: tuple[str, ...],
+    ) -> None:
+        context: list[str] = []
+        if include_context:
+            recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
+            context = [f"{m.sender_name}: {m.content}" for m in recent]
+        session_in = record.session_in if record is not None and record.session_in else None
+        if record is None or record.status == RunStatus.QUEUED:
+            session_in = await self._runs.session_for(live.chat_id, live.turn_id)  # a reply continues its run
+        inputs = await self._inputs.build(live.chat_id, files, live.id)
+        await self._run_files.set_given(live.id, live.chat_id, inputs.given)
+        spec = await self._files.prepare(live, chat, task, context, session_in, inputs)
+        socket_path = self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE
+        out = FilesOut(
+            out_dir=self._paths.run_files_out(live.id),
+            store=self._run_files,
+            max_files=spec.max_files_out,
+            max_file_bytes=spec.max_file_bytes,
+        )
+        desk = RunFileDesk(live, offered=inputs.paths, out=out, runs=self._runs, delivery=self._delivery)
+        live.inbox = RunInbox(
+            live,
+            spec,
+            socket_path=socket_path,
+            runs=self._runs,
+            delivery=self._delivery,
+            max_messages=self._settings.subagent_max_messages,
+            session_max_messages=self._settings.subagent_session_max_messages,
+            files=desk,
+        )
+        live.inbox.session_in = session_in if spec.history else None
+        spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
+        await self._channels.open_run(live.id, socket_path, endpoint=live.inbox, spent=spent)
