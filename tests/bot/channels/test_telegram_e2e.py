@@ -134,9 +134,12 @@ async def test_media_edits_and_service_messages_do_not_crash(tmp_path: Path) -> 
             )
             tg.push_message(GROUP_ID, f"@{tg.bot_username} are you alive?")
             await tg.wait_for_messages(GROUP_ID, 1)
-            contents = [m.content for m in await MessageStore(app.stores.db).recent(GROUP_ID, 10)]
-            assert contents[:3] == ["original text", "[edited] edited text", "[photo]"]
+            stored = await MessageStore(app.stores.db).recent(GROUP_ID, 10)
+            assert [m.content for m in stored[:3]] == ["original text", "[edited] edited text", ""]
+            photo = stored[2].file  # a photo is a file kept by reference, its caption (none) the content
+            assert photo is not None and (photo.kind, photo.file_id, photo.size_bytes) == ("photo", "f", None)
             assert "[edited] edited text" in recorder.prompts[0]
+            assert f"[file {photo.ref}: photo_900.jpg, image/jpeg, size unknown]" in recorder.prompts[0]
 
 
 async def test_per_chat_order_holds_with_twenty_chats_at_once(tmp_path: Path) -> None:
