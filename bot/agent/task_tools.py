@@ -26,6 +26,7 @@ async def schedule_task(
     schedule: str,
     label: str | None = None,
     mode: Literal["subagent", "message"] = "subagent",
+    files: list[str] | None = None,
 ) -> str:
     """Schedule recurring or one-off work for this chat.
 
@@ -37,12 +38,13 @@ async def schedule_task(
             (`every 2h`), or an ISO 8601 date-time for once (`2026-12-01T09:00`).
         label: A short name shown in /tasks and with each result.
         mode: `subagent` runs the prompt in a sandboxed subagent; `message` has you answer it in the chat.
+        files: Ids of the chat's files each run is given (`f3`, as the transcript shows them); subagent mode only.
     """
     book = _book(ctx)
     if book is None:
         return NOT_AVAILABLE
     try:
-        task = await book.schedule(ctx.deps.chat_id, ctx.deps.requester_id, prompt, schedule, label, mode)
+        task = await book.schedule(ctx.deps.chat_id, ctx.deps.requester_id, prompt, schedule, label, mode, files or ())
     except TaskRequestError as exc:
         return f"Not scheduled: {exc}."
     log.info("task_scheduled", task_id=task.id, chat_id=task.chat_id, schedule=task.schedule, mode=task.mode.value)

@@ -16,9 +16,11 @@ from zoneinfo import ZoneInfo
 
 from core.schedule_spec import ScheduleError, parse_schedule, shown_time
 from core.settings import check_timezone
+from core.store.chat_files import parse_ref
 from core.store.schedules import NewTask, ScheduleStore, TaskLimitReached, TaskMode, TaskRecord, TaskStatus
 
 MAX_PROMPT_CHARS = 8_000
+MAX_TASK_FILES = 10  # as many as one run may be given
 MAX_LABEL_CHARS = 60
 MAX_OUTCOME_CHARS = 80
 HISTORY_LINES = 10  # due times `/tasks <id>` shows
@@ -53,6 +55,20 @@ class ScheduleLimits:
     default_timezone: str
 
 
+def _file_refs(files: Sequence[str], mode: TaskMode) -> tuple[str, ...]:
+    """The chat files each run is given, as the prompt names them; whether they are still there, and the
+    chat's, is checked each time it is due (the run's task then says which were not given, and why)."""
+    refs = tuple(dict.fromkeys(ref.strip() for ref in files))
+    if refs and mode is not TaskMode.SUBAGENT:
+        raise TaskRequestError("files go with subagent tasks only (mode subagent)")
+    if len(refs) > MAX_TASK_FILES:
+        raise TaskRequestError(f"a task may name at most {MAX_TASK_FILES} files")
+    bad = [ref for ref in refs if parse_ref(ref) is None]
+    if bad:
+        raise TaskRequestError(f"{bad[0][:40]!r} is not a file id like f3 (the transcript shows them)")
+    return refs
+
+
 def _label(label: str | None, prompt: str) -> str:
     text = " ".join((label or prompt).split()) or "task"
     return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
@@ -84,6 +100,7 @@ class TaskBook:
         schedule: str,
         label: str | None = None,
         mode: str = TaskMode.SUBAGENT,
+        files: Sequence[str] = (),
     ) -> TaskRecord:
         prompt = prompt.strip()
         if not prompt:
@@ -94,6 +111,7 @@ class TaskBook:
             task_mode = TaskMode(mode)
         except ValueError:
             raise TaskRequestError("mode must be subagent or message") from None
+        refs = _file_refs(files, task_mode)
         zone = await self.zone(chat_id)
         now = self._clock()
         minimum = self._limits.min_interval_seconds
@@ -121,6 +139,7 @@ class TaskBook:
             mode=task_mode,
             next_due_at=first.timestamp(),
             created_at=now,
+            files=refs,
         )
         try:
             task = await self._store.create(new, self._limits.max_tasks_per_chat)
@@ -156,7 +175,7 @@ class TaskBook:
             outcome = (task.last_outcome or "not run yet")[:MAX_OUTCOME_CHARS]
             lines.append(
                 f"`{task.id}` {task.label} · {self.words(task)} · next {shown_time(task.next_due_at, zone)}"
-                f" · last: {outcome} · {task.mode}{paused}"
+                f" · last: {outcome} · {task.mode}{paused}" + (f" · files: {', '.join(task.files)}" if task.files else "")
             )
         lines.append("/tasks <id> shows one's history; /tasks pause|resume|cancel <id> changes it (creator or admin).")
         return "\n".join(lines)

@@ -124,7 +124,9 @@ class TaskFiring:
             await self._failed(fire, task, "subagents are not available in this process")
             return
         try:
-            run_id = await self._spawner.spawn(task.chat_id, TASK_TURN_PREFIX + task.id, task.prompt, task.label, False)
+            run_id = await self._spawner.spawn(
+                task.chat_id, TASK_TURN_PREFIX + task.id, task.prompt, task.label, False, task.files
+            )
         except SpawnRefused:
             raise
         except Exception as exc:

@@ -3,6 +3,7 @@ due time) in the same transaction that moves the task on: across restarts and pr
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class NewTask:
     mode: TaskMode
     next_due_at: float
     created_at: float
+    files: tuple[str, ...] = ()  # chat files (`f3`) each of its runs is given
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,7 @@ class TaskRecord:
     backoff_until: float | None
     created_at: float
     last_outcome: str | None = None  # the latest fire's status and detail, for /tasks
+    files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +113,16 @@ def _task(row: aiosqlite.Row) -> TaskRecord:
         backoff_until=row["backoff_until"],
         created_at=row["created_at"],
         last_outcome=outcome,
+        files=tuple(_refs(row["files"])),
     )
+
+
+def _refs(stored: str) -> list[str]:
+    try:
+        refs = json.loads(stored)
+    except ValueError:
+        return []
+    return [str(ref) for ref in refs] if isinstance(refs, list) else []
 
 
 def _fire(row: aiosqlite.Row) -> Fire:
@@ -151,7 +163,8 @@ class ScheduleStore:
                 raise TaskLimitReached(f"this chat has {row[0]} scheduled tasks, the most it may have ({max_open})")
             await conn.execute(
                 "INSERT INTO scheduled_tasks (id, chat_id, creator_id, label, prompt, schedule, timezone, mode, "
-                "status, next_due_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?, ?, ?)",
+                "status, next_due_at, created_at, updated_at, files) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active', ?, ?, ?, ?)",
                 (
                     task_id,
                     task.chat_id,
@@ -164,6 +177,7 @@ class ScheduleStore:
                     task.next_due_at,
                     task.created_at,
                     task.created_at,
+                    json.dumps(list(task.files)),
                 ),
             )
         record = await self.get(task_id)

@@ -29,6 +29,7 @@ class Spawned:
     task: str
     label: str | None
     at: float  # wall-clock seconds when the spawn was asked for
+    files: tuple[str, ...] = ()
 
 
 @dataclass
@@ -55,7 +56,7 @@ class RecordingSpawner:
         if self.fail:
             raise RuntimeError(self.fail)
         async with self.changed:
-            self.spawned.append(Spawned(chat_id, task, label, time.time()))
+            self.spawned.append(Spawned(chat_id, task, label, time.time(), tuple(files)))
             self.changed.notify_all()
         return f"run{len(self.spawned)}"
 
