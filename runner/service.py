@@ -216,7 +216,11 @@ class SubagentService:
 
 
 def build_subagent_system(
-    settings: Settings, stores: Stores, delivery: Delivery, typing: TypingIndicator
+    settings: Settings,
+    stores: Stores,
+    delivery: Delivery,
+    typing: TypingIndicator,
+    file_source: FileSource | None = None,
 ) -> SubagentService:
     runtime = DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)  # threads start on demand; the cap may rise live
-    return SubagentService(settings, stores, delivery, typing, runtime)
+    return SubagentService(settings, stores, delivery, typing, runtime, file_source=file_source)

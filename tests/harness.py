@@ -55,7 +55,8 @@ async def telegram_app(
         from runner.service import build_subagent_system
 
         def factory_fn(delivery: Any, typing: Any) -> Any:
-            return unguarded(settings, stores, build_subagent_system(settings, stores, delivery, typing))
+            system = build_subagent_system(settings, stores, delivery, typing, file_source=channel)
+            return unguarded(settings, stores, system)
 
         factory = factory_fn
     app = App(settings, channel, stores, factory, model=model)

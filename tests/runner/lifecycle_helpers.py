@@ -154,7 +154,7 @@ async def rig(
             return await behaviour(run_channel, container)
 
     runtime = MemoryRuntime(on_start=on_start)
-    service = SubagentService(settings, stores, delivery, typing, runtime)
+    service = SubagentService(settings, stores, delivery, typing, runtime, file_source=channel)
     chat = await stores.chats.ensure(CHAT_ID, "group", "main")
     await stores.chats.ensure(OTHER_CHAT_ID, "group", "other")
     if prepare is not None:
