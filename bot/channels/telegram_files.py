@@ -31,7 +31,8 @@ _DEFAULT_NAMES = {
 
 def file_of(message: Message) -> NewFile | None:
     """The file a message carries, if it is one a subagent can work on; a photo by its largest size."""
-    for kind in (FileKind.DOCUMENT, FileKind.AUDIO, FileKind.VIDEO, FileKind.ANIMATION, FileKind.VOICE):
+    # An animation first: Telegram sends its message with a `document` too, for old clients.
+    for kind in (FileKind.ANIMATION, FileKind.DOCUMENT, FileKind.AUDIO, FileKind.VIDEO, FileKind.VOICE):
         media = getattr(message, kind.value, None)
         if media is not None:
             stem, extension, mime = _DEFAULT_NAMES[kind]
