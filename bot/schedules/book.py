@@ -173,9 +173,10 @@ class TaskBook:
             if task.status is TaskStatus.PAUSED and not paused:
                 paused = " · PAUSED"
             outcome = (task.last_outcome or "not run yet")[:MAX_OUTCOME_CHARS]
+            files = f" · files: {', '.join(task.files)}" if task.files else ""
             lines.append(
                 f"`{task.id}` {task.label} · {self.words(task)} · next {shown_time(task.next_due_at, zone)}"
-                f" · last: {outcome} · {task.mode}{paused}" + (f" · files: {', '.join(task.files)}" if task.files else "")
+                f" · last: {outcome} · {task.mode}{paused}{files}"
             )
         lines.append("/tasks <id> shows one's history; /tasks pause|resume|cancel <id> changes it (creator or admin).")
         return "\n".join(lines)

@@ -15,6 +15,7 @@ from core.store.messages import MessageStore, NewMessage
 from core.store.outbox import Outgoing, OutgoingFile, SentFileKind
 from tests.bot.channels.test_telegram_e2e import RecordingModel
 from tests.fakes.faults import Fault
+from tests.fakes.telegram_files import MediaKind
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
@@ -45,7 +46,7 @@ def test_the_file_url_follows_the_api_base_url() -> None:
     ],
 )
 async def test_a_posted_file_is_kept_by_reference_and_shown_to_the_main_agent(
-    tmp_path: Path, kind: str, data: bytes, name: str | None, expected_name: str, expected_mime: str
+    tmp_path: Path, kind: MediaKind, data: bytes, name: str | None, expected_name: str, expected_mime: str
 ) -> None:
     recorder = RecordingModel("seen")
     async with FakeTelegram() as tg, telegram_app(make_settings(tmp_path, tg), model=recorder.model()) as app:
@@ -54,7 +55,7 @@ async def test_a_posted_file_is_kept_by_reference_and_shown_to_the_main_agent(
             kind,
             data,
             file_name=name,
-            caption=f"@{tg.bot_username} what is in it?",  # type: ignore[arg-type]
+            caption=f"@{tg.bot_username} what is in it?",
         )
         await tg.wait_for_messages(GROUP_ID, 1)
         stored = (await MessageStore(app.stores.db).recent(GROUP_ID, 5))[0]
