@@ -10,9 +10,39 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+# As the host's TaskSpec: a task from an older host, which sends none of the file fields, gets these.
+DEFAULT_MAX_FILE_BYTES = 20 * 1024 * 1024
+DEFAULT_MAX_FILES_OUT = 5
+_FILE = "an offered file"
+
 
 class TaskInvalid(ValueError):
     """The task the channel handed over is not usable; the message says which field."""
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedFile:
+    """A chat file the run is given: `GET /run/files/<index>` is its bytes."""
+
+    index: int
+    name: str
+    size_bytes: int
+    mime_type: str | None = None
+
+    @classmethod
+    def from_raw(cls, raw: object) -> OfferedFile:
+        if not isinstance(raw, dict):
+            raise TaskInvalid("the task's files hold a value that is not an object")
+        size = _typed(raw, "size_bytes", int, where=_FILE)
+        if size < 0:
+            raise TaskInvalid("the task's files hold a negative size")
+        mime_type = raw.get("mime_type")
+        return cls(
+            index=_typed(raw, "index", int, where=_FILE),
+            name=_typed(raw, "name", str, where=_FILE),
+            size_bytes=size,
+            mime_type=mime_type if isinstance(mime_type, str) and mime_type else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +55,10 @@ class Task:
     max_steps: int = 50
     bash_timeout_seconds: float = 120.0
     output_cap_chars: int = 16_000
+    files: list[OfferedFile] = field(default_factory=list)
+    file_notes: list[str] = field(default_factory=list)  # files the task named and was not given, and why
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # one file sent with send_file
+    max_files_out: int = DEFAULT_MAX_FILES_OUT  # files the run may send
 
     @classmethod
     def from_json(cls, data: bytes) -> Task:
@@ -43,6 +77,10 @@ class Task:
             max_steps=_typed(raw, "max_steps", int, 50),
             bash_timeout_seconds=float(_typed(raw, "bash_timeout_seconds", (int, float), 120.0)),
             output_cap_chars=_typed(raw, "output_cap_chars", int, 16_000),
+            files=[OfferedFile.from_raw(item) for item in _typed(raw, "files", list, [])],
+            file_notes=[str(line) for line in _typed(raw, "file_notes", list, [])],
+            max_file_bytes=_typed(raw, "max_file_bytes", int, DEFAULT_MAX_FILE_BYTES),
+            max_files_out=_typed(raw, "max_files_out", int, DEFAULT_MAX_FILES_OUT),
         )
 
 
@@ -61,10 +99,12 @@ class RunResult:
 _MISSING = object()
 
 
-def _typed(raw: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = _MISSING) -> Any:
+def _typed(
+    raw: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = _MISSING, where: str = "the task"
+) -> Any:
     value = raw.get(name, default)
     if value is _MISSING:
-        raise TaskInvalid(f"the task has no {name}")
+        raise TaskInvalid(f"{where} has no {name}")
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise TaskInvalid(f"the task's {name} is not a {getattr(kind, '__name__', kind)}")
+        raise TaskInvalid(f"{where}'s {name} is not a {getattr(kind, '__name__', kind)}")
     return value
