@@ -1,4 +1,5 @@
-"""The container's end of its run channel: task in; model steps, progress messages, session and result out.
+"""The container's end of its run channel: task and files in; model steps, progress messages, files, session
+and result out.
 
 Plain `http.client` over the run's Unix socket, each request in a daemon thread of its own: the agent
 starts without an HTTP library to import, and a request still blocked when the run stops does not hold
@@ -13,15 +14,24 @@ import asyncio
 import contextlib
 import http.client
 import json
+import os
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from container.contract import MESSAGE_PATH, MODEL_PATH, RESULT_PATH, SESSION_PATH, TASK_PATH
+from container.channel_files import (
+    MAX_REASON_BYTES,
+    BadBody,
+    LocalFileFailed,
+    Upload,
+    fetch_limit,
+    receive_into,
+)
+from container.contract import FILES_PATH, MESSAGE_PATH, MODEL_PATH, RESULT_PATH, SESSION_PATH, TASK_PATH
 from container.task import RunResult, Task
 
 T = TypeVar("T")
@@ -113,24 +123,92 @@ class RunChannel:
     async def report(self, result: RunResult) -> str:
         return await self._post(RESULT_PATH, result.to_json())
 
+    async def fetch_file(self, index: int, fd: int, size_bytes: int) -> int:
+        """Write the task's offered file `index` into the open file `fd` (from its start); returns its size.
+
+        The host's refusal, or a body shorter than offered or longer than `size_bytes` and a little, raises
+        ChannelRefused; a channel that stops answering ConnectionError (after trying again while the host is
+        away); a write that fails in the container (a full disk) the OSError of that write."""
+        path = f"{FILES_PATH}/{index}"
+        limit = fetch_limit(size_bytes)
+
+        def exchange(owned: int) -> tuple[int, bytes | int]:
+            return self._blocking_exchange(
+                "GET", path, None, {}, CHANNEL_TIMEOUT_SECONDS, lambda r: _receive(r, owned, limit)
+            )
+
+        try:
+            status, answer = await while_host_away(lambda: self._with_fd(fd, exchange), f"file {index}", self._log)
+        except LocalFileFailed as exc:
+            raise exc.error from None
+        except BadBody as exc:
+            raise ChannelRefused(str(exc)) from None
+        if isinstance(answer, bytes):
+            raise ChannelRefused(_reason(status, answer))
+        if answer < size_bytes:
+            raise ChannelRefused(f"the download ended after {answer} of the {size_bytes} bytes offered")
+        return answer
+
+    async def send_file(self, upload_id: str, name: str, caption: str | None, fd: int, size: int) -> str:
+        """Send `size` bytes of the open file `fd` (read from its start, never by name) to the chat as `name`;
+        returns the host's word ("sent", "already sent"). A refusal raises ChannelRefused with the host's reason,
+        a read that fails in the container its OSError. A channel that breaks mid-upload is tried once more
+        with the same `upload_id`, which the host sends only once."""
+        upload = Upload.build({"upload_id": upload_id, "name": name, "caption": caption}, name, size)
+
+        def exchange(owned: int) -> tuple[int, bytes]:
+            return self._blocking_exchange(
+                "POST", FILES_PATH, lambda: upload.body(owned), upload.headers(), CHANNEL_TIMEOUT_SECONDS, _read_answer
+            )
+
+        try:
+            try:
+                status, answer = await self._with_fd(fd, exchange)
+            except ConnectionError as exc:
+                self._log(f"a file upload broke off ({exc}); trying once more")
+                await asyncio.sleep(HOST_FIRST_RETRY_SECONDS)
+                status, answer = await self._with_fd(fd, exchange)
+        except LocalFileFailed as exc:
+            raise exc.error from None
+        return _detail(status, answer)
+
     async def _post(self, path: str, body: bytes) -> str:
         status, answer = await self._request("POST", path, body)
-        if status != 200:
-            raise ChannelRefused(_reason(status, answer))
-        try:
-            detail = json.loads(answer).get("detail", "")
-        except (ValueError, AttributeError):
-            return ""
-        return detail if isinstance(detail, str) else ""
+        return _detail(status, answer)
 
     async def _request(
         self, method: str, path: str, body: bytes | None = None, wait_seconds: float = CHANNEL_TIMEOUT_SECONDS
     ) -> tuple[int, bytes]:
-        async with self._connections:
-            return await _in_daemon_thread(lambda: self._blocking_request(method, path, body, wait_seconds))
-
-    def _blocking_request(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json"} if body is not None else {}
+        payload = None if body is None else (lambda: body)
+        async with self._connections:
+            return await _in_daemon_thread(
+                lambda: self._blocking_exchange(method, path, payload, headers, wait_seconds, _read_answer)
+            )
+
+    async def _with_fd(self, fd: int, work: Callable[[int], T]) -> T:
+        """`work` on a duplicate of `fd` in the channel's thread: the thread closes it when done, so a caller
+        that stops waiting (a cancelled run) may close its own `fd` and no number is written after reuse."""
+        async with self._connections:
+            owned = os.dup(fd)
+
+            def run() -> T:
+                try:
+                    return work(owned)
+                finally:
+                    os.close(owned)
+
+            return await _in_daemon_thread(run)
+
+    def _blocking_exchange(
+        self,
+        method: str,
+        path: str,
+        body: Callable[[], bytes | Iterable[bytes]] | None,
+        headers: dict[str, str],
+        timeout: float,
+        read: Callable[[http.client.HTTPResponse], T],
+    ) -> tuple[int, T]:
         last_error: OSError | None = None
         for delay in (0.0, *CONNECT_RETRY_DELAYS_SECONDS):
             time.sleep(delay)
@@ -142,9 +220,9 @@ class RunChannel:
                     last_error = exc
                     continue
                 try:
-                    connection.request(method, path, body=body, headers=headers)
+                    _send(connection, method, path, None if body is None else body(), headers)
                     response = connection.getresponse()
-                    return response.status, response.read(MAX_ANSWER_BYTES)
+                    return response.status, read(response)
                 except (OSError, http.client.HTTPException) as exc:
                     raise ConnectionError(
                         f"the run channel did not answer {method} {path}: {type(exc).__name__}: {exc}"
@@ -152,6 +230,33 @@ class RunChannel:
             finally:
                 connection.close()
         raise ConnectionError(f"the run channel did not answer {method} {path}: {last_error}")
+
+
+def _send(
+    connection: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    body: bytes | Iterable[bytes] | None,
+    headers: dict[str, str],
+) -> None:
+    """Send the request. A host that refuses an upload early answers and closes before reading all of it: the
+    write then fails, and the answer waiting on the socket is still the one to read."""
+    try:
+        connection.request(method, path, body=body, headers=headers)
+    except (BrokenPipeError, ConnectionResetError):
+        if body is None or isinstance(body, bytes):
+            raise
+
+
+def _read_answer(response: http.client.HTTPResponse) -> bytes:
+    return response.read(MAX_ANSWER_BYTES)
+
+
+def _receive(response: http.client.HTTPResponse, fd: int, limit: int) -> bytes | int:
+    """A download's byte count, or the refusal's answer."""
+    if response.status != 200:
+        return response.read(MAX_REASON_BYTES)
+    return receive_into(response, fd, limit)
 
 
 async def while_host_away(call: Callable[[], Awaitable[T]], what: str, log: Callable[[str], None]) -> T:
@@ -195,6 +300,17 @@ async def _in_daemon_thread(work: Callable[[], T]) -> T:
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
     with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this answer any more
         loop.call_soon_threadsafe(callback)
+
+
+def _detail(status: int, answer: bytes) -> str:
+    """An accepting answer's detail ("sent"); a refusal raises ChannelRefused with the host's reason."""
+    if status != 200:
+        raise ChannelRefused(_reason(status, answer))
+    try:
+        detail = json.loads(answer).get("detail", "")
+    except (ValueError, AttributeError):
+        return ""
+    return detail if isinstance(detail, str) else ""
 
 
 def _reason(status: int, body: bytes) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from container.paths import ContainerPaths
 from container.protocol import TaskSpec
+from tests.container.fake_files import FakeFiles
 from tests.container.scripted_llm import Refusal, Reply, ScriptedLLM, ToolCallReply
 
 BASH_HELLO = ToolCallReply("bash", {"command": "echo hello > out.txt && cat out.txt"})
@@ -21,9 +22,21 @@ def make_task(**overrides: Any) -> TaskSpec:
 
 
 def scripted_host(
-    paths: ContainerPaths, replies: Sequence[Reply], *, refusals: dict[str, Refusal] | None = None, **task: Any
+    paths: ContainerPaths,
+    replies: Sequence[Reply],
+    *,
+    refusals: dict[str, Refusal] | None = None,
+    offered: dict[int, bytes] | None = None,
+    **task: Any,
 ) -> ScriptedLLM:
-    return ScriptedLLM(paths.channel_socket, replies, task=make_task(**task), refusals=refusals or {})
+    """A scripted host for `make_task(**task)`; `offered` are the bytes of the task's files by index."""
+    return ScriptedLLM(
+        paths.channel_socket,
+        replies,
+        task=make_task(**task),
+        refusals=refusals or {},
+        files=FakeFiles(offered=offered or {}),
+    )
 
 
 def user_texts(body: dict[str, Any]) -> list[str]:

@@ -5,12 +5,13 @@ It stands in for the host's end of a run's channel and serves both halves of it:
 - the LLM paths (OpenAI chat completions `/v1/chat/completions`, Anthropic `/v1/messages`): each request
   gets the next scripted reply (a tool call or final text) and is recorded, so a test can check what the
   agent sent;
-- the run API (`/run/task`, `/run/model`, `/run/message`, `/run/session`, `/run/result`): served by the
-  host's own handler (runner/channel/run_api.py, so bodies are bounded, parsed and answered exactly as the host
-  does), with an endpoint that hands out `task` and records what it accepts. A model step is made by the
-  host's own code (runner/channel/model_step.py), which sends the provider's request back to this socket's LLM
-  paths, as the real host sends it to its LLM proxy. It enforces the task's progress-message
-  budget (429, the host's reason) and refuses whatever path a test lists in `refusals`.
+- the run API (`/run/task`, `/run/model`, `/run/message`, `/run/session`, `/run/result`, `/run/files`):
+  served by the host's own handler (runner/channel/run_api.py, so bodies are bounded, parsed and answered
+  exactly as the host does), with an endpoint that hands out `task` and records what it accepts. A model step
+  is made by the host's own code (runner/channel/model_step.py), which sends the provider's request back to
+  this socket's LLM paths, as the real host sends it to its LLM proxy. It enforces the task's progress-message
+  budget (429, the host's reason) and refuses whatever path a test lists in `refusals`. The run's files are
+  `files` (tests/container/fake_files.py): the offered bytes, and the uploads received.
 
 Serves the container agent on the host and in a container (a bind-mounted socket folder).
 """
@@ -31,11 +32,13 @@ from pydantic import ValidationError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from container.protocol import (
+    FILES_PATH,
     MESSAGE_PATH,
     MODEL_PATH,
     RESULT_PATH,
     SESSION_PATH,
     TASK_PATH,
+    FileMeta,
     ProgressMessage,
     RunResult,
     TaskSpec,
@@ -45,6 +48,8 @@ from runner.channel.model_step import StepFailed, make_step
 from runner.channel.run_api import ChannelRefused as HostRefusal
 from runner.channel.run_api import handle_run_api
 from runner.channel.run_endpoint import EXTRA_MODEL_STEPS
+from runner.channel.run_file_desk import ReceivedFile
+from tests.container.fake_files import FakeFiles
 
 SOCKET_MODE = 0o666  # the container's uid 1000 connects to a socket the test (maybe root) created
 LLM_MAX_BODY_BYTES = 8 * 1024 * 1024  # as the host's LLM proxy: a long prior history fits
@@ -92,6 +97,7 @@ class ScriptedLLM:
     messages: list[ProgressMessage] = field(default_factory=list)
     sessions: list[bytes] = field(default_factory=list)
     results: list[RunResult] = field(default_factory=list)
+    files: FakeFiles = field(default_factory=FakeFiles)  # the offered files, and the uploads that arrived
     _runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> ScriptedLLM:
@@ -104,6 +110,7 @@ class ScriptedLLM:
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_route("*", "/run/{path:.*}", run_api)
+        self.files.open(self.task)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.UnixSite(self._runner, str(self.socket_path)).start()
@@ -116,6 +123,7 @@ class ScriptedLLM:
         if self._runner is not None:
             await self._runner.cleanup()
         self.socket_path.unlink(missing_ok=True)
+        self.files.close()
 
     def saved_history(self) -> list[ModelMessage]:
         """The one session the run uploaded, as messages (fails the test unless there is exactly one)."""
@@ -198,7 +206,27 @@ class _FakeRunEndpoint:
         """The host's RunInbox counts these; the scripted host only serves."""
 
     def admit(self, path: str) -> None:
-        """The scripted host refuses (if told to) once the body is read."""
+        """The scripted host refuses (if told to) once the body is read; an upload before it is read."""
+        if path == FILES_PATH:
+            self._host.files.admit_upload()
+
+    # The run's files: tests/container/fake_files.py.
+
+    @property
+    def max_file_bytes(self) -> int:
+        return self._host.files.max_file_bytes
+
+    def offered_file(self, index: int) -> Path:
+        return self._host.files.offered_file(index)
+
+    async def begin_upload(self, meta: FileMeta) -> Path | None:
+        return await self._host.files.begin_upload(meta)
+
+    async def file_received(self, meta: FileMeta, received: ReceivedFile) -> str:
+        return await self._host.files.file_received(meta, received)
+
+    async def abandon_upload(self, target: Path) -> None:
+        await self._host.files.abandon_upload(target)
 
     @property
     def limits(self) -> ConversationLimits:
