@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from container.inbox import Inbox
 from container.task import Task
 from container.tool_specs import ArgumentsInvalid, ToolSpec, tool_specs
 from container.tools import Toolbox, ToolFailed
@@ -28,8 +29,9 @@ is done; nobody can answer questions while you run.
 Your working directory is {workspace}: the chat's workspace, kept between runs, so leave useful files
 there. /tmp is scratch space that is lost when you finish. Do not count on network access.
 
-Use the tools: bash for commands, read_file / write_file / edit_file / list_files for files, and
-send_message for a short progress note to the chat when a long task reaches a milestone.
+Use the tools: bash for commands, read_file / write_file / edit_file / list_files for files,
+send_message for a short progress note to the chat when a long task reaches a milestone, and send_file
+to send a file from the workspace to the chat.
 
 When you are done, reply with the result for the chat: complete but concise, plain text (Markdown code
 blocks are fine). It is posted to the chat as it is. If you could not finish, say what is missing and why.
@@ -70,11 +72,15 @@ class Conversation:
     output: str | None = None
 
 
-def build_prompt(task: Task) -> str:
-    """The user prompt: the task, and the recent chat lines when the main agent passed them on."""
+def build_prompt(task: Task, inbox: Inbox | None = None) -> str:
+    """The user prompt: the task, the recent chat lines when the main agent passed them on, and the files
+    written to the inbox (with the lines on files not given) when there are any."""
     parts = [f"Task ({task.label}):\n{task.task}"]
     if task.context:
         parts.append("Recent chat messages:\n" + "\n".join(task.context))
+    files = inbox.describe() if inbox is not None else ""
+    if files:
+        parts.append(files)
     return "\n\n".join(parts)
 
 
@@ -85,12 +91,13 @@ async def run_agent(
     toolbox: Toolbox,
     usage: Usage,
     log: Callable[[str], None],
+    inbox: Inbox | None = None,
 ) -> Conversation:
     """Steps until the model answers with text; raises StepLimitReached after `task.max_steps` requests."""
     specs = tool_specs()
     tools = [spec.as_json() for spec in specs.values()]
     instructions = INSTRUCTIONS.format(workspace=toolbox.workspace_dir)
-    conversation = Conversation(messages=[*history, _request([_user_prompt(build_prompt(task))], instructions)])
+    conversation = Conversation(messages=[*history, _request([_user_prompt(build_prompt(task, inbox))], instructions)])
     retries: dict[str, int] = {}
     for _ in range(task.max_steps):
         response = await steps.model_step({"messages": conversation.messages, "tools": tools})

@@ -9,6 +9,7 @@ from pathlib import Path
 from container.agent import ModelGaveUp, StepLimitReached, Usage, run_agent
 from container.channel import ChannelRefused, RunChannel
 from container.contract import MAX_ERROR_CHARS, MAX_RESULT_CHARS
+from container.inbox import fill_inbox
 from container.session import dump_history, load_history
 from container.task import RunResult, Task
 from container.tools import Toolbox
@@ -44,9 +45,14 @@ async def _run(task: Task, channel: RunChannel, workspace_dir: Path, usage: Usag
         channel=channel,
         bash_timeout_seconds=task.bash_timeout_seconds,
         output_cap_chars=task.output_cap_chars,
+        max_file_bytes=task.max_file_bytes,
+        max_files_out=task.max_files_out,
     )
+    inbox = await fill_inbox(task, channel, workspace_dir, lambda line: log(f"run {task.run_id}: {line}"))
+    if task.files:
+        log(f"run {task.run_id}: {len(inbox.files)} of {len(task.files)} files written to {inbox.path}")
     log(f"run {task.run_id}: {len(history)} prior messages, at most {task.max_steps} steps")
-    conversation = await run_agent(task, history, channel, toolbox, usage, log)
+    conversation = await run_agent(task, history, channel, toolbox, usage, log, inbox)
     await _save_session(channel, dump_history(conversation.messages), task.run_id, log)
     return conversation.output or ""
 

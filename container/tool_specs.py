@@ -15,7 +15,7 @@ from typing import Any
 
 from container.tools import Toolbox
 
-TOOL_NAMES = ("bash", "read_file", "write_file", "edit_file", "list_files", "send_message")
+TOOL_NAMES = ("bash", "read_file", "write_file", "edit_file", "list_files", "send_message", "send_file")
 _ARG_LINE = re.compile(r"^(\w+): (.*)$")
 
 

@@ -1,4 +1,4 @@
-"""The subagent's tools: a shell, files in the workspace, and progress messages to the chat.
+"""The subagent's tools: a shell, files in the workspace, progress messages and files to the chat.
 
 Each public coroutine of `Toolbox` is offered to the model as it is (container/tool_specs.py): its
 docstring is the description the model reads. Failures raise `ToolFailed`, which the model sees as a
@@ -7,20 +7,28 @@ failed tool result (the run goes on); only a bug escapes as another exception.
 
 from __future__ import annotations
 
+import errno
+import os
 import secrets
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from container.bash import run_command
 from container.channel import ChannelRefused
-from container.contract import MAX_PROGRESS_CHARS
+from container.contract import MAX_CAPTION_CHARS, MAX_PROGRESS_CHARS
 from container.output import cap_text
+from container.task import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES_OUT
 
 READ_FILE_MAX_BYTES = 10_000_000
 BINARY_SNIFF_BYTES = 8_192
 LIST_MAX_ENTRIES = 500
 MESSAGE_ID_BYTES = 8
+UPLOAD_ID_BYTES = 8
+# The last component is opened as it is: a link is refused (ELOOP), a FIFO opens at once (no writer needed)
+# so fstat can refuse it; the bytes are then read from this fd, never by name again.
+_OPEN_TO_SEND = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class ToolFailed(Exception):
@@ -33,12 +41,32 @@ class MessageSender(Protocol):
     async def send_message(self, message_id: str, text: str) -> str: ...
 
 
+class FileSender(Protocol):
+    """The run channel's side that carries files to the chat: `size` bytes of the open file `fd`."""
+
+    async def send_file(self, upload_id: str, name: str, caption: str | None, fd: int, size: int) -> str: ...
+
+
+class ChatSender(MessageSender, FileSender, Protocol):
+    """Both: what the run channel is to the tools."""
+
+
+@dataclass(slots=True)
+class FilesSent:
+    """The run's count of files sent: the one mutable part of the Toolbox."""
+
+    count: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Toolbox:
     workspace_dir: Path
-    channel: MessageSender
+    channel: ChatSender
     bash_timeout_seconds: float
     output_cap_chars: int
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    max_files_out: int = DEFAULT_MAX_FILES_OUT
+    files_sent: FilesSent = field(default_factory=FilesSent)
 
     async def bash(self, command: str) -> str:
         """Run a shell command with `bash -c` in the workspace directory and return its output.
@@ -171,6 +199,79 @@ class Toolbox:
         except OSError as exc:
             raise ToolFailed(f"the message could not be sent: {exc.strerror or exc}") from exc
         return f"message sent{f' ({detail})' if detail else ''}"
+
+    async def send_file(self, path: str, caption: str | None = None) -> str:
+        """Send a file from the workspace to the chat, e.g. a report or a chart you made.
+
+        Only a regular file under the workspace directory (not a link); the run may send a few files, each
+        up to a size limit, and a refusal says which limit.
+
+        Args:
+            path: file path, relative to the workspace directory or absolute (under it).
+            caption: optional text shown with the file, up to 1024 characters.
+        """
+        if caption is not None and len(caption) > MAX_CAPTION_CHARS:
+            raise ToolFailed(f"the caption has {len(caption)} characters; the limit is {MAX_CAPTION_CHARS}")
+        if self.files_sent.count >= self.max_files_out:
+            raise ToolFailed(f"{path} was not sent: this run has sent its {self.max_files_out} files, the limit")
+        fd, name = self._open_to_send(path)
+        try:
+            size = self._size_to_send(path, fd)
+            self.files_sent.count += 1  # counted before the await: a second call meanwhile sees it
+            try:
+                detail = await self.channel.send_file(
+                    secrets.token_hex(UPLOAD_ID_BYTES), name, caption or None, fd, size
+                )
+            except BaseException:
+                self.files_sent.count -= 1
+                raise
+        except ChannelRefused as exc:
+            raise ToolFailed(f"{path} was not sent: {exc}") from exc
+        except OSError as exc:
+            raise ToolFailed(f"{path} could not be sent: {exc.strerror or exc}") from exc
+        finally:
+            os.close(fd)
+        return f"sent {name} ({size} bytes) to the chat{f' ({detail})' if detail else ''}"
+
+    def _open_to_send(self, path: str) -> tuple[int, str]:
+        """The open file and its name, if `path` is under the workspace and no link; else ToolFailed."""
+        if not path.strip():
+            raise ToolFailed("the path is empty")
+        full = os.path.join(self.workspace_dir, path)  # an absolute `path` replaces the workspace part
+        parent, name = os.path.split(full)
+        if name in ("", ".", ".."):
+            raise ToolFailed(f"{path} is a directory; send a file")
+        try:
+            # The real folder holding it, links and `..` resolved; the last component is not resolved but
+            # opened with O_NOFOLLOW, so a link there (to /proc/self/mem, or to anything) is refused.
+            workspace = os.path.realpath(self.workspace_dir)
+            real_parent = os.path.realpath(parent)
+            if os.path.commonpath([workspace, real_parent]) != workspace:
+                raise ToolFailed(f"{path} is outside the workspace {self.workspace_dir}; only files under it are sent")
+            dir_fd = os.open(real_parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                return os.open(name, _OPEN_TO_SEND, dir_fd=dir_fd), name
+            finally:
+                os.close(dir_fd)
+        except ValueError as exc:  # a NUL byte, or text the file system cannot encode
+            raise ToolFailed(f"{path[:100]!r} is not a usable path: {exc}") from exc
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ToolFailed(f"{path} is a symbolic link; only a file itself is sent") from exc
+            raise _os_failure(path, exc) from exc
+
+    def _size_to_send(self, path: str, fd: int) -> int:
+        """The open file's size, if it is a regular file within the limit (by its size: nothing is read)."""
+        mode, size = (info := os.fstat(fd)).st_mode, info.st_size
+        if stat.S_ISDIR(mode):
+            raise ToolFailed(f"{path} is a directory; send a file (pack a folder with zip or tar first)")
+        if not stat.S_ISREG(mode):
+            raise ToolFailed(f"{path} is not a regular file (a FIFO, a socket or a device); it is not sent")
+        if size > self.max_file_bytes:
+            raise ToolFailed(f"{path} has {size} bytes; a file sent may have at most {self.max_file_bytes}")
+        if size == 0:
+            raise ToolFailed(f"{path} is empty; the chat takes no empty files")
+        return size
 
     def _resolve(self, path: str) -> Path:
         # No confinement here: the container's mounts and permissions are the boundary, as for bash.

@@ -19,10 +19,13 @@ MESSAGE_BUDGET = 2
 
 
 class NoMessages:
-    """A `MessageSender` for tests of the other tools: a message sent through it fails the test."""
+    """A `ChatSender` for tests of the other tools: a message or a file sent through it fails the test."""
 
     async def send_message(self, message_id: str, text: str) -> str:
         raise AssertionError(f"unexpected progress message {text!r}")
+
+    async def send_file(self, upload_id: str, name: str, caption: str | None, fd: int, size: int) -> str:
+        raise AssertionError(f"unexpected file {name!r}")
 
 
 @pytest.fixture
