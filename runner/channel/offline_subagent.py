@@ -4,15 +4,19 @@ It is not a language model. It lets the whole subagent path (container, agent lo
 result) run with no provider and no API key, and it makes that path testable. Its rules:
 
 - The task is the text of the LAST user message (earlier ones belong to previous sessions).
-- Every line of the task that starts with `$ ` (leading blanks allowed) is a shell command.
-- It runs the commands one at a time through the `bash` tool: the first right after the task, the next
-  after each tool result. After the last result it answers `Ran N command(s).` with each command and its
-  (trimmed) output. With no commands it says so, quoting the task's first line.
-- If no `bash` tool is offered, or `tool_choice` is `none`, it answers in text instead.
+- Every line of the task that starts with `$ ` (leading blanks allowed) is a shell command, run through the
+  `bash` tool. Every line `send_file PATH [caption...]` (leading blanks allowed; PATH has no blanks) sends a
+  file through the `send_file` tool, with `{"path": PATH}` and the caption if the line has one.
+- It makes these calls one at a time, in the task's line order: the first right after the task, the next
+  after each tool result. After the last result it answers `Ran N command(s).` (`Ran N command(s), M
+  send_file call(s).` when there were send_file lines) with each line and its (trimmed) tool result.
+  With neither kind of line it says so, quoting the task's first line.
+- A line whose tool is not offered is not done: the answer lists it. If no tool is offered, or
+  `tool_choice` is `none`, it answers in text instead.
 - If the request demands a tool call for the final answer (`tool_choice` `required` or naming a tool),
   the answer goes through the output tool (`final_result…`, pydantic-ai's name) instead of text.
 
-Tool-call ids are derived from the task, its position and the command's index, so a replay gives the same
+Tool-call ids are derived from the task, its position and the call's index, so a replay gives the same
 ids. Usage is estimated at four characters a token.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +35,8 @@ MODEL_NAME = "offline-subagent"
 COMMAND_PREFIX = "$ "
 BASH_TOOL_NAME = "bash"
 BASH_ARGUMENT_NAME = "command"
+SEND_FILE_TOOL_NAME = "send_file"
+_SEND_FILE_LINE = re.compile(r"send_file[ \t]+(?P<path>\S+)(?:[ \t]+(?P<caption>.*\S))?[ \t]*")
 OUTPUT_TOOL_PREFIX = "final_result"  # pydantic-ai names its output tools so
 MAX_OUTPUT_CHARS_PER_COMMAND = 2_000
 MAX_QUOTED_TASK_CHARS = 200
@@ -38,6 +45,15 @@ CHARS_PER_TOKEN = 4
 
 class OfflineRequestError(ValueError):
     """The request is not a chat-completions request the offline model can answer (the proxy says 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One tool call the task's lines ask for, and the line as the final answer shows it."""
+
+    tool: str
+    arguments: dict[str, str]
+    line: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +73,23 @@ def parse_commands(task: str) -> list[str]:
             if command:
                 commands.append(command)
     return commands
+
+
+def parse_actions(task: str) -> list[Action]:
+    """The task's tool calls, in line order: `$ ` lines for bash, `send_file PATH [caption]` lines for send_file."""
+    actions = []
+    for line in task.splitlines():
+        stripped = line.strip()
+        if line.lstrip().startswith(COMMAND_PREFIX):
+            command = line.lstrip().removeprefix(COMMAND_PREFIX).strip()
+            if command:
+                actions.append(Action(BASH_TOOL_NAME, {BASH_ARGUMENT_NAME: command}, f"{COMMAND_PREFIX}{command}"))
+        elif match := _SEND_FILE_LINE.fullmatch(stripped):
+            arguments = {"path": match["path"]}
+            if match["caption"]:
+                arguments["caption"] = match["caption"]
+            actions.append(Action(SEND_FILE_TOOL_NAME, arguments, stripped))
+    return actions
 
 
 def message_text(message: Mapping[str, Any]) -> str:
@@ -132,19 +165,23 @@ class OfflineSubagentModel:
         if not isinstance(messages, list) or not messages:
             raise OfflineRequestError("`messages` must be a non-empty list")
         progress = _progress(messages)
-        commands = parse_commands(progress.task)
+        actions = parse_actions(progress.task)
         tools = _function_tools(request)
         tool_choice = request.get("tool_choice", "auto")
         digest = hashlib.sha256(f"{progress.task_index}:{progress.task}".encode()).hexdigest()[:12]
 
-        bash = tools.get(BASH_TOOL_NAME)
+        offered = set() if tool_choice == "none" else set(tools)
+        runnable = [action for action in actions if action.tool in offered]
         done = len(progress.results)
-        if commands and bash is not None and tool_choice != "none" and done < len(commands):
-            arguments = {_argument_name(bash, BASH_ARGUMENT_NAME): commands[done]}
-            message = _tool_call_message(f"call_offline_{digest}_{done}", BASH_TOOL_NAME, arguments)
+        if done < len(runnable):
+            action = runnable[done]
+            arguments = dict(action.arguments)
+            if action.tool == BASH_TOOL_NAME:
+                arguments = {_argument_name(tools[BASH_TOOL_NAME], BASH_ARGUMENT_NAME): arguments[BASH_ARGUMENT_NAME]}
+            message = _tool_call_message(f"call_offline_{digest}_{done}", action.tool, arguments)
             return self._completion(request, messages, digest, message, "tool_calls")
 
-        text = _final_text(progress, commands, bash_offered=bash is not None and tool_choice != "none")
+        text = _final_text(progress, actions, runnable)
         output_tool = _output_tool(tools, tool_choice)
         if output_tool is not None:
             arguments = {_argument_name(tools[output_tool], "response"): text}
@@ -197,22 +234,29 @@ def _output_tool(tools: Mapping[str, Any], tool_choice: Any) -> str | None:
     return None
 
 
-def _final_text(progress: _Progress, commands: list[str], bash_offered: bool) -> str:
-    if not commands:
+def _final_text(progress: _Progress, actions: list[Action], runnable: list[Action]) -> str:
+    if not actions:
         first_line = next((line.strip() for line in progress.task.splitlines() if line.strip()), "")
         if len(first_line) > MAX_QUOTED_TASK_CHARS:
             first_line = first_line[:MAX_QUOTED_TASK_CHARS] + "…"
         return (
-            f"I have no commands to run: no line of the task starts with `{COMMAND_PREFIX}`. "
-            f'The task begins: "{first_line}"'
+            f"I have no commands to run: no line of the task starts with `{COMMAND_PREFIX}` "
+            f'or `{SEND_FILE_TOOL_NAME} `. The task begins: "{first_line}"'
         )
-    if not bash_offered:
-        listed = "\n".join(f"{COMMAND_PREFIX}{command}" for command in commands)
-        return f"I cannot run commands here: the `{BASH_TOOL_NAME}` tool is not available. Commands:\n{listed}"
-    lines = [f"Ran {len(commands)} command(s)."]
-    for command, output in zip(commands, progress.results, strict=False):
-        lines.append(f"{COMMAND_PREFIX}{command}")
+    skipped = [action for action in actions if action not in runnable]
+    missing = [f"`{tool}`" for tool in dict.fromkeys(action.tool for action in skipped)]
+    tools = f"the {missing[0]} tool is" if len(missing) == 1 else f"the {' and '.join(missing)} tools are"
+    not_done = f"{tools} not available. Not done:\n" + "\n".join(action.line for action in skipped)
+    if not runnable:
+        return f"I cannot run commands here: {not_done}"
+    commands = sum(action.tool == BASH_TOOL_NAME for action in runnable)
+    files = len(runnable) - commands
+    lines = [f"Ran {commands} command(s)" + (f", {files} send_file call(s)." if files else ".")]
+    for action, output in zip(runnable, progress.results, strict=False):
+        lines.append(action.line)
         lines.append(trim_output(output))
+    if skipped:
+        lines.append(f"Also in the task, but {not_done}")
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
-"""The offline subagent model: runs the task's `$ ` lines through the bash tool, one per turn, then reports."""
+"""The offline subagent model: runs the task's `$ ` lines through the bash tool and its `send_file` lines through
+the send_file tool, one per turn in line order, then reports."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import pytest
 
 from runner.channel.offline_subagent import (
     MAX_OUTPUT_CHARS_PER_COMMAND,
+    Action,
     OfflineRequestError,
     OfflineSubagentModel,
+    parse_actions,
     parse_commands,
     stream_chunks,
 )
@@ -23,7 +26,21 @@ BASH_TOOL = {
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
     },
 }
+SEND_FILE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "send_file",
+        "description": "Send a file from the workspace to the chat.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "caption": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
+}
 TASK = "Check the workspace\n$ ls -la\nsome prose in between\n  $ cat notes.txt\n"
+# As `make run`'s demo hands it over: the chat's `background: $ wc -l ...` line, then a send_file line.
+FILES_TASK = "$ wc -l inbox/data.csv > report.txt\n  send_file report.txt  The line count \nsend_file  out.png"
 
 
 @pytest.fixture
@@ -46,18 +63,23 @@ def tool_call(completion: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
 
 
 def run_conversation(
-    model: OfflineSubagentModel, history: list[dict[str, Any]], outputs: dict[str, str]
+    model: OfflineSubagentModel,
+    history: list[dict[str, Any]],
+    outputs: dict[str, str],
+    tools: list[Any] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Play the agent loop: answer every bash call from `outputs` until the model answers in text."""
+    """Play the agent loop: answer every call from `outputs` (by its command or path) until the model answers
+    in text."""
     messages = list(history)
     for _ in range(20):
-        completion = model.complete(request(messages))
+        completion = model.complete(request(messages, tools))
         reply = message(completion)
         messages.append(reply)
         if not reply.get("tool_calls"):
             return messages, completion
         call_id, _, arguments = tool_call(completion)
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": outputs[arguments["command"]]})
+        output = outputs[arguments.get("command") or arguments["path"]]
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
     raise AssertionError("the model never finished")
 
 
@@ -65,6 +87,62 @@ def test_commands_are_the_dollar_lines() -> None:
     assert parse_commands(TASK) == ["ls -la", "cat notes.txt"]
     assert parse_commands("$no-space\n$ \n  $   echo  spaced  \nprice: $ 5") == ["echo  spaced"]
     assert parse_commands("no commands at all") == []
+
+
+def test_send_file_lines_are_calls_in_line_order_with_the_commands() -> None:
+    assert parse_actions(FILES_TASK) == [
+        Action("bash", {"command": "wc -l inbox/data.csv > report.txt"}, "$ wc -l inbox/data.csv > report.txt"),
+        Action(
+            "send_file",
+            {"path": "report.txt", "caption": "The line count"},
+            "send_file report.txt  The line count",
+        ),
+        Action("send_file", {"path": "out.png"}, "send_file  out.png"),
+    ]
+    # Only a line that starts with the word and names a path: not prose, not the task text's own mention.
+    prose = "To send it, call send_file(path, caption).\nsend_file\nsend_files a.txt\nplease send_file a.txt"
+    assert parse_actions(prose) == []
+
+
+def test_send_file_lines_call_the_send_file_tool_then_the_report_lists_them(model: OfflineSubagentModel) -> None:
+    outputs = {
+        "wc -l inbox/data.csv > report.txt": "",
+        "report.txt": "sent report.txt (12 bytes) to the chat (sent)",
+        "out.png": '{"error":"out.png: No such file or directory"}',
+    }
+
+    messages, final = run_conversation(
+        model, [{"role": "user", "content": FILES_TASK}], outputs, tools=[BASH_TOOL, SEND_FILE_TOOL]
+    )
+
+    calls = [m["tool_calls"][0]["function"] for m in messages if m.get("tool_calls")]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+        ("bash", {"command": "wc -l inbox/data.csv > report.txt"}),
+        ("send_file", {"path": "report.txt", "caption": "The line count"}),
+        ("send_file", {"path": "out.png"}),
+    ]
+    assert message(final)["content"] == (
+        "Ran 1 command(s), 2 send_file call(s).\n"
+        "$ wc -l inbox/data.csv > report.txt\n(no output)\n"
+        "send_file report.txt  The line count\nsent report.txt (12 bytes) to the chat (sent)\n"
+        'send_file  out.png\n{"error":"out.png: No such file or directory"}'
+    )
+
+
+def test_send_file_lines_without_the_tool_are_listed_as_not_done(model: OfflineSubagentModel) -> None:
+    outputs = {"wc -l inbox/data.csv > report.txt": "3"}
+
+    _, final = run_conversation(model, [{"role": "user", "content": FILES_TASK}], outputs)
+
+    assert message(final)["content"] == (
+        "Ran 1 command(s).\n$ wc -l inbox/data.csv > report.txt\n3\n"
+        "Also in the task, but the `send_file` tool is not available. Not done:\n"
+        "send_file report.txt  The line count\nsend_file  out.png"
+    )
+    only_files = model.complete(request([{"role": "user", "content": "send_file a.txt"}], tools=[]))
+    assert message(only_files)["content"] == (
+        "I cannot run commands here: the `send_file` tool is not available. Not done:\nsend_file a.txt"
+    )
 
 
 def test_first_turn_calls_bash_with_the_first_command(model: OfflineSubagentModel) -> None:
