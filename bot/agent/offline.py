@@ -145,8 +145,10 @@ def offline_main_model(assistant_name: str) -> FunctionModel:
         sender, text = _latest(prompt)
         # Only what was not answered yet: a second turn over the same messages must not spawn them again.
         pending = _unanswered(prompt, sender, assistant_name) if sender else []
-        if text and pending and pending[-1][:MAX_QUOTE_CHARS] == text[:MAX_QUOTE_CHARS]:
-            pending[-1] = text  # the transcript may show a long message cut; the latest section has it whole
+        if text and pending and text.startswith(pending[-1][:MAX_QUOTE_CHARS]):
+            # The transcript may show a long message cut; the latest section has it whole, and the file
+            # the message replies to.
+            pending[-1] = text
         note = _merged_note(len(pending))
         last = messages[-1]
         if isinstance(last, ModelRequest):

@@ -12,6 +12,7 @@ from bot.agent.offline import offline_main_model
 from bot.agent.prompt import build_prompt, instructions_for
 from bot.turns.engine import Turn
 from core.store import ChatStore, MessageStore, NewMessage
+from core.store.chat_files import FileKind, NewFile
 from core.store.db import Database
 from tests.bot.helpers import RecordingChannel, RecordingSpawner, make_delivery
 
@@ -219,3 +220,59 @@ async def test_another_senders_unaddressed_request_is_not_spawned(offline: Offli
 
     assert offline.spawner.calls == []
     assert "Your 2 messages" not in final_text(messages)
+
+
+async def test_a_background_task_takes_the_files_its_message_carries_or_replies_to(offline: Offline) -> None:
+    await offline.chats.ensure(CHAT, "group", "Demo")
+    await offline.messages.add(
+        NewMessage(
+            chat_id=CHAT,
+            sender_name="Bob",
+            content="the numbers",
+            platform_message_id=100,
+            kind="file",
+            file=NewFile(FileKind.DOCUMENT, "id-a", "uniq-a", "sales.csv", "text/csv", 412),
+        )
+    )
+    await offline.messages.add(
+        NewMessage(
+            chat_id=CHAT,
+            sender_name="Alice",
+            content="@crew background: $ wc -l inbox/*",
+            platform_message_id=101,
+            is_trigger=True,
+            reply_to=100,
+            kind="file",
+            file=NewFile(FileKind.PHOTO, "id-b", "uniq-b", "photo.jpg", "image/jpeg", 2048),
+        )
+    )
+
+    await offline.run()
+
+    (call,) = offline.spawner.calls
+    assert call[2] == "$ wc -l inbox/*"  # the note about the replied-to file is not part of the task
+    # Its own file first, then the one it replies to: `f2` and `f1` as the prompt shows them.
+    assert offline.spawner.files == [("f2", "f1")]
+
+
+async def test_the_prompt_shows_each_file_with_its_name_type_and_size(offline: Offline) -> None:
+    await offline.chats.ensure(CHAT, "group", "Demo")
+    big = NewFile(FileKind.DOCUMENT, "id-c", "uniq-c", "../../Quarterly\nreport.pdf", "application/pdf", 3_250_000)
+    await offline.messages.add(
+        NewMessage(chat_id=CHAT, sender_name="Bob", content="", platform_message_id=7, kind="file", file=big)
+    )
+    await offline.messages.add(
+        NewMessage(
+            chat_id=CHAT,
+            sender_name="Bob",
+            content="no size",
+            platform_message_id=8,
+            kind="file",
+            file=NewFile(FileKind.VOICE, "id-d", "uniq-d", "voice_8.ogg", None, None),
+        )
+    )
+
+    prompt = (await build_prompt(offline.messages, CHAT, 50, NAME)).text
+
+    assert "Bob: [file f1: Quarterly_report.pdf, application/pdf, 3.1 MB]\n" in prompt
+    assert "Bob: [file f2: voice_8.ogg, size unknown] no size\n" in prompt
