@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from container.protocol import SpawnRequest
 from runner.ipc import batch as ipc_batch
@@ -78,6 +79,26 @@ async def test_write_spawn_request_round_trips(root: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     await make_watcher(root, recorder).sweep()
     assert recorder.requests == [(1, request)]
+
+
+async def test_the_files_a_request_names_round_trip(root: Path) -> None:
+    recorder = Recorder()
+    request = SpawnRequest(request_id="req-files1", task="plot it", files=["f3", "f12"])
+    write_spawn_request(root, "chat_1", request)
+    await make_watcher(root, recorder).sweep()
+    assert [r.files for _, r in recorder.requests] == [["f3", "f12"]]
+
+
+@pytest.mark.parametrize("ref", ["3", "f0", "f03", "../f3", "f3/..", "F3", "f" + "9" * 19, "f3 "])
+def test_a_request_naming_a_file_by_anything_but_its_id_is_refused(ref: str) -> None:
+    # The spawn tool shows this message to the model, which can correct itself.
+    with pytest.raises(ValidationError, match="is not a file id like f3"):
+        SpawnRequest(request_id="req-files2", task="plot it", files=[ref])
+
+
+def test_a_request_names_at_most_the_files_one_run_may_be_given() -> None:
+    with pytest.raises(ValidationError, match="at most 10 items"):
+        SpawnRequest(request_id="req-files3", task="plot it", files=[f"f{n}" for n in range(1, 12)])
 
 
 @pytest.mark.parametrize("read_budget", [ipc_batch.MAX_BATCH_READ_BYTES, 300], ids=["default", "tiny"])
