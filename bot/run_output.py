@@ -1,4 +1,5 @@
-"""What a subagent run has printed: a live container's output so far, or the log kept after it ended.
+"""What a subagent run has printed: a live container's output so far, or the log kept after it ended, and
+the files it was given and sent.
 
 Only the tail is shown, cleaned of terminal control characters (a task's output is written by an LLM that
 follows strangers' instructions). Used by `/subagents <run id>` and by `crewbot logs <run id>`.
@@ -9,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from bot.agent.prompt import size_text
 from bot.ports.runs import RunCancels, RunSummary, age_text, when_text
+from core.store.run_files import Direction, RunFile, RunFileStore
 from core.store.runs import FINAL_STATUSES, FollowUp, RunRecord, RunStatus, RunStore
 
 LATEST_PROGRESS_CHARS = 1_000  # what the main agent is shown of a run's latest message or outcome
@@ -22,6 +25,8 @@ CHAT_OUTPUT_TAIL_CHARS = 3_000  # fits one Telegram message (4,096) with the hea
 BYTES_PER_CHAR_MAX = 4  # UTF-8: reading this many bytes per wanted character always covers the tail
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _ANSI_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+MAX_LISTED_FILES = 10  # of each direction; the rest are counted ("and 3 more")
+MAX_SHOWN_NAME_CHARS = 80  # a file's name is safe already (no paths, no control characters), but may be long
 
 
 class ContainerLogs(Protocol):
@@ -35,6 +40,7 @@ class RunOutput:
     text: str  # the tail, cleaned
     total_chars: int  # of the whole output that was read
     problem: str | None = None  # why there is no output to show, when there is none
+    files: Sequence[RunFile] = field(default_factory=tuple)  # given and sent, in the order recorded
 
 
 def clean(data: bytes) -> str:
@@ -52,17 +58,48 @@ def _read_tail(path: Path, max_bytes: int) -> bytes | None:
         return None
 
 
+def _shown_name(name: str) -> str:
+    shown = name if len(name) <= MAX_SHOWN_NAME_CHARS else name[: MAX_SHOWN_NAME_CHARS - 1] + "…"
+    return shown.replace("`", "'")  # the chat renders Markdown: a name opens no code span
+
+
+def _file_text(file: RunFile) -> str:
+    kind = f", {file.kind}" if file.direction is Direction.OUT else ""
+    return f"{_shown_name(file.name)} ({size_text(file.size_bytes)}{kind})"
+
+
+def files_lines(files: Sequence[RunFile]) -> list[str]:
+    """`Files in: sales.csv (412 KB)` and `Files out: chart.png (34 KB, photo)`, each only when there are any."""
+    lines: list[str] = []
+    for direction, heading in ((Direction.IN, "Files in"), (Direction.OUT, "Files out")):
+        of_direction = [f for f in files if f.direction is direction]
+        if not of_direction:
+            continue
+        shown = ", ".join(_file_text(f) for f in of_direction[:MAX_LISTED_FILES])
+        more = len(of_direction) - MAX_LISTED_FILES
+        lines.append(f"{heading}: {shown}" + (f" and {more} more" if more > 0 else ""))
+    return lines
+
+
 class RunOutputReader:
-    def __init__(self, runs: RunStore, logs: ContainerLogs, kept_log: Callable[[str], Path]) -> None:
+    def __init__(
+        self,
+        runs: RunStore,
+        logs: ContainerLogs,
+        kept_log: Callable[[str], Path],
+        files: RunFileStore | None = None,
+    ) -> None:
         self._runs = runs
         self._logs = logs
         self._kept_log = kept_log  # where the host keeps a finished run's container log
+        self._files = files  # the files runs were given and sent; None: not shown
 
     async def read(self, run_id: str, tail_chars: int) -> RunOutput | None:
         """None when there is no such run."""
         record = await self._runs.get(run_id)
         if record is None:
             return None
+        files = await self._files.of_run(record.id) if self._files is not None else []
         max_bytes = tail_chars * BYTES_PER_CHAR_MAX
         data: bytes | None = None
         if record.status in FINAL_STATUSES:
@@ -71,12 +108,13 @@ class RunOutputReader:
             try:
                 data = await self._logs.logs(record.container_id)
             except Exception as exc:  # the engine is down or refuses: say so, do not fail the command
-                return RunOutput(record, "", 0, f"its container's output cannot be read ({_first_line(exc)})")
+                problem = f"its container's output cannot be read ({_first_line(exc)})"
+                return RunOutput(record, "", 0, problem, files)
         if data is None:
             problem = "it has no container yet" if record.status not in FINAL_STATUSES else "no output was kept"
-            return RunOutput(record, "", 0, problem)
+            return RunOutput(record, "", 0, problem, files)
         text = clean(data)
-        return RunOutput(record, text[-tail_chars:], len(text))
+        return RunOutput(record, text[-tail_chars:], len(text), files=files)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -91,17 +129,20 @@ def describe_state(record: RunRecord, now: float) -> str:
 
 
 def describe(output: RunOutput, now: float | None = None) -> str:
-    """The chat's view: the run's state, then its output's tail in a code block."""
+    """The chat's view: the run's state, the files it was given and sent, then its output's tail in a code block."""
     record = output.record
     heading = f"Run {record.id} ({record.label}): {describe_state(record, now or time.time())}."
+    files = files_lines(output.files)
     if output.problem is not None:
-        return f"{heading} No output to show: {output.problem}."
-    if not output.text.strip():
-        return f"{heading} No output yet."
-    shown = "" if output.total_chars <= len(output.text) else f" (the last {len(output.text):,} characters)"
-    label = "Output so far" if record.status not in FINAL_STATUSES else "Its output"
-    body = output.text.strip("\n").replace("```", "'''")  # keep the code block closed
-    return f"{heading} {label}{shown}:\n```\n{body}\n```"
+        said = f"No output to show: {output.problem}."
+    elif not output.text.strip():
+        said = "No output yet."
+    else:
+        shown = "" if output.total_chars <= len(output.text) else f" (the last {len(output.text):,} characters)"
+        label = "Output so far" if record.status not in FINAL_STATUSES else "Its output"
+        body = output.text.strip("\n").replace("```", "'''")  # keep the code block closed
+        said = f"{label}{shown}:\n```\n{body}\n```"
+    return "\n".join([heading, *files, said]) if files else f"{heading} {said}"
 
 
 class RunsView:

@@ -1,4 +1,5 @@
-"""`crewbot logs <run id>`: what a subagent run has printed so far, without reaching for `docker logs`."""
+"""`crewbot logs <run id>`: what a subagent run has printed so far, and the files it was given and sent,
+without reaching for `docker logs`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from bot.run_output import ContainerLogs, RunOutput, describe_state
+from bot.run_output import ContainerLogs, RunOutput, describe_state, files_lines
 from core.settings import Settings
 from core.store.db import Database
 from core.store.runs import FINAL_STATUSES
@@ -27,6 +28,13 @@ def _heading(output: RunOutput, shown_chars: int) -> str:
         return f"run {record.id} ({record.label}): {state}; no output to show: {output.problem}"
     cut = "" if output.total_chars <= shown_chars else f"; the last {shown_chars:,} characters"
     return f"run {record.id} ({record.label}): {state}{cut}"
+
+
+def _print_heading(output: RunOutput, shown_chars: int, stream: TextIO) -> None:
+    """`== run ... ==`, then the files it was given and sent (when it has any), one line per direction."""
+    print(f"== {_heading(output, shown_chars)} ==", file=stream)
+    for line in files_lines(output.files):
+        print(f"== {line} ==", file=stream)
 
 
 async def show_logs(
@@ -54,7 +62,7 @@ async def show_logs(
         if output is None:
             raise StartupError(f"no run {run_id!r} in {settings.db_path}", "the chat's /subagents lists run ids")
         shown = output.text[-tail_chars:]
-        print(f"== {_heading(output, len(shown))} ==", file=stream)
+        _print_heading(output, len(shown), stream)
         stream.write(shown if shown.endswith("\n") or not shown else shown + "\n")
         stream.flush()
         seen = output.text
@@ -70,7 +78,7 @@ async def show_logs(
                 stream.flush()
             seen = output.text
         if follow:
-            print(f"== {_heading(output, len(output.text))} ==", file=stream)
+            _print_heading(output, len(output.text), stream)
         return 0
     finally:
         if owned is not None:

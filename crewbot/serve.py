@@ -24,6 +24,7 @@ from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.db import Database
+from core.store.run_files import RunFileStore
 from core.store.runs import FINAL_STATUSES, RunStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
@@ -105,7 +106,9 @@ def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> R
     from runner.storage.run_files import LOG_FILE
 
     paths = DataPaths(settings.data_dir)
-    return RunOutputReader(RunStore(db), runtime, lambda run_id: paths.run_dir(run_id) / LOG_FILE)
+    return RunOutputReader(
+        RunStore(db), runtime, lambda run_id: paths.run_dir(run_id) / LOG_FILE, files=RunFileStore(db)
+    )
 
 
 def unguarded(settings: Settings, stores: Stores, service: SubagentService) -> ObservedSubagents:

@@ -6,14 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.commands import Commands
-from bot.run_output import CHAT_OUTPUT_TAIL_CHARS, RunOutputReader, RunsView
+from bot.run_output import CHAT_OUTPUT_TAIL_CHARS, MAX_LISTED_FILES, RunOutputReader, RunsView
 from bot.turns.engine import ChatEngine
+from core.store.chat_files import FileKind
 from core.store.chats import ChatStore
 from core.store.db import Database
+from core.store.outbox import SentFileKind
+from core.store.run_files import RunFileStore
 from core.store.runs import RunStatus, RunStore
 from runner.runtimes.runtime import ContainerSpec
 from tests.bot.helpers import FakeRunControl, RecordingChannel, make_delivery
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
+from tests.run_files_helpers import give, send
 
 CHAT, OTHER_CHAT = -100, -200
 
@@ -32,9 +36,8 @@ class Runs:
         self.chats = ChatStore(db)
         self.runtime = runtime
         self.runs_dir = runs_dir
-        self.view = RunsView(
-            FakeRunControl(), self.store, RunOutputReader(self.store, runtime, lambda run_id: runs_dir / run_id / "log")
-        )
+        reader = RunOutputReader(self.store, runtime, lambda run_id: runs_dir / run_id / "log", files=RunFileStore(db))
+        self.view = RunsView(FakeRunControl(), self.store, reader)
 
     async def queued(self, run_id: str, chat_id: int = CHAT) -> None:
         await self.chats.ensure(chat_id, "group", "g")
@@ -160,6 +163,41 @@ async def test_subagents_with_an_id_answers_in_the_chat(db: Database, tmp_path: 
 
     assert "halfway there" in channel.sent[0][1]
     assert channel.sent[1][1] == "Crew: No run nope in this chat. /subagents lists them."
+
+
+async def test_the_files_a_run_was_given_and_sent_are_listed(db: Database, tmp_path: Path) -> None:
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.running("run-a", logs=b"plotting\n")
+        await give(db, "run-a", CHAT, [("sales.csv", 412 * 1024, FileKind.DOCUMENT), ("logo.jpg", 900, FileKind.PHOTO)])
+        await send(db, "run-a", CHAT, "chart.png", 34 * 1024, SentFileKind.PHOTO, tmp_path / "out" / "001-1")
+        await send(db, "run-a", CHAT, "report.pdf", 3 * 1024 * 1024, SentFileKind.DOCUMENT, tmp_path / "out" / "002-2")
+
+        text = await runs.view.run_output(CHAT, "run-a")
+
+    assert text is not None
+    heading, files_in, files_out, output = text.split("\n", 3)
+    assert heading.startswith("Run run-a (make): running for ")
+    assert files_in == "Files in: sales.csv (412 KB), logo.jpg (900 bytes)"
+    assert files_out == "Files out: chart.png (34 KB, photo), report.pdf (3.0 MB, document)"
+    assert output == "Output so far:\n```\nplotting\n```"
+
+
+async def test_only_the_directions_a_run_has_are_listed_and_long_lists_are_cut(db: Database, tmp_path: Path) -> None:
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.queued("run-q")
+        many = [(f"part`{n}.csv", 10, FileKind.DOCUMENT) for n in range(MAX_LISTED_FILES + 3)]
+        await give(db, "run-q", CHAT, many)
+
+        text = await runs.view.run_output(CHAT, "run-q")
+
+    assert text is not None
+    heading, files_in, said = text.split("\n")
+    assert heading == "Run run-q (make): queued for 0s."
+    assert files_in.startswith("Files in: part'0.csv (10 bytes), ")  # no backtick opens a code span
+    assert files_in.endswith(f"part'{MAX_LISTED_FILES - 1}.csv (10 bytes) and 3 more")
+    assert said == "No output to show: it has no container yet."
 
 
 async def _noop() -> None:

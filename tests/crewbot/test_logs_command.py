@@ -6,14 +6,17 @@ import asyncio
 import io
 from pathlib import Path
 
+from core.store.chat_files import FileKind
 from core.store.chats import ChatStore
 from core.store.db import Database
+from core.store.outbox import SentFileKind
 from core.store.runs import RunStatus, RunStore
 from crewbot.logs_command import show_logs
 from runner.runtimes.runtime import ContainerSpec
 from tests.crewbot.cli_env import crewbot_env, run_crewbot
 from tests.fakes.memory_runtime import MemoryRuntime
 from tests.harness import make_settings
+from tests.run_files_helpers import give, send
 
 CHAT = -100
 
@@ -111,3 +114,23 @@ async def test_follow_prints_new_output_until_the_run_ends(tmp_path: Path) -> No
     assert lines[1:3] == ["step 1", "step 2"]
     assert lines[0].startswith("== run run-f (make all): running for ")
     assert lines[-1].startswith("== run run-f (make all): completed")
+
+
+async def test_the_files_a_run_was_given_and_sent_follow_the_heading(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    await record_run(data_dir, "run-files", finished=False)
+    db = await Database.open(data_dir / "crewbot.sqlite3")
+    await give(db, "run-files", CHAT, [("sales.csv", 412 * 1024, FileKind.DOCUMENT)])
+    await send(db, "run-files", CHAT, "chart.png", 34 * 1024, SentFileKind.PHOTO, data_dir / "files" / "out" / "x")
+    await RunStore(db).finish("run-files", RunStatus.COMPLETED, result="plotted")
+    await db.close()
+    (data_dir / "runs" / "run-files").mkdir(parents=True)
+    (data_dir / "runs" / "run-files" / "container.log").write_bytes(b"plotting\n")
+    out = io.StringIO()
+
+    async with MemoryRuntime() as runtime:
+        assert await show_logs(make_settings(data_dir), "run-files", 1000, out=out, runtime=runtime) == 0
+
+    heading, *rest = out.getvalue().splitlines()
+    assert heading.startswith("== run run-files (make all): completed, ")
+    assert rest == ["== Files in: sales.csv (412 KB) ==", "== Files out: chart.png (34 KB, photo) ==", "plotting"]
