@@ -84,7 +84,7 @@ async def fill_inbox(task: Task, channel: FileFetcher, workspace_dir: Path, log:
         dir_fd = open_inbox(workspace_dir, log)
     except OSError as exc:
         log(f"the inbox could not be made: {exc}")
-        inbox.notes.extend(f"{name} not given: the inbox could not be made ({_why(exc)})" for name in names)
+        inbox.notes.extend(f"{name} was not given: the inbox could not be made ({_why(exc)})" for name in names)
         return inbox
     try:
         taken = {name.casefold() for name in names}
@@ -92,8 +92,8 @@ async def fill_inbox(task: Task, channel: FileFetcher, workspace_dir: Path, log:
             try:
                 written, size = await _write_file(channel, dir_fd, offered, name, taken, log)
             except (ChannelRefused, OSError) as exc:
-                log(f"file {offered.index} ({name}) not given: {exc}")
-                inbox.notes.append(f"{name} not given: {_why(exc)}")
+                log(f"file {offered.index} ({name}) was not given: {exc}")
+                inbox.notes.append(f"{name} was not given: {_why(exc)}")
                 continue
             inbox.files.append(InboxFile(written, size, offered.mime_type))
     finally:

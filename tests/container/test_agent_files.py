@@ -1,5 +1,5 @@
 """The whole container agent with files, against a scripted host on its run channel: the offered files are in
-the inbox before the first step and the task text lists them as written; a file that is not given is a line
+the inbox before the first step and the task text lists them as written; a file that was not given is a line
 there; send_file carries a file to the host; a refusal is a failed tool call and the run goes on."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ async def test_offered_files_are_in_the_inbox_before_the_first_step_and_listed_i
         [ToolCallReply("bash", {"command": "wc -c < inbox/sales.csv && cat inbox/notes.txt"}), TextReply("done")],
         offered={0: SALES, 1: b"remember"},
         files=files,
-        file_notes=["f9 not given: over the size limit"],
+        file_notes=["f9 was not given: over the size limit"],
     )
 
     async with host:
@@ -47,7 +47,7 @@ async def test_offered_files_are_in_the_inbox_before_the_first_step_and_listed_i
         f"Files from the chat, in {inbox}/:\n"
         f"- sales.csv ({round(len(SALES) / 1024)} KB, text/csv)\n"
         "- notes.txt (8 bytes)\n"
-        "- f9 not given: over the size limit\n"
+        "- f9 was not given: over the size limit\n"
         "To send a file from the workspace back to the chat, call send_file(path, caption)."
     ]
     assert "2 of 2 files written to" in capsys.readouterr().out
@@ -63,7 +63,7 @@ async def test_a_file_the_host_does_not_give_is_a_line_in_the_task_and_the_run_g
 
     assert sorted(entry.name for entry in (paths.workspace_dir / "inbox").iterdir()) == ["kept.csv"]
     (prompt,) = user_texts(host.requests[0])
-    assert "- kept.csv (10 bytes)\n- gone.csv not given: the file is no longer kept\n" in prompt
+    assert "- kept.csv (10 bytes)\n- gone.csv was not given: the file is no longer kept\n" in prompt
 
 
 async def test_names_are_listed_as_written_in_the_inbox(paths: ContainerPaths) -> None:

@@ -72,12 +72,12 @@ async def test_offered_files_are_written_to_the_inbox_under_safe_unique_names(wo
 
 
 async def test_no_files_leave_the_workspace_untouched(workspace: Path) -> None:
-    task = Task(run_id="run-inbox1", task="t", label="l", file_notes=["f9 not given: too large"])
+    task = Task(run_id="run-inbox1", task="t", label="l", file_notes=["f9 was not given: too large"])
 
     inbox = await fill_inbox(task, Fetcher({}), workspace, print)
 
     assert entries(workspace) == []
-    assert inbox == Inbox(workspace / "inbox", [], ["f9 not given: too large"])
+    assert inbox == Inbox(workspace / "inbox", [], ["f9 was not given: too large"])
 
 
 async def test_an_earlier_file_of_the_same_name_is_replaced(workspace: Path) -> None:
@@ -184,7 +184,7 @@ async def test_a_fifo_at_the_name_is_replaced_without_hanging(workspace: Path) -
 async def test_a_failed_download_leaves_no_partial_file_and_becomes_a_note(
     workspace: Path, error: BaseException
 ) -> None:
-    task, data = task_with(("first.csv", b"1" * 100), ("second.csv", b"2" * 100), notes=["f9 not given: too large"])
+    task, data = task_with(("first.csv", b"1" * 100), ("second.csv", b"2" * 100), notes=["f9 was not given: too large"])
     fetcher = Fetcher(data, fail={0: error})
 
     inbox = await fill_inbox(task, fetcher, workspace, print)
@@ -193,7 +193,7 @@ async def test_a_failed_download_leaves_no_partial_file_and_becomes_a_note(
     assert entries(workspace / "inbox") == ["second.csv"]  # no temp file, no half of first.csv
     assert inbox.files == [InboxFile("second.csv", 100)]
     reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-    assert inbox.notes == ["f9 not given: too large", f"first.csv not given: {reason}"]
+    assert inbox.notes == ["f9 was not given: too large", f"first.csv was not given: {reason}"]
 
 
 async def test_a_cancelled_run_leaves_no_temp_file(workspace: Path) -> None:
@@ -210,8 +210,8 @@ async def test_an_inbox_that_cannot_be_made_notes_every_file(tmp_path: Path) -> 
 
     assert inbox.files == []
     assert inbox.notes == [
-        "a.csv not given: the inbox could not be made (No such file or directory)",
-        "b.csv not given: the inbox could not be made (No such file or directory)",
+        "a.csv was not given: the inbox could not be made (No such file or directory)",
+        "b.csv was not given: the inbox could not be made (No such file or directory)",
     ]
     assert logged[0].startswith("the inbox could not be made")
 
@@ -223,7 +223,7 @@ def test_the_task_text_lists_the_files_as_written_and_the_notes() -> None:
     inbox = Inbox(
         Path("/workspace/inbox"),
         [InboxFile("sales.csv", 412 * 1024, "text/csv"), InboxFile("photo (2).jpg", 3_500_000), InboxFile("a", 7)],
-        ["f9 not given: over the size limit", "- f10 not given:\nsecond line"],
+        ["f9 was not given: over the size limit", "- f10 was not given:\nsecond line"],
     )
 
     assert inbox.describe() == (
@@ -231,13 +231,13 @@ def test_the_task_text_lists_the_files_as_written_and_the_notes() -> None:
         "- sales.csv (412 KB, text/csv)\n"
         "- photo (2).jpg (3.3 MB)\n"
         "- a (7 bytes)\n"
-        "- f9 not given: over the size limit\n"
-        "- f10 not given: second line\n"
+        "- f9 was not given: over the size limit\n"
+        "- f10 was not given: second line\n"
         "To send a file from the workspace back to the chat, call send_file(path, caption)."
     )
 
 
 def test_the_task_text_has_a_files_part_only_with_files_or_notes() -> None:
     assert Inbox(Path("/workspace/inbox")).describe() == ""
-    only_notes = Inbox(Path("/workspace/inbox"), [], ["f3 not given: gone"]).describe()
-    assert only_notes.startswith("Files from the chat:\n- f3 not given: gone\n")
+    only_notes = Inbox(Path("/workspace/inbox"), [], ["f3 was not given: gone"]).describe()
+    assert only_notes.startswith("Files from the chat:\n- f3 was not given: gone\n")

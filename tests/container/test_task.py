@@ -22,7 +22,7 @@ def test_the_hosts_file_fields_arrive() -> None:
             HostOfferedFile(index=0, name="sales.csv", size_bytes=412, mime_type="text/csv"),
             HostOfferedFile(index=1, name="blob", size_bytes=0),
         ],
-        file_notes=["f9 not given: too large"],
+        file_notes=["f9 was not given: too large"],
         max_file_bytes=1_000,
         max_files_out=2,
     )
@@ -30,7 +30,7 @@ def test_the_hosts_file_fields_arrive() -> None:
     task = Task.from_json(spec.model_dump_json().encode())
 
     assert task.files == [OfferedFile(0, "sales.csv", 412, "text/csv"), OfferedFile(1, "blob", 0, None)]
-    assert (task.file_notes, task.max_file_bytes, task.max_files_out) == (["f9 not given: too large"], 1_000, 2)
+    assert (task.file_notes, task.max_file_bytes, task.max_files_out) == (["f9 was not given: too large"], 1_000, 2)
 
 
 def test_an_older_hosts_task_gets_the_defaults() -> None:
