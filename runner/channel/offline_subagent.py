@@ -7,6 +7,7 @@ result) run with no provider and no API key, and it makes that path testable. It
 - Every line of the task that starts with `$ ` (leading blanks allowed) is a shell command, run through the
   `bash` tool. Every line `send_file PATH [caption...]` (leading blanks allowed; PATH has no blanks) sends a
   file through the `send_file` tool, with `{"path": PATH}` and the caption if the line has one.
+- ` ;; ` separates lines too, for a task typed on one line: `$ wc -l inbox/data.csv > n.txt ;; send_file n.txt`.
 - It makes these calls one at a time, in the task's line order: the first right after the task, the next
   after each tool result. After the last result it answers `Ran N command(s).` (`Ran N command(s), M
   send_file call(s).` when there were send_file lines) with each line and its (trimmed) tool result.
@@ -33,6 +34,7 @@ from typing import Any
 
 MODEL_NAME = "offline-subagent"
 COMMAND_PREFIX = "$ "
+LINE_SEPARATOR = " ;; "
 BASH_TOOL_NAME = "bash"
 BASH_ARGUMENT_NAME = "command"
 SEND_FILE_TOOL_NAME = "send_file"
@@ -66,7 +68,7 @@ class _Progress:
 def parse_commands(task: str) -> list[str]:
     """The task's shell commands: lines that start with `$ `, without the prefix."""
     commands = []
-    for line in task.splitlines():
+    for line in task_lines(task):
         stripped = line.lstrip()
         if stripped.startswith(COMMAND_PREFIX):
             command = stripped.removeprefix(COMMAND_PREFIX).strip()
@@ -75,10 +77,15 @@ def parse_commands(task: str) -> list[str]:
     return commands
 
 
+def task_lines(task: str) -> list[str]:
+    """The task's lines; ` ;; ` also ends one, so a task typed on one line (the console's) can have several."""
+    return [part for line in task.splitlines() for part in line.split(LINE_SEPARATOR)]
+
+
 def parse_actions(task: str) -> list[Action]:
     """The task's tool calls, in line order: `$ ` lines for bash, `send_file PATH [caption]` lines for send_file."""
     actions = []
-    for line in task.splitlines():
+    for line in task_lines(task):
         stripped = line.strip()
         if line.lstrip().startswith(COMMAND_PREFIX):
             command = line.lstrip().removeprefix(COMMAND_PREFIX).strip()

@@ -104,6 +104,13 @@ def test_send_file_lines_are_calls_in_line_order_with_the_commands() -> None:
     assert parse_actions(prose) == []
 
 
+def test_a_task_typed_on_one_line_separates_its_lines_with_double_semicolons() -> None:
+    one_line = "$ wc -l inbox/data.csv > n.txt ;; send_file n.txt the count ;; $ case x in x) echo ok;; esac"
+    assert [action.tool for action in parse_actions(one_line)] == ["bash", "send_file", "bash"]
+    assert parse_actions(one_line)[1].arguments == {"path": "n.txt", "caption": "the count"}
+    assert parse_commands("$ echo a;;b") == ["echo a;;b"]  # only ` ;; ` with its blanks separates
+
+
 def test_send_file_lines_call_the_send_file_tool_then_the_report_lists_them(model: OfflineSubagentModel) -> None:
     outputs = {
         "wc -l inbox/data.csv > report.txt": "",
