@@ -31,8 +31,7 @@ class ChatFileCache:
         self._downloads: dict[str, asyncio.Task[Path]] = {}
 
     def path_for(self, file: ChatFile) -> Path:
-        key = hashlib.sha256(file.file_unique_id.encode()).hexdigest()[:KEY_CHARS]
-        return self._dir / key
+        return self._dir / copy_name(file.file_unique_id)
 
     async def local_copy(self, file: ChatFile, max_bytes: int) -> Path:
         """The file's host-side copy, downloading it first if there is none; FileUnavailable says why not."""
@@ -57,6 +56,11 @@ class ChatFileCache:
         await asyncio.to_thread(_write_atomic, path, data)
         log.info("chat_file_downloaded", file=file.ref, chat_id=file.chat_id, size_bytes=len(data))
         return path
+
+
+def copy_name(file_unique_id: str) -> str:
+    """The name of a platform file's copy in the cache (retention keeps the copies live runs were given)."""
+    return hashlib.sha256(file_unique_id.encode()).hexdigest()[:KEY_CHARS]
 
 
 def _touch_size(path: Path) -> int | None:

@@ -1,27 +1,27 @@
 """Retention: what runs leave behind on disk and in the database goes once it is older than the limit.
 
 Run dirs and quarantined IPC entries were written by containers, so they are removed through
-descriptors without following anything (`runner.storage.workspace_usage.remove_entry`); file work runs in a
+descriptors without following anything (`runner.storage.prune_entries`); file work runs in a
 thread and database work in small batches, so neither holds up the event loop or other writers.
-Run rows stay (statistics count them); only their bulky text is dropped.
+Run rows stay (statistics count them); only their bulky text is dropped. The chat files runs were given
+and the files they sent go by runner/storage/file_retention.py's rules.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from core.logging import get_logger
 from core.store.db import Database
 from core.store.runs import FINAL_STATUSES, RunStatus
-from runner.ipc.requests import REASON_SUFFIX, errors_dir, printable
+from runner.ipc.requests import REASON_SUFFIX, errors_dir
+from runner.storage.file_retention import FileRetention
 from runner.storage.paths import DataPaths
-from runner.storage.workspace_usage import remove_entry
+from runner.storage.prune_entries import Entry, Removed, list_entries, remove_names
 
 SECONDS_PER_DAY = 86_400.0
 PRUNE_INTERVAL_SECONDS = 3_600.0  # a suggested pace for `run_forever`; pruning is cheap when little is due
@@ -43,29 +43,10 @@ class PruneReport:
     run_texts: int = 0
     ipc_messages: int = 0
     outbox_rows: int = 0
+    files_in: int = 0  # copies of chat files no run used for the period (DATA_DIR/files/in)
+    files_out: int = 0  # copies of files runs sent, their sending over (DATA_DIR/files/out)
+    out_folders: int = 0  # finished runs' emptied folders under DATA_DIR/files/out
     failures: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Removed:
-    removed: int
-    failures: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    name: str
-    st: os.stat_result
-
-    @property
-    def changed_at(self) -> float:
-        """A container can set mtime to any time but not ctime: the earlier of the two ages honest entries
-        by mtime, and a forged future mtime cannot keep an entry forever."""
-        return min(self.st.st_mtime, self.st.st_ctime)
-
-    @property
-    def is_dir(self) -> bool:
-        return stat.S_ISDIR(self.st.st_mode)
 
 
 class Retention:
@@ -82,6 +63,7 @@ class Retention:
         self._paths = paths
         self._retention_seconds = retention_days * SECONDS_PER_DAY
         self._clock = clock
+        self._files = FileRetention(db, paths, self._run_rows)
         self._lock = asyncio.Lock()  # one pass at a time, whoever asks
 
     async def run_forever(self, interval_seconds: float) -> None:
@@ -99,6 +81,7 @@ class Retention:
             run_dirs = await self._prune_run_dirs(cutoff)
             ipc_errors = await asyncio.to_thread(_prune_ipc_errors, errors_dir(self._paths.ipc_root), cutoff)
             sessions = await self._prune_sessions(cutoff)
+            files = await self._files.prune(cutoff)
             report = PruneReport(
                 run_dirs=run_dirs.removed,
                 ipc_error_files=ipc_errors.removed,
@@ -111,20 +94,23 @@ class Retention:
                     "(status = 'sent' AND sent_at < ?) OR (status = 'failed' AND next_attempt_at < ?)",
                     (cutoff, cutoff),
                 ),
-                failures=run_dirs.failures + ipc_errors.failures + sessions.failures,
+                files_in=files.files_in,
+                files_out=files.files_out,
+                out_folders=files.out_folders,
+                failures=run_dirs.failures + ipc_errors.failures + sessions.failures + files.failures,
             )
         log.info("retention_pruned", **asdict(report))
         return report
 
     # --- files ---------------------------------------------------------------------------------------
 
-    async def _prune_run_dirs(self, cutoff: float) -> _Removed:
+    async def _prune_run_dirs(self, cutoff: float) -> Removed:
         """A run's dir goes once the run finished before the cutoff; one without a run row by its age."""
         runs_dir = self._paths.runs_dir
-        entries = await asyncio.to_thread(_list_entries, runs_dir)
+        entries = await asyncio.to_thread(list_entries, runs_dir)
         rows = await self._run_rows(entry.name for entry in entries)
         expired = [entry.name for entry in entries if _run_dir_expired(entry, rows.get(entry.name), cutoff)]
-        return await asyncio.to_thread(_remove_names, runs_dir, expired)
+        return await asyncio.to_thread(remove_names, runs_dir, expired)
 
     async def _run_rows(self, run_ids: Iterable[str]) -> dict[str, tuple[str, float | None]]:
         ids = list(run_ids)
@@ -139,7 +125,7 @@ class Retention:
                     found[str(row[0])] = (str(row[1]), row[2])
         return found
 
-    async def _prune_sessions(self, cutoff: float) -> _Removed:
+    async def _prune_sessions(self, cutoff: float) -> Removed:
         keep = await self._sessions_in_use()
         return await asyncio.to_thread(_prune_session_files, self._paths.sessions_dir, keep, cutoff)
 
@@ -188,7 +174,7 @@ class Retention:
                 return total
 
 
-def _run_dir_expired(entry: _Entry, row: tuple[str, float | None] | None, cutoff: float) -> bool:
+def _run_dir_expired(entry: Entry, row: tuple[str, float | None] | None, cutoff: float) -> bool:
     if row is None:
         return entry.changed_at < cutoff  # no run of that id: left over, kept only while recent
     status, finished_at = row
@@ -202,43 +188,10 @@ def _run_dir_expired(entry: _Entry, row: tuple[str, float | None] | None, cutoff
 # --- blocking file work (run in a thread) -------------------------------------------------------------
 
 
-def _list_entries(directory: Path) -> list[_Entry]:
-    """The entries of a host-owned directory, each lstat'ed (never followed); none when it is missing."""
-    entries: list[_Entry] = []
-    try:
-        with os.scandir(directory) as found:
-            for item in found:
-                try:
-                    entries.append(_Entry(item.name, item.stat(follow_symlinks=False)))
-                except FileNotFoundError:
-                    continue
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return entries
-
-
-def _remove_names(directory: Path, names: Collection[str]) -> _Removed:
-    """Remove entries of a host-owned directory; a symlink is removed as a link, a tree without following."""
-    if not names:
-        return _Removed(0, 0)
-    removed = failures = 0
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in names:
-            try:
-                removed += remove_entry(fd, name)
-            except OSError as exc:
-                failures += 1
-                log.warning("retention_remove_failed", directory=str(directory), name=printable(name), error=str(exc))
-    finally:
-        os.close(fd)
-    return _Removed(removed, failures)
-
-
-def _prune_ipc_errors(errors: Path, cutoff: float) -> _Removed:
+def _prune_ipc_errors(errors: Path, cutoff: float) -> Removed:
     """A quarantined entry and its reason file go together, aged by the reason file: the host wrote it
     when it quarantined the entry, while the entry's own times are whatever the container made them."""
-    entries = _list_entries(errors)
+    entries = list_entries(errors)
     reasons = {e.name.removesuffix(REASON_SUFFIX): e for e in entries if e.name.endswith(REASON_SUFFIX)}
     expired: list[str] = []
     for entry in entries:
@@ -250,24 +203,24 @@ def _prune_ipc_errors(errors: Path, cutoff: float) -> _Removed:
             if reason is not None:
                 expired.append(reason.name)
     expired.extend(reason.name for reason in reasons.values() if reason.changed_at < cutoff)  # entry gone
-    return _remove_names(errors, expired)
+    return remove_names(errors, expired)
 
 
-def _prune_session_files(sessions_dir: Path, keep: set[tuple[str, str]], cutoff: float) -> _Removed:
+def _prune_session_files(sessions_dir: Path, keep: set[tuple[str, str]], cutoff: float) -> Removed:
     """Old files in each chat's session folder, except the sessions in use; folders stay."""
     removed = failures = 0
-    for folder in _list_entries(sessions_dir):
+    for folder in list_entries(sessions_dir):
         if not folder.is_dir:
             continue
         directory = sessions_dir / folder.name
         expired = [
             entry.name
-            for entry in _list_entries(directory)
+            for entry in list_entries(directory)
             if not entry.is_dir
             and entry.changed_at < cutoff
             and (folder.name, entry.name.removesuffix(SESSION_SUFFIX)) not in keep
         ]
-        done = _remove_names(directory, expired)
+        done = remove_names(directory, expired)
         removed += done.removed
         failures += done.failures
-    return _Removed(removed, failures)
+    return Removed(removed, failures)
