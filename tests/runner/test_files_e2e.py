@@ -4,6 +4,7 @@ them to its inbox itself, plots with the image's python3 and sends the PNG back 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -77,4 +78,4 @@ async def test_a_csv_posted_in_the_group_comes_back_as_a_chart(
     # Kept host-side, never in the chat's workspace (the container wrote its own copy there).
     out = next(f for f in files if f.direction is Direction.OUT)
     assert out.stored is not None and Path(out.stored).is_relative_to(settings.data_dir / "files" / "out")
-    assert Path(out.stored).read_bytes() == chart.data
+    assert await asyncio.to_thread(Path(out.stored).read_bytes) == chart.data
