@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from container.file_names import safe_file_name
-from core.store.chat_files import ChatFile
+from core.store.chat_files import ChatFile, size_text
 from core.store.messages import MessageStore, StoredMessage
 
 LATEST_MARKER = "Latest message, from "
@@ -51,17 +51,6 @@ def instructions_for(assistant_name: str, can_spawn: bool, can_schedule: bool = 
 class Prompt:
     text: str
     window: list[StoredMessage]
-
-
-def size_text(size_bytes: int | None) -> str:
-    """412 KB, 3.1 MB: a size as people read it; `size unknown` when the platform did not say."""
-    if size_bytes is None:
-        return "size unknown"
-    if size_bytes < 1024:
-        return f"{size_bytes} bytes"
-    if size_bytes < 1024 * 1024:
-        return f"{size_bytes / 1024:.0f} KB"
-    return f"{size_bytes / (1024 * 1024):.1f} MB"
 
 
 def file_line(file: ChatFile) -> str:

@@ -179,10 +179,13 @@ class ConsoleChannel:
     ) -> int | None:
         self._last_typing = 0.0
         if self._files_dir is None:
-            self.say(f"{plain(caption)}\n(a file, {file.name}: not saved, this console keeps no files)")
+            self.say(
+                f"(a file, {file.name}: not saved, this console keeps no files)"
+                + (f": {plain(caption)}" if caption else "")
+            )
             return None
         saved = await asyncio.to_thread(save_copy, self._files_dir, file)
-        self.say(f"{plain(caption)}\n(file {file.name} saved as {saved})".lstrip())
+        self.say(f"(a file, {file.name}, saved as {saved})" + (f": {plain(caption)}" if caption else ""))
         return None
 
     async def download_file(self, file_id: str, max_bytes: int) -> bytes:

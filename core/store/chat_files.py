@@ -62,6 +62,17 @@ class ChatFile:
         return file_ref(self.id)
 
 
+def size_text(size_bytes: int | None) -> str:
+    """412 KB, 3.1 MB: a size as people read it; `size unknown` when the platform did not say."""
+    if size_bytes is None:
+        return "size unknown"
+    if size_bytes < 1024:
+        return f"{size_bytes} bytes"
+    if size_bytes < 1024 * 1024:
+        return f"{size_bytes / 1024:.0f} KB"
+    return f"{size_bytes / (1024 * 1024):.1f} MB"
+
+
 def file_ref(file_row_id: int) -> str:
     """How the prompt, spawn requests and scheduled tasks name a chat file: `f3`."""
     return f"{REF_PREFIX}{file_row_id}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from container.protocol import SpawnRequest
+from core.store.chat_files import size_text
 from core.store.runs import RunRecord, RunStatus
 
 SUBAGENT_SENDER = "[Subagent]"
@@ -46,4 +47,4 @@ def outcome_body(status: str, *, result: str | None, error: str | None) -> str:
 
 def files_sent_line(files: list[tuple[str, int]]) -> str:
     """`Files sent: chart.png (34 KB), data.csv (2 KB)`: what the run sent the chat, as the host received it."""
-    return "Files sent: " + ", ".join(f"{name} ({max(1, round(size / 1024))} KB)" for name, size in files)
+    return "Files sent: " + ", ".join(f"{name} ({size_text(size)})" for name, size in files)
