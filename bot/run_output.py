@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from bot.agent.prompt import size_text
 from bot.ports.runs import RunCancels, RunSummary, age_text, when_text
+from core.store.chat_files import size_text
 from core.store.run_files import Direction, RunFile, RunFileStore
 from core.store.runs import FINAL_STATUSES, FollowUp, RunRecord, RunStatus, RunStore
 

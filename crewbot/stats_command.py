@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from core.live_config import LiveConfig
 from core.settings import Settings
+from core.store.chat_files import size_text
 from core.store.db import Database
+from core.store.run_files import FileTotals, RunFileStore
 from core.store.runs import RunStore
 from core.store.setting_overrides import SettingChange, SettingOverrideStore
 from crewbot.cap_advice import Advice, Host, advise
@@ -55,12 +57,14 @@ async def gather(settings: Settings, since_seconds: float, chat_id: int | None) 
         await config.load()  # the live values the bot has, not only the environment's
         now = time.time()
         records = await RunStore(db).created_since(now - since_seconds, chat_id)
+        files = await RunFileStore(db).totals(now - since_seconds, chat_id)
         changes = await SettingOverrideStore(db).changes(name=CAP_SETTING)
     finally:
         await db.close()
     start = min([r.created_at for r in records], default=now)
     cap_at = cap_history(changes, settings.max_concurrent_subagents)
     stats = compute(records, start, now, cap_at, [c.changed_at for c in changes if start <= c.changed_at <= now])
+    stats = replace(stats, files=files)
     advice = advise(
         stats,
         current_cap=settings.max_concurrent_subagents,
@@ -76,6 +80,12 @@ def _spread(spread: Spread, unit: str, scale: float = 1.0) -> str:
         return f"unknown ({spread.unknown} runs without the figure)" if spread.unknown else "no runs"
     known = f"{spread.known} known" + (f", {spread.unknown} unknown" if spread.unknown else "")
     return f"p50 {spread.p50 / scale:.1f} {unit}, p95 {spread.p95 / scale:.1f} {unit} ({known})"
+
+
+def _files(totals: FileTotals) -> str:
+    return (
+        f"{totals.files_in} in ({size_text(totals.bytes_in)}), {totals.files_out} out ({size_text(totals.bytes_out)})"
+    )
 
 
 def render(stats: UsageStats, advice: Advice, chat_id: int | None, current_cap: int) -> list[str]:
@@ -96,6 +106,7 @@ def render(stats: UsageStats, advice: Advice, chat_id: int | None, current_cap: 
         f"memory per run: {_spread(stats.memory_peak_bytes, 'MiB', MIB)}",
         f"cpu per run: {_spread(stats.cpu_seconds, 's')}; cores busy {_spread(stats.cpu_cores, 'cores')}",
         f"tokens per chat: {tokens}",
+        f"files: {_files(stats.files)}",
         *advice.lines,
         f"apply without a restart: crewbot config set {CAP_SETTING}={advice.suggested}",
     ]

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from core.store.run_files import FileTotals
 from core.store.runs import RunRecord, RunStatus
 
 CapAt = Callable[[float], int]  # the MAX_CONCURRENT_SUBAGENTS in force at a moment
@@ -71,6 +72,9 @@ class UsageStats:
     peak_wanted: int  # running + queued + refused requests (each counted for the median run's duration)
     tokens_by_chat: dict[int, int]
     timeline: list[Step] = field(repr=False)
+    files: FileTotals = field(
+        default_factory=FileTotals
+    )  # files and bytes runs were given (in) and sent (out) in the period
 
 
 NOTICEABLE_WAIT_SECONDS = 5.0  # a queue wait longer than this counts as "had to wait"

@@ -9,15 +9,19 @@ from pathlib import Path
 
 from PIL import Image
 
+from core.store.chat_files import FileKind
+from core.store.outbox import SentFileKind
+from core.store.run_files import FileTotals
 from core.store.runs import RunRecord, RunStatus, RunStore
 from core.store.setting_overrides import SettingChange
 from core.stores import Stores
 from crewbot.cap_advice import GIB, MIB, Host, advise
-from crewbot.stats_command import cap_history
+from crewbot.stats_command import cap_history, gather
 from crewbot.stats_plot import PLOT_HEIGHT_PX, PLOT_WIDTH_PX, draw
 from crewbot.usage_stats import compute, percentile
 from tests.crewbot.cli_env import crewbot_env, run_crewbot
 from tests.harness import make_settings
+from tests.run_files_helpers import give, send
 
 HOST = Host(memory_bytes=8 * GIB, cpus=4)  # 6 GiB for subagents after the 25 % reserve
 CHAT = -100
@@ -169,6 +173,9 @@ async def test_the_command_reads_the_database_and_prints_json_and_a_plot(tmp_pat
         await runs.mark_running(run_id, None)
         await runs.record_resources(run_id, memory_peak_bytes=(n + 1) * 10 * MIB, cpu_seconds=0.5, samples=3)
         await runs.record_usage(run_id, 100, 20, 1)
+        if n == 0:
+            await give(stores.db, run_id, CHAT, [("sales.csv", 412 * 1024, FileKind.DOCUMENT)])
+            await send(stores.db, run_id, CHAT, "chart.png", 34 * 1024, SentFileKind.PHOTO, data_dir / "chart")
         await runs.finish(run_id, RunStatus.COMPLETED, result="ok")
     await stores.db.close()
 
@@ -179,6 +186,7 @@ async def test_the_command_reads_the_database_and_prints_json_and_a_plot(tmp_pat
     assert report["requests"] == 4 and report["by_outcome"] == {"completed": 4}
     assert report["memory_peak_bytes"]["p95"] == 38.5 * MIB
     assert report["tokens_by_chat"] == {str(CHAT): 480}
+    assert report["files"] == {"files_in": 1, "bytes_in": 412 * 1024, "files_out": 1, "bytes_out": 34 * 1024}
     assert report["advice"]["lines"][-1].startswith("suggested MAX_CONCURRENT_SUBAGENTS=")
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -186,4 +194,28 @@ async def test_the_command_reads_the_database_and_prints_json_and_a_plot(tmp_pat
     assert done.returncode == 0, done.stderr
     assert "memory per run: p50 25.0 MiB, p95 38.5 MiB (4 known)" in done.stdout
     assert "start latency: no runs" in done.stdout  # these runs never had a container
+    assert "files: 1 in (412 KB), 1 out (34 KB)" in done.stdout
     assert "apply without a restart: crewbot config set MAX_CONCURRENT_SUBAGENTS=" in done.stdout
+
+
+async def test_files_are_counted_for_the_period_and_the_chat_asked_for(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "data")
+    stores = await Stores.open(settings)
+    other = CHAT - 1
+    runs = RunStore(stores.db)
+    for run_id, chat, files in (("old", CHAT, 5), ("mine", CHAT, 2), ("theirs", other, 3)):
+        await stores.chats.ensure(chat, "group", str(chat))
+        await runs.create(
+            run_id, chat_id=chat, turn_id=None, task="t", label="t", include_context=False, status=RunStatus.QUEUED
+        )
+        await give(stores.db, run_id, chat, [(f"in-{n}.csv", 1000, FileKind.DOCUMENT) for n in range(files)])
+        await send(stores.db, run_id, chat, "out.png", 50, SentFileKind.PHOTO, tmp_path / run_id)
+    async with stores.db.write() as conn:  # the first run's files are from two days ago
+        await conn.execute("UPDATE run_files SET created_at = created_at - 2 * 86400 WHERE run_id = 'old'")
+    await stores.db.close()
+
+    mine, _ = await gather(settings, 86_400.0, CHAT)
+    everyone, _ = await gather(settings, 86_400.0, None)
+
+    assert mine.files == FileTotals(files_in=2, bytes_in=2000, files_out=1, bytes_out=50)
+    assert everyone.files == FileTotals(files_in=5, bytes_in=5000, files_out=2, bytes_out=100)
