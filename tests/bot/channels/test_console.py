@@ -99,3 +99,30 @@ def test_markdown_reads_as_plain_text_on_a_terminal() -> None:
 def test_terminal_control_from_replies_never_reaches_the_terminal() -> None:
     assert plain("a\x1b]0;title\x07b\x1b[2Jc\rd\x9be") == "a]0;titleb[2Jcde"
     assert plain("tabs\tand\nnewlines stay") == "tabs\tand\nnewlines stay"
+
+
+def stored_files(data_dir: Path) -> list[tuple[str, str, int, str]]:
+    conn = sqlite3.connect(data_dir / "crewbot.sqlite3")
+    try:
+        rows = conn.execute(
+            "SELECT f.name, f.kind, f.size_bytes, m.content FROM chat_files f JOIN messages m ON m.id = f.message_id"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]
+
+
+def test_file_attaches_a_local_file_that_the_main_agent_then_sees(tmp_path: Path) -> None:
+    (tmp_path / "my data.csv").write_text("month,total\njan,3\n")
+    env = crewbot_env(tmp_path / "data")
+
+    done = run_crewbot(
+        ["console"], env, tmp_path, stdin='/file "my data.csv" how many rows?\n/file missing.csv\n/file\n'
+    )
+
+    assert "(attached my data.csv, 18 bytes)" in done.stdout, done.stdout + done.stderr
+    # The offline model quotes the message as the prompt shows it: the file with its id, then the text.
+    assert "[file f1: my data.csv, text/csv, 18 bytes] how many rows?" in done.stdout
+    assert "(no file attached: missing.csv: No such file or directory)" in done.stdout
+    assert "(no file attached: usage: /file PATH [text]" in done.stdout
+    assert stored_files(tmp_path / "data") == [("my data.csv", "document", 18, "how many rows?")]
