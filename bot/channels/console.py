@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from bot.channels.base import ChatDirectory, InboundHandler, MembershipHandler
+from bot.channels.base import ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
 from bot.channels.console_files import FILE_COMMAND, AttachError, attach, read_local, save_copy
 from bot.channels.inbound import InboundMessage
 from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain
@@ -184,7 +184,10 @@ class ConsoleChannel:
                 + (f": {plain(caption)}" if caption else "")
             )
             return None
-        saved = await asyncio.to_thread(save_copy, self._files_dir, file)
+        try:
+            saved = await asyncio.to_thread(save_copy, self._files_dir, file)
+        except OSError as exc:
+            raise DeliveryError(f"the file {file.name} was not saved: {exc.strerror or exc}", permanent=True) from exc
         self.say(f"(a file, {file.name}, saved as {saved})" + (f": {plain(caption)}" if caption else ""))
         return None
 

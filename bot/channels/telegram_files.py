@@ -10,6 +10,7 @@ from telegram import Bot, InputFile, Message, ReplyParameters
 from telegram.error import BadRequest, TelegramError
 
 from core.logging import get_logger
+from core.outbox import DeliveryError
 from core.store.chat_files import FileKind, FileUnavailable, NewFile
 from core.store.outbox import OutgoingFile, SentFileKind
 
@@ -102,7 +103,11 @@ async def send_file(
     reply: ReplyParameters | None,
 ) -> int:
     """Send it as its kind says; a photo Telegram refuses to process goes again as a document."""
-    data = await asyncio.to_thread(file.path.read_bytes)  # host-only storage, at most SUBAGENT_MAX_FILE_MB
+    try:
+        data = await asyncio.to_thread(file.path.read_bytes)  # host-only storage, at most SUBAGENT_MAX_FILE_MB
+    except OSError as exc:
+        # Pruned or lost (a restored backup): retrying cannot bring it back.
+        raise DeliveryError(f"the file {file.name} is no longer kept: {exc.strerror or exc}", permanent=True) from exc
     text = caption[:MAX_CAPTION_CHARS] or None
     if file.kind is SentFileKind.PHOTO:
         try:

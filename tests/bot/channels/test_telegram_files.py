@@ -156,3 +156,16 @@ async def test_a_file_owed_to_the_chat_is_sent_once_as_a_reply(
         "the chart",
     )
     assert sent[0].reply_to_message_id == asked
+
+
+async def test_a_file_whose_kept_copy_is_gone_is_given_up_and_the_chat_goes_on(tmp_path: Path) -> None:
+    async with FakeTelegram() as tg, telegram_app(make_settings(tmp_path, tg)) as app:
+        tg.add_chat(GROUP_ID)
+        await app.stores.chats.ensure(GROUP_ID, "supergroup", "g")
+        await app.stores.outbox.add(owe_file(tmp_path / "pruned.png", SentFileKind.PHOTO, None))
+        await app.delivery.post(GROUP_ID, "later news", wait=False)
+        await tg.wait_for_messages(GROUP_ID, 1)
+        errors = await app.stores.outbox.errors()
+    assert tg.sent_files(GROUP_ID) == []
+    assert [m.plain_text for m in tg.sent_messages(GROUP_ID)] == ["Crew: later news"]
+    assert any("the file chart.png is no longer kept" in error for error in errors)
