@@ -69,6 +69,10 @@ def _intro(settings: Settings, log_file: Path, why: str | None) -> list[str]:
         )
     else:
         lines.append(f"Model: {settings.llm_model} ({settings.llm_provider.value}).")
+    lines.append(
+        "Files: `/file PATH [text]` posts a local file (a subagent finds it in inbox/); files a subagent sends "
+        f"are saved in {settings.data_dir / CONSOLE_FILES_DIR}."
+    )
     lines.append(f"Logs: {log_file}")
     return lines
 
