@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,13 +51,21 @@ class FilesOut:
 
 class RunFileDesk:
     def __init__(
-        self, live: LiveRun, *, offered: list[Path], out: FilesOut, runs: RunStore, delivery: Delivery
+        self,
+        live: LiveRun,
+        *,
+        offered: list[Path],
+        out: FilesOut,
+        runs: RunStore,
+        delivery: Delivery,
+        on_sent: Callable[[int], None] | None = None,
     ) -> None:
         self._live = live
         self._offered = offered
         self._out = out
         self._runs = runs
         self._delivery = delivery
+        self._on_sent = on_sent  # a file was accepted, its size: the metrics count it
         self._uploading = False
         self._next = 0
 
@@ -140,6 +149,8 @@ class RunFileDesk:
         if outcome is FileOutOutcome.NOT_LIVE:
             raise ChannelRefused(403, f"run {self._live.id} is cancelled or finished")
         self._out.accepted.add(meta.upload_id)
+        if self._on_sent is not None:
+            self._on_sent(file.size_bytes)
         log.info("run_file_sent", run_id=self._live.id, name=name, size_bytes=file.size_bytes, kind=kind.value)
         self._delivery.send_soon(self._live.chat_id)
         return "sent"

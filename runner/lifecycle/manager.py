@@ -74,7 +74,14 @@ class TaskManager:
         self._workspaces = workspaces
         self._accounting = accounting
         self._opener = RunOpener(
-            settings, stores=stores, channels=channels, delivery=delivery, paths=paths, files=files, inputs=inputs
+            settings,
+            stores=stores,
+            channels=channels,
+            delivery=delivery,
+            paths=paths,
+            files=files,
+            inputs=inputs,
+            accounting=accounting,
         )
         self._supervisor = Supervisor(runtime, lambda: settings.subagent_timeout_seconds)
         self._releases = Releases(typing)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from core.store.run_files import Direction
 from core.store.runs import RunStatus
 
 # Seconds: a queue wait or a start is short, a run lasts up to SUBAGENT_TIMEOUT_SECONDS (900 s by default).
@@ -42,6 +43,18 @@ class RunMetrics:
         self.runs = Counter("crewbot_subagent_runs", "Runs by their final status", ["outcome"], registry=r)
         self.refusals = Counter("crewbot_subagent_refusals", "Spawn requests refused by a cap", ["cap"], registry=r)
         self.tokens = Counter("crewbot_subagent_llm_tokens", "LLM tokens used by subagents", ["direction"], registry=r)
+        self.files = Counter(
+            "crewbot_subagent_files",
+            "Chat files given to runs (in) and files runs sent (out)",
+            ["direction"],
+            registry=r,
+        )
+        self.file_bytes = Counter(
+            "crewbot_subagent_file_bytes",
+            "Bytes of the files given to runs (in) and sent (out)",
+            ["direction"],
+            registry=r,
+        )
         self.queue_wait = Histogram(
             "crewbot_subagent_queue_wait_seconds",
             "Request recorded -> run started (run start minus request creation)",
@@ -85,6 +98,9 @@ class RunMetrics:
             self.refusals.labels(cap=cap)
         for direction in ("input", "output"):
             self.tokens.labels(direction=direction)
+        for file_direction in Direction:
+            self.files.labels(direction=file_direction.value)
+            self.file_bytes.labels(direction=file_direction.value)
 
     def refused(self, chat_cap: bool) -> None:
         """A spawn refused before it became a request (the caps and the queue were full)."""
@@ -107,3 +123,7 @@ class RunMetrics:
     def count_tokens(self, input_tokens: int, output_tokens: int) -> None:
         self.tokens.labels(direction="input").inc(max(input_tokens, 0))
         self.tokens.labels(direction="output").inc(max(output_tokens, 0))
+
+    def count_files(self, direction: Direction, files: int, size_bytes: int) -> None:
+        self.files.labels(direction=direction.value).inc(max(files, 0))
+        self.file_bytes.labels(direction=direction.value).inc(max(size_bytes, 0))

@@ -1,4 +1,5 @@
-"""What the manager tells the store and the metrics at a run's milestones: started, stopped, ended.
+"""What the manager tells the store and the metrics at a run's milestones: given its files, started, a file
+sent, stopped, ended.
 
 Kept apart from the manager so its lifecycle reads as a lifecycle: queue wait and start latency when the
 container starts, resource figures (runner/runtimes/resource_use.py) and cancel latency once it has stopped, the
@@ -8,8 +9,10 @@ outcome and duration once the run is over.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from core.logging import get_logger
+from core.store.run_files import Direction, GivenFile
 from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus, RunStore
 from runner.lifecycle.metrics import CapKind, RunMetrics
 from runner.runs.live_runs import LiveRun
@@ -37,6 +40,15 @@ class RunAccounting:
         if status is RunStatus.REJECTED:
             cap = CapKind.CHAT if reason is not None and "this chat" in reason else CapKind.GLOBAL
             self._metrics.refusals.labels(cap=cap).inc()
+
+    def files_given(self, files: Sequence[GivenFile]) -> None:
+        """A run starts with these chat files (counted once: a run re-attached after a restart is not)."""
+        if files:
+            self._metrics.count_files(Direction.IN, len(files), sum(f.size_bytes for f in files))
+
+    def file_sent(self, size_bytes: int) -> None:
+        """A file a run sent was accepted and is owed to the chat (a retry of it is not counted again)."""
+        self._metrics.count_files(Direction.OUT, 1, size_bytes)
 
     async def started(self, live: LiveRun, container_id: str, marked_running_at: float) -> None:
         live.container_started_at = time.time()

@@ -12,6 +12,7 @@ from runner.channel.llm_proxy import Spent
 from runner.channel.run_endpoint import RunInbox
 from runner.channel.run_file_desk import FilesOut, RunFileDesk
 from runner.lifecycle.manager_ports import RunChannels, RunStores
+from runner.lifecycle.run_accounting import RunAccounting
 from runner.runs.live_runs import LiveRun
 from runner.storage.paths import DataPaths
 from runner.storage.run_files import RunFiles
@@ -31,6 +32,7 @@ class RunOpener:
         paths: DataPaths,
         files: RunFiles,
         inputs: RunInputsBuilder,
+        accounting: RunAccounting,
     ) -> None:
         self._settings = settings
         self._runs = stores.runs
@@ -41,6 +43,7 @@ class RunOpener:
         self._paths = paths
         self._files = files
         self._inputs = inputs
+        self._accounting = accounting  # the files given and sent, in the metrics
 
     async def open(
         self,
@@ -56,10 +59,13 @@ class RunOpener:
             recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
             context = [f"{m.sender_name}: {m.content}" for m in recent]
         session_in = record.session_in if record is not None and record.session_in else None
-        if record is None or record.status == RunStatus.QUEUED:
+        starting = record is None or record.status == RunStatus.QUEUED  # else re-attached after a restart
+        if starting:
             session_in = await self._runs.session_for(live.chat_id, live.turn_id)  # a reply continues its run
         inputs = await self._inputs.build(live.chat_id, files, live.id)
         await self._run_files.set_given(live.id, live.chat_id, inputs.given)
+        if starting:
+            self._accounting.files_given(inputs.given)
         spec = await self._files.prepare(live, chat, task, context, session_in, inputs)
         socket_path = self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE
         out = FilesOut(
@@ -68,7 +74,14 @@ class RunOpener:
             max_files=spec.max_files_out,
             max_file_bytes=spec.max_file_bytes,
         )
-        desk = RunFileDesk(live, offered=inputs.paths, out=out, runs=self._runs, delivery=self._delivery)
+        desk = RunFileDesk(
+            live,
+            offered=inputs.paths,
+            out=out,
+            runs=self._runs,
+            delivery=self._delivery,
+            on_sent=self._accounting.file_sent,
+        )
         live.inbox = RunInbox(
             live,
             spec,

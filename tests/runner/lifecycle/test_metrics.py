@@ -33,6 +33,8 @@ DOCUMENTED = {
     "crewbot_subagent_runs": "counter",
     "crewbot_subagent_refusals": "counter",
     "crewbot_subagent_llm_tokens": "counter",
+    "crewbot_subagent_files": "counter",
+    "crewbot_subagent_file_bytes": "counter",
     "crewbot_subagent_queue_wait_seconds": "histogram",
     "crewbot_subagent_start_latency_seconds": "histogram",
     "crewbot_subagent_run_duration_seconds": "histogram",
