@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from aiohttp import BodyPartReader, MultipartReader, web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from container.protocol import MAX_FILE_META_BYTES, FileMeta
 from runner.channel import bounded_json
@@ -77,6 +78,9 @@ async def receive_file(endpoint: FileEndpoint, request: web.Request) -> web.Resp
         if target is None:
             return answer(200, True, "already sent")
         received = await _write(await _part(reader, "file"), target, endpoint.max_file_bytes)
+        # The closing boundary must follow: a third part, or a body cut off before its end, is not an upload.
+        if await reader.next() is not None:
+            raise ChannelRefused(INVALID_STATUS, "not a valid file upload: nothing may follow the `file` part")
         detail = await endpoint.file_received(meta, received)
         target = None  # kept: the outbox sends it from there
         return answer(200, True, detail)
@@ -84,7 +88,9 @@ async def receive_file(endpoint: FileEndpoint, request: web.Request) -> web.Resp
         if exc.status == INVALID_STATUS or exc.status == 413:
             endpoint.invalid(exc.status, exc.reason)
         return answer(exc.status, False, exc.reason)
-    except (ValueError, AssertionError, RuntimeError) as exc:  # aiohttp's multipart parser on malformed input
+    # aiohttp's multipart parser on malformed input; BadHttpMessage: a part's header line too long, too many
+    # of them, or a body that ended before its Content-Length.
+    except (ValueError, AssertionError, RuntimeError, BadHttpMessage) as exc:
         reason = f"not a valid file upload: {str(exc)[:200]}"
         endpoint.invalid(INVALID_STATUS, reason)
         return answer(INVALID_STATUS, False, reason)

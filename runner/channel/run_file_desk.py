@@ -6,6 +6,7 @@ chose, in a folder no container mounts, then owed to the chat through the outbox
 from __future__ import annotations
 
 import asyncio
+import secrets
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from runner.runs.outcome import SUBAGENT_SENDER
 log = get_logger(__name__)
 
 OUT_DIR_MODE = 0o700
+NAME_TOKEN_BYTES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +69,6 @@ class RunFileDesk:
         self._delivery = delivery
         self._on_sent = on_sent  # a file was accepted, its size: the metrics count it
         self._uploading = False
-        self._next = 0
 
     @property
     def max_file_bytes(self) -> int:
@@ -79,20 +80,22 @@ class RunFileDesk:
         return self._offered[index]
 
     def admit(self) -> None:
-        """Before an upload's body is read: one at a time, and not beyond the run's limit."""
+        """Before an upload's body is read: one at a time. The run's limit is checked once its meta is read
+        (a few KB): a retry of the upload that reached the limit must still learn it was sent."""
         if self._uploading:
             raise ChannelRefused(409, "one file at a time: wait for the answer to the last one")
-        if len(self._out.accepted) >= self._out.max_files:
-            raise ChannelRefused(429, f"this run has sent its {self._out.max_files} files (SUBAGENT_MAX_FILES)")
 
     async def begin(self, meta: FileMeta) -> Path | None:
         """Where to write the file's bytes; None: a retry of an upload already sent (nothing to write)."""
         if meta.upload_id in self._out.accepted:
             return None
         self.admit()
+        if len(self._out.accepted) >= self._out.max_files:
+            raise ChannelRefused(429, f"this run has sent its {self._out.max_files} files (SUBAGENT_MAX_FILES)")
         self._uploading = True
-        self._next += 1
-        target = self._out.out_dir / f"{len(self._out.accepted) + 1:03d}-{self._next}"
+        # A name no other upload of this run has, in this process or an earlier one (a re-attached run's
+        # folder holds its earlier files: a name that repeats one would fail, and its clean-up remove that file).
+        target = self._out.out_dir / f"{len(self._out.accepted) + 1:03d}-{secrets.token_hex(NAME_TOKEN_BYTES)}"
         try:
             await asyncio.to_thread(self._out.out_dir.mkdir, mode=OUT_DIR_MODE, parents=True, exist_ok=True)
         except BaseException:
