@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, str] = {
     "prompt": "bench.prompt",
     "stall": "bench.loop_stall",
     "hostile": "bench.hostile_channel",
+    "files": "bench.files",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOGS_DIR = RESULTS_DIR / "logs"

@@ -1,8 +1,10 @@
 """The real app for benchmarks (real PTB, SQLite, task manager, Docker), with timing taps at its edges.
 
 The taps observe, they do not change behaviour: `TimedDockerRuntime` is the product's Docker runtime
-noting when a container's start returned and when a kill was asked for, and `FirstCallProbe` notes when
-a run's first request reached the LLM proxy (the proxy asks the run gate `is_live` before anything else).
+noting when a container's start returned and when a kill was asked for, `FirstCallProbe` notes when
+a run's first request reached the LLM proxy (the proxy asks the run gate `is_live` before anything else),
+and `TimedFileSource` is the chat channel as the runs' file source (as the product wires it), noting when
+each download was asked for and when its bytes were in hand.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
 from crewbot.serve import ObservedSubagents, unguarded
+from runner.runs.file_source import FileSource
 from runner.runs.live_runs import LiveRuns
 from runner.runtimes.docker_runtime import DockerRuntime
 from runner.runtimes.runtime import ContainerSpec
@@ -81,11 +84,26 @@ class FirstCallProbe:
         return self.first[run_id]
 
 
+class TimedFileSource:
+    """The channel's download_file; notes (perf_counter) when each download was asked and when it returned."""
+
+    def __init__(self, source: FileSource) -> None:
+        self._source = source
+        self.downloads: list[tuple[str, float, float]] = []  # (file_id, asked, bytes in hand)
+
+    async def download_file(self, file_id: str, max_bytes: int) -> bytes:
+        asked = time.perf_counter()
+        data = await self._source.download_file(file_id, max_bytes)
+        self.downloads.append((file_id, asked, time.perf_counter()))
+        return data
+
+
 @dataclass(slots=True)
 class BenchApp:
     app: App
     service: SubagentService | None
     runtime: TimedDockerRuntime | None
+    downloads: TimedFileSource | None = None
 
     def subagents(self) -> tuple[SubagentService, TimedDockerRuntime]:
         if self.service is None or self.runtime is None:
@@ -120,11 +138,12 @@ async def bench_app(
         poll_timeout_seconds=POLL_TIMEOUT_SECONDS,
     )
     runtime = TimedDockerRuntime(settings.max_concurrent_subagents) if with_subagents else None
+    downloads = TimedFileSource(channel)
     built: list[SubagentService] = []
 
     def factory(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
         assert runtime is not None
-        service = SubagentService(settings, stores, delivery, typing, runtime)
+        service = SubagentService(settings, stores, delivery, typing, runtime, file_source=downloads)
         built.append(service)
         return unguarded(settings, stores, service)
 
@@ -135,6 +154,6 @@ async def bench_app(
         await app.stop()  # as the CLI does: otherwise the database thread keeps the process alive
         raise
     try:
-        yield BenchApp(app, built[0] if built else None, runtime)
+        yield BenchApp(app, built[0] if built else None, runtime, downloads)
     finally:
         await app.stop()

@@ -1,17 +1,22 @@
 """The fake Telegram Bot API in a process of its own, driven over loopback HTTP.
 
-For the ingest, memory and stall benchmarks: the server's work (and its memory: it keeps every update and
-message) must not be counted as the bot's. `python -m bench.tg_process` prints `PORT <n>` and serves until
+For the ingest, memory, stall and files benchmarks: the server's work (and its memory: it keeps every update
+and message) must not be counted as the bot's. `python -m bench.tg_process` prints `PORT <n>` and serves until
 its stdin closes; `/control/push` takes `{"messages": [{"chat_id": .., "text": ..}]}`, `/control/chats` takes
 `{"chat_ids": [..]}` (chats the bot is in, without a message) and `/control/sent` answers how many messages
-the bot has sent.
+the bot has sent. `/control/post` posts one message, a document (read from a local path) with the text as its
+caption when it names a file, and answers when it was posted (`time.time()`); `/control/files` lists the
+files the bot sent to a chat with when each was accepted (`time.time()`), and their sha256 if asked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -28,7 +33,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ControlledFakeTelegram(FakeTelegram):
-    """The tests' fake, plus three control routes ahead of the Bot API ones."""
+    """The tests' fake, plus control routes ahead of the Bot API ones."""
 
     def _build_app(self) -> web.Application:
         app = super()._build_app()
@@ -50,6 +55,30 @@ class ControlledFakeTelegram(FakeTelegram):
             for chat_id in body["chat_ids"]:
                 self.add_chat(int(chat_id), title=f"bench {chat_id}")
             return web.json_response({"added": len(body["chat_ids"])})
+        if action == "post":
+            body = await request.json()
+            chat_id, text, file = int(body["chat_id"]), str(body["text"]), body.get("file")
+            if file is None:
+                self.push_message(chat_id, text)
+            else:
+                data = await asyncio.to_thread(Path(str(file)).read_bytes)
+                self.push_media_message(chat_id, "document", data, file_name=str(body["file_name"]), caption=text)
+            return web.json_response({"posted_at": time.time()})  # the update is queued for getUpdates
+        if action == "files":
+            files = self.sent_files(int(request.query["chat_id"]))
+            to_wall = time.time() - time.monotonic()
+            hashes = request.query.get("hashes") == "1"
+            listed = [
+                {
+                    "method": f.method,
+                    "file_name": f.file_name,
+                    "size_bytes": len(f.data),
+                    "accepted_at": f.at + to_wall,
+                    "sha256": hashlib.sha256(f.data).hexdigest() if hashes else None,
+                }
+                for f in files
+            ]
+            return web.json_response({"files": listed})
         if action == "sent":
             chat = request.query.get("chat_id")
             sent = self.sent_messages(int(chat)) if chat is not None else self.sent_messages()
@@ -109,6 +138,22 @@ class TelegramProcess:
 
     async def add_chats(self, chat_ids: list[int]) -> None:
         await self._call("POST", "chats", {"chat_ids": chat_ids})
+
+    async def post(self, chat_id: int, text: str, file: Path | None = None, file_name: str = "") -> float:
+        """A member's message, or a document with `text` as its caption; when it was posted (time.time())."""
+        payload = {
+            "chat_id": chat_id,
+            "text": text,
+            "file": None if file is None else str(file),
+            "file_name": file_name,
+        }
+        return float((await self._call("POST", "post", payload))["posted_at"])
+
+    async def files(self, chat_id: int, *, hashes: bool = False) -> list[dict[str, Any]]:
+        """What the bot sent to the chat with sendDocument / sendPhoto, oldest first."""
+        answer = await self._call("GET", f"files?chat_id={chat_id}&hashes={int(hashes)}")
+        listed: list[dict[str, Any]] = answer["files"]
+        return listed
 
     async def sent(self, chat_id: int | None = None) -> int:
         """Messages the bot has sent, to one chat or to all."""
