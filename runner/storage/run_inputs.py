@@ -22,6 +22,7 @@ from runner.storage.chat_file_cache import ChatFileCache
 log = get_logger(__name__)
 
 BYTES_PER_MB = 1024 * 1024
+MAX_MIME_CHARS = 255  # OfferedFile.mime_type's limit (container/protocol.py)
 
 
 @dataclass(slots=True)
@@ -62,8 +63,12 @@ class RunInputsBuilder:
                 try:
                     path = await self._cache.local_copy(file, self._max_file_bytes)
                     size = await _size(path)
-                except (FileUnavailable, OSError) as exc:
+                except FileUnavailable as exc:
                     reason = str(exc) or type(exc).__name__
+                except OSError as exc:
+                    # Its text names the host's path: the log has it, the run (and its LLM) does not.
+                    log.warning("run_file_unreadable", run_id=run_id, file=ref, error=str(exc))
+                    reason = "the host could not keep a copy of it"
                 else:
                     if total + size > self._run_bytes:
                         reason = self._over_total(total)
@@ -76,7 +81,9 @@ class RunInputsBuilder:
             log.info("run_file_refused", run_id=run_id, file=ref, reason=reason)
         names = unique_names([file.name for file, _, _ in chosen])
         for index, ((file, path, size), name) in enumerate(zip(chosen, names, strict=True)):
-            inputs.offered.append(OfferedFile(index=index, name=name, size_bytes=size, mime_type=file.mime_type))
+            # As the sender's client set it: one the contract would refuse is left out, not a run that fails.
+            mime = file.mime_type if file.mime_type and len(file.mime_type) <= MAX_MIME_CHARS else None
+            inputs.offered.append(OfferedFile(index=index, name=name, size_bytes=size, mime_type=mime))
             inputs.paths.append(path)
             inputs.given.append(GivenFile(chat_file_id=file.id, name=name, size_bytes=size, kind=file.kind.value))
         return inputs
