@@ -19,11 +19,14 @@ from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from container.protocol import MAX_FILE_META_BYTES, FileMeta
+from core.logging import get_logger
 from runner.channel import bounded_json
 from runner.channel.bounded_json import BodyRefused
 from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused, answer
 from runner.channel.photo_kind import PHOTO_HEAD_BYTES, photo_of
 from runner.channel.run_file_desk import ReceivedFile
+
+log = get_logger(__name__)
 
 READ_CHUNK_BYTES = 64 * 1024
 WRITE_BATCH_BYTES = 1024 * 1024  # bytes gathered before one write in a thread
@@ -54,7 +57,7 @@ class FileEndpoint(Protocol):
 
 
 async def serve_offered(endpoint: FileEndpoint, request: web.Request, index_text: str) -> web.StreamResponse:
-    if not index_text.isdecimal() or len(index_text) > 3:
+    if not (index_text.isascii() and index_text.isdigit()) or len(index_text) > 3:
         return answer(404, False, f"{index_text[:20]!r} is not the index of an offered file")
     try:
         path = endpoint.offered_file(int(index_text))
@@ -94,6 +97,9 @@ async def receive_file(endpoint: FileEndpoint, request: web.Request) -> web.Resp
         reason = f"not a valid file upload: {str(exc)[:200]}"
         endpoint.invalid(INVALID_STATUS, reason)
         return answer(INVALID_STATUS, False, reason)
+    except OSError as exc:  # the host's disk (full, failing), or the container hung up mid-upload
+        log.warning("run_file_not_kept", error=str(exc))
+        return answer(507, False, "the host could not keep the file; try again later")
     finally:
         if target is not None:
             await endpoint.abandon_upload(target)

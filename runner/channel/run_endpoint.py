@@ -125,7 +125,7 @@ class RunInbox:
         return self._files.offered_file(index)
 
     async def begin_upload(self, meta: FileMeta) -> Path | None:
-        self._check_live()
+        self._check_not_stopping()  # a run being stopped sends no more files (its result is still taken)
         return await self._files.begin(meta)
 
     async def file_received(self, meta: FileMeta, received: ReceivedFile) -> str:

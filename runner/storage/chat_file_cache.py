@@ -43,9 +43,14 @@ class ChatFileCache:
         if running is None:
             running = asyncio.create_task(self._download(file, path, max_bytes), name=f"download-{file.ref}")
             self._downloads[path.name] = running
-            running.add_done_callback(lambda _: self._downloads.pop(path.name, None))
+            running.add_done_callback(lambda done: self._finished(path.name, done))
         # Shielded: a run cancelled while it waits does not cancel another run's download of the same file.
         return await asyncio.shield(running)
+
+    def _finished(self, key: str, done: asyncio.Task[Path]) -> None:
+        self._downloads.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: every run that waited for it was cancelled meanwhile
 
     async def _download(self, file: ChatFile, path: Path, max_bytes: int) -> Path:
         if self._source is None:

@@ -7,6 +7,7 @@ run's folder under files/out) and in the outbox (exactly the accepted files), an
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import threading
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from container.protocol import ChannelAnswer
 from core.store.outbox import SentFileKind
 from core.store.run_files import Direction
 from core.store.run_record import RunStatus
+from runner.channel import file_transfer
 from runner.channel.run_endpoint import MAX_INVALID_REQUESTS
 from runner.channel.run_file_desk import FilesOut, RunFileDesk
 from runner.runs.live_runs import StopReason
@@ -284,6 +286,31 @@ async def test_an_upload_after_the_run_was_cancelled_is_refused(rig: DeskRig) ->
     await check_kept(rig, 0)
 
 
+async def test_a_run_being_stopped_sends_no_more_files(rig: DeskRig) -> None:
+    # Guard: RunInbox.begin_upload refuses once a stop is asked for (its result is still taken).
+    rig.live.request_stop(StopReason.INVALID_REQUESTS)
+    answer = await rig.upload(b"one more")
+    assert answer.status == 403 and b"being stopped" in answer.body
+    await check_kept(rig, 0)
+
+
+async def test_a_disk_that_fails_mid_upload_is_an_answer_not_a_crash(
+    rig: DeskRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Guard: receive_file's OSError answer (507, not counted as the run's fault; nothing kept).
+    def full_disk(handle: object, rest: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(file_transfer, "_finish", full_disk)
+    answer = await rig.upload(b"x" * 1000)
+    assert answer.status == 507 and b"could not keep the file" in answer.body
+    assert str(rig.data).encode() not in answer.body  # no host path in what the container reads
+    assert rig.invalid_count == 0
+    await check_kept(rig, 0)
+    monkeypatch.undo()
+    assert (await rig.upload(b"x" * 1000, upload_id="upload-02")).status == 200  # the desk is free again
+
+
 async def test_an_upload_that_ends_after_the_run_finished_is_not_kept(rig: DeskRig) -> None:
     # Guard: RunFileStore.add_out's live check in the transaction, and the desk's removal of refused bytes.
     body = multipart(meta_part({"upload_id": "upload-01", "name": "a"}), file_part(b"x" * 200_000))
@@ -303,7 +330,9 @@ async def test_an_upload_that_ends_after_the_run_finished_is_not_kept(rig: DeskR
 # --- offered files, by index -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("index", ["-1", "2", "99", "../x", "%2e%2e", "%2e%2e%2fx", "99999999999999999999", "", "0x1"])
+@pytest.mark.parametrize(
+    "index", ["-1", "2", "99", "../x", "%2e%2e", "%2e%2e%2fx", "99999999999999999999", "", "0x1", "%D9%A1", "%C2%B9"]
+)
 async def test_only_an_offered_index_is_served(rig: DeskRig, index: str) -> None:
     # Guards: serve_offered's index check and RunFileDesk.offered_file's range check.
     answer = await rig.get(f"/run/files/{index}")
