@@ -16,6 +16,7 @@ from container.file_names import safe_file_name
 from container.protocol import FileMeta
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.store.chat_files import size_text
 from core.store.messages import NewMessage
 from core.store.outbox import Outgoing, OutgoingFile, SentFileKind
 from core.store.run_files import FileOutOutcome, RunFileStore
@@ -120,7 +121,7 @@ class RunFileDesk:
         name = safe_file_name(meta.name)
         kind = SentFileKind.PHOTO if file.photo is not None else SentFileKind.DOCUMENT
         caption = (meta.caption or "").strip()
-        shown = f"[file sent: {name}, {file.size_bytes} bytes]"
+        shown = f"[file sent: {name}, {size_text(file.size_bytes)}]"
         outgoing = Outgoing(
             message=NewMessage(
                 chat_id=self._live.chat_id,
