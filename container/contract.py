@@ -8,6 +8,9 @@ from __future__ import annotations
 
 CHANNEL_DIR = "/crewbot/channel"
 CHANNEL_SOCKET_FILE = "run.sock"
+# The door to the web, beside the run socket when the operator allows egress: a container's loopback
+# forwarder hands it each connection's bytes as they are (an HTTP proxy request, CONNECT for HTTPS).
+EGRESS_SOCKET_FILE = "egress.sock"
 WORKSPACE_DIR = "/workspace"
 IPC_TASKS_DIR = "tasks"
 
@@ -43,3 +46,4 @@ MAX_FILE_META_BYTES = 16 * 1024  # the `meta` part of a file upload: an id, a na
 MAX_OFFERED_FILES = 10  # files one run may be given
 MAX_FILE_NOTES = 20  # lines saying which named files were not given to the run, and why
 MAX_FILE_NOTE_CHARS = 300
+MAX_EGRESS_ENTRIES = 200  # allowlist entries a task lists (the host's check uses all of them)

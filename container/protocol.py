@@ -27,11 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from container.contract import (
     CHANNEL_DIR,
     CHANNEL_SOCKET_FILE,
+    EGRESS_SOCKET_FILE,
     FILES_PATH,
     ID_PATTERN,
     INBOX_DIR,
     IPC_TASKS_DIR,
     MAX_CAPTION_CHARS,
+    MAX_EGRESS_ENTRIES,
     MAX_ERROR_CHARS,
     MAX_FILE_META_BYTES,
     MAX_FILE_NAME_BYTES,
@@ -62,11 +64,13 @@ from container.contract import (
 __all__ = [
     "CHANNEL_DIR",
     "CHANNEL_SOCKET_FILE",
+    "EGRESS_SOCKET_FILE",
     "FILES_PATH",
     "ID_PATTERN",
     "INBOX_DIR",
     "IPC_TASKS_DIR",
     "MAX_CAPTION_CHARS",
+    "MAX_EGRESS_ENTRIES",
     "MAX_ERROR_CHARS",
     "MAX_FILE_META_BYTES",
     "MAX_FILE_NAME_BYTES",
@@ -148,6 +152,14 @@ class FileMeta(_Strict):
     caption: str | None = Field(default=None, max_length=MAX_CAPTION_CHARS)
 
 
+class EgressOffer(_Strict):
+    """What a run may reach through the door (`EGRESS_SOCKET_FILE`); the host checks every connection."""
+
+    mode: Literal["allowlist", "open"]
+    allow: list[Annotated[str, Field(max_length=300)]] = Field(default_factory=list, max_length=MAX_EGRESS_ENTRIES)
+    max_bytes: int = Field(ge=0)
+
+
 class TaskSpec(_Strict):
     """GET /run/task: everything the in-container agent needs, and nothing secret."""
 
@@ -170,6 +182,7 @@ class TaskSpec(_Strict):
     )
     max_file_bytes: int = 20 * 1024 * 1024  # one file sent with send_file
     max_files_out: int = 5  # files the run may send
+    egress: EgressOffer | None = None  # None: no network (the door does not listen)
 
 
 class RunResult(_Strict):

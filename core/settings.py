@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from enum import StrEnum
@@ -13,6 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.egress_rules import EgressMode
 from core.setting_bounds import (
     BYTES_PER_MIB,
     MAX_DATA_RETENTION_DAYS,
@@ -23,6 +23,8 @@ from core.setting_bounds import (
     MAX_MERGE_WINDOW_SECONDS,
     MAX_SCHEDULE_MIN_INTERVAL_SECONDS,
     MAX_SCHEDULE_MISFIRE_GRACE_SECONDS,
+    MAX_SUBAGENT_EGRESS_CONNECTIONS,
+    MAX_SUBAGENT_EGRESS_MB,
     MAX_SUBAGENT_FILE_MB,
     MAX_SUBAGENT_FILES,
     MAX_SUBAGENT_MAX_TOKENS,
@@ -45,6 +47,7 @@ from core.setting_bounds import (
     host_cpu_count,
     host_memory_bytes,
 )
+from core.setting_lists import allow_entries, apt_packages, pip_requirements, split_ids
 
 MAX_TCP_PORT = 65535
 MAX_SUBAGENTS_CEILING = 100  # the highest cap a setting accepts (the Docker runtime's pool is sized for it)
@@ -81,35 +84,6 @@ class ResultMode(StrEnum):
 class LogFormat(StrEnum):
     CONSOLE = "console"
     JSON = "json"
-
-
-ID_LIST_HINT = "write e.g. -1001234567890,42 or [-1001234567890, 42]"
-
-
-def _split_ids(value: object) -> object:
-    """Accept `1,2,-100` (the natural way to write a list in an env file), a JSON list `[1, 2]` (as
-    pydantic-settings users write lists) and a real list; refuse anything else with one clear reason."""
-    if isinstance(value, int):
-        return [value]
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if text.startswith("["):
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError:
-            raise ValueError(f"starts with [ but is not valid JSON: {ID_LIST_HINT}") from None
-        items = parsed if isinstance(parsed, list) else [parsed]
-    else:
-        items = [part.strip() for part in text.split(",") if part.strip()]
-    ids: list[int] = []
-    for item in items:
-        word = str(item).strip()
-        if isinstance(item, bool) or not isinstance(item, int | str) or not re.fullmatch(r"-?\d+", word):
-            which = "" if word == text else f" ({word[:30]!r} is not one)"
-            raise ValueError(f"must be whole numbers{which}: {ID_LIST_HINT}")
-        ids.append(int(word))
-    return ids
 
 
 def check_timezone(name: str) -> str:
@@ -204,6 +178,18 @@ class Settings(BaseSettings):
     subagent_max_files: int = Field(default=5, ge=0, le=MAX_SUBAGENT_FILES, alias="SUBAGENT_MAX_FILES")
     subagent_run_files_mb: int = Field(default=100, ge=1, le=MAX_SUBAGENT_RUN_FILES_MB, alias="SUBAGENT_RUN_FILES_MB")
     subagent_allow_provider_tools: bool = Field(default=False, alias="SUBAGENT_ALLOW_PROVIDER_TOOLS")
+    # The web, through the door the operator controls (README "Subagents and the web"); live, for the next run.
+    subagent_egress: EgressMode = Field(default=EgressMode.NONE, alias="SUBAGENT_EGRESS")
+    subagent_egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=list, alias="SUBAGENT_EGRESS_ALLOW")
+    subagent_egress_max_mb: int = Field(default=50, ge=1, le=MAX_SUBAGENT_EGRESS_MB, alias="SUBAGENT_EGRESS_MAX_MB")
+    subagent_egress_max_connections: int = Field(
+        default=16, ge=1, le=MAX_SUBAGENT_EGRESS_CONNECTIONS, alias="SUBAGENT_EGRESS_MAX_CONNECTIONS"
+    )
+    # Tools baked into the subagent image by `crewbot image build`, fetched on the host.
+    subagent_image_packages: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, alias="SUBAGENT_IMAGE_PACKAGES"
+    )
+    subagent_image_apt: Annotated[list[str], NoDecode] = Field(default_factory=list, alias="SUBAGENT_IMAGE_APT")
     workspace_quota_mb: int = Field(default=1024, ge=1, le=MAX_WORKSPACE_QUOTA_MB, alias="WORKSPACE_QUOTA_MB")
     data_retention_days: float = Field(
         default=30.0,
@@ -246,7 +232,22 @@ class Settings(BaseSettings):
     @field_validator("allowed_chat_ids", "admin_user_ids", mode="before")
     @classmethod
     def _parse_id_list(cls, value: object) -> object:
-        return _split_ids(value)
+        return split_ids(value)
+
+    @field_validator("subagent_egress_allow", mode="before")
+    @classmethod
+    def _parse_allow(cls, value: object) -> object:
+        return allow_entries(value)
+
+    @field_validator("subagent_image_packages", mode="before")
+    @classmethod
+    def _parse_packages(cls, value: object) -> object:
+        return pip_requirements(value)
+
+    @field_validator("subagent_image_apt", mode="before")
+    @classmethod
+    def _parse_apt(cls, value: object) -> object:
+        return apt_packages(value)
 
     @field_validator("subagent_memory")
     @classmethod

@@ -33,6 +33,8 @@ RANGES = {
     "SUBAGENT_MAX_FILE_MB": "a whole number from 1 to 50",
     "SUBAGENT_MAX_FILES": "a whole number from 0 to 50",
     "SUBAGENT_RUN_FILES_MB": "a whole number from 1 to 1000",
+    "SUBAGENT_EGRESS_MAX_MB": "a whole number from 1 to 100000",
+    "SUBAGENT_EGRESS_MAX_CONNECTIONS": "a whole number from 1 to 256",
     "WORKSPACE_QUOTA_MB": "a whole number from 1 to 1048576",
     "DATA_RETENTION_DAYS": "a number from 0.01 to 3650",
     "IPC_RESCAN_SECONDS": "a number from 0.5 to 300",
