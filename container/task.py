@@ -14,6 +14,8 @@ from typing import Any, Literal
 DEFAULT_MAX_FILE_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_FILES_OUT = 5
 _FILE = "an offered file"
+_EGRESS = "the task's egress"
+EGRESS_MODES = ("allowlist", "open")
 
 
 class TaskInvalid(ValueError):
@@ -46,6 +48,34 @@ class OfferedFile:
 
 
 @dataclass(frozen=True, slots=True)
+class Egress:
+    """What the run may reach through the door (the host checks every connection): only the `allow` hosts, or
+    any public address, and `max_bytes` in all."""
+
+    mode: Literal["allowlist", "open"]
+    allow: list[str] = field(default_factory=list)
+    max_bytes: int = 0
+
+    @classmethod
+    def from_raw(cls, raw: object) -> Egress | None:
+        """None when the task has no egress (null, or absent: an older host's task)."""
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise TaskInvalid("the task's egress is not an object")
+        mode = raw.get("mode")
+        if mode not in EGRESS_MODES:
+            raise TaskInvalid(f"the task's egress mode is not one of {', '.join(EGRESS_MODES)}")
+        allow = _typed(raw, "allow", list, [], where=_EGRESS)
+        if not all(isinstance(entry, str) for entry in allow):
+            raise TaskInvalid("the task's egress allow holds a value that is not a string")
+        max_bytes = _typed(raw, "max_bytes", int, where=_EGRESS)
+        if max_bytes < 0:
+            raise TaskInvalid("the task's egress max_bytes is negative")
+        return cls(mode=mode, allow=list(allow), max_bytes=max_bytes)
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
     run_id: str
     task: str
@@ -59,6 +89,7 @@ class Task:
     file_notes: list[str] = field(default_factory=list)  # files the task named and was not given, and why
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # one file sent with send_file
     max_files_out: int = DEFAULT_MAX_FILES_OUT  # files the run may send
+    egress: Egress | None = None  # None: no network (the door does not listen)
 
     @classmethod
     def from_json(cls, data: bytes) -> Task:
@@ -81,6 +112,7 @@ class Task:
             file_notes=[str(line) for line in _typed(raw, "file_notes", list, [])],
             max_file_bytes=_typed(raw, "max_file_bytes", int, DEFAULT_MAX_FILE_BYTES),
             max_files_out=_typed(raw, "max_files_out", int, DEFAULT_MAX_FILES_OUT),
+            egress=Egress.from_raw(raw.get("egress")),
         )
 
 

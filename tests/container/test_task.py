@@ -1,5 +1,5 @@
-"""The task as the container reads it: the host's TaskSpec JSON, the file fields included, and an older host's
-task without them (defaults)."""
+"""The task as the container reads it: the host's TaskSpec JSON, the file and egress fields included, and an
+older host's task without them (defaults)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from container.protocol import EgressOffer, TaskSpec
 from container.protocol import OfferedFile as HostOfferedFile
-from container.protocol import TaskSpec
-from container.task import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES_OUT, OfferedFile, Task, TaskInvalid
+from container.task import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES_OUT, Egress, OfferedFile, Task, TaskInvalid
 
 BASE: dict[str, Any] = {"run_id": "run-task01", "task": "t", "label": "l"}
 
@@ -33,10 +33,27 @@ def test_the_hosts_file_fields_arrive() -> None:
     assert (task.file_notes, task.max_file_bytes, task.max_files_out) == (["f9 was not given: too large"], 1_000, 2)
 
 
+@pytest.mark.parametrize(
+    ("offer", "expected"),
+    [
+        (None, None),
+        (
+            EgressOffer(mode="allowlist", allow=["pypi.org", "*.github.com:443"], max_bytes=50 * 1024 * 1024),
+            Egress("allowlist", ["pypi.org", "*.github.com:443"], 50 * 1024 * 1024),
+        ),
+        (EgressOffer(mode="open", max_bytes=0), Egress("open", [], 0)),
+    ],
+)
+def test_the_hosts_egress_offer_arrives(offer: EgressOffer | None, expected: Egress | None) -> None:
+    spec = TaskSpec(**BASE, egress=offer)
+
+    assert Task.from_json(spec.model_dump_json().encode()).egress == expected
+
+
 def test_an_older_hosts_task_gets_the_defaults() -> None:
     task = Task.from_json(json.dumps(BASE).encode())
 
-    assert (task.files, task.file_notes) == ([], [])
+    assert (task.files, task.file_notes, task.egress) == ([], [], None)
     assert (task.max_file_bytes, task.max_files_out) == (DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES_OUT)
     host_defaults = TaskSpec(**BASE)  # an older host's task is read as the host's own defaults
     assert (host_defaults.max_file_bytes, host_defaults.max_files_out) == (
@@ -55,6 +72,19 @@ def test_an_older_hosts_task_gets_the_defaults() -> None:
         ({"files": [{"index": 0, "size_bytes": 1}]}, "an offered file has no name"),
         ({"max_file_bytes": "20 MB"}, "the task's max_file_bytes is not a int"),
         ({"max_files_out": True}, "the task's max_files_out is not a int"),
+        ({"egress": "open"}, "the task's egress is not an object"),
+        ({"egress": {"mode": "none", "max_bytes": 1}}, "the task's egress mode is not one of allowlist, open"),
+        ({"egress": {"mode": "open"}}, "the task's egress has no max_bytes"),
+        ({"egress": {"mode": "open", "max_bytes": -1}}, "the task's egress max_bytes is negative"),
+        ({"egress": {"mode": "open", "max_bytes": 1.5}}, "the task's egress's max_bytes is not a int"),
+        (
+            {"egress": {"mode": "allowlist", "allow": "pypi.org", "max_bytes": 1}},
+            "the task's egress's allow is not a list",
+        ),
+        (
+            {"egress": {"mode": "allowlist", "allow": ["pypi.org", 443], "max_bytes": 1}},
+            "the task's egress allow holds a value that is not a string",
+        ),
     ],
 )
 def test_unusable_file_fields_are_refused_with_the_field(fields: dict[str, Any], reason: str) -> None:
