@@ -18,6 +18,7 @@ from bot.channels.base import CardChannel, CardGone
 from bot.schedules.firing import TASK_TURN_PREFIX as SCHEDULED_TURN_PREFIX
 from core.logging import get_logger
 from core.outbox import DeliveryError
+from core.store.chat_files import size_text
 from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus, RunStore
 
 log = get_logger(__name__)
@@ -38,13 +39,15 @@ def _tokens(run: RunRecord) -> int:
 
 
 def render(runs: list[RunRecord], now: float) -> str:
-    """The card's text: one line per run (label, state, elapsed, tokens), then the totals."""
+    """The card's text: one line per run (label, state, elapsed, tokens, bytes through the door if it used it),
+    then the totals."""
     lines = ["Subagents of this request:"]
     for run in runs:
         started = run.started_at or run.created_at
         end = run.finished_at or now
         state = str(run.status).replace("_", " ")
-        lines.append(f"• {run.label}: {state}, {_elapsed(end - started)}, {_tokens(run):,} tokens")
+        web = f", web {size_text(run.egress_bytes)}" if run.egress_connections else ""
+        lines.append(f"• {run.label}: {state}, {_elapsed(end - started)}, {_tokens(run):,} tokens{web}")
     ended = [r for r in runs if r.status in FINAL_STATUSES]
     total = sum(_tokens(r) for r in runs)
     first = min(r.created_at for r in runs)

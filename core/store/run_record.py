@@ -52,6 +52,8 @@ class RunRecord:
     cpu_seconds: float | None = None  # None: unknown
     resource_samples: int = 0
     files: tuple[str, ...] = ()  # the chat files its request named (`f3`)
+    egress_bytes: int = 0  # through the door, both ways
+    egress_connections: int = 0
 
 
 def run_from_row(row: aiosqlite.Row) -> RunRecord:
@@ -80,6 +82,8 @@ def run_from_row(row: aiosqlite.Row) -> RunRecord:
         cpu_seconds=row["cpu_seconds"],
         resource_samples=row["resource_samples"],
         files=tuple(_refs(row["files"])),
+        egress_bytes=row["egress_bytes_up"] + row["egress_bytes_down"],
+        egress_connections=row["egress_connections"],
     )
 
 

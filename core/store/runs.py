@@ -57,7 +57,8 @@ class RunStore:
         """Call `on_change(run_id)` after a run's state changed (created, started, ended): the status card."""
         self._watchers.append(on_change)
 
-    def _changed(self, run_id: str) -> None:
+    def changed(self, run_id: str) -> None:
+        """Tell the watchers a run changed (its egress totals, written by others)."""
         for watcher in self._watchers:
             watcher(run_id)
 
@@ -101,7 +102,7 @@ class RunStore:
             if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
                 raise DuplicateRun(run_id) from exc
             raise
-        self._changed(run_id)
+        self.changed(run_id)
 
     async def exists(self, run_id: str) -> bool:
         async with self._db.conn.execute("SELECT 1 FROM subagent_runs WHERE id = ?", (run_id,)) as cursor:
@@ -162,7 +163,7 @@ class RunStore:
                 (time.time(), session_in, run_id),
             )
         if cursor.rowcount == 1:
-            self._changed(run_id)
+            self.changed(run_id)
         return cursor.rowcount == 1
 
     async def set_container(self, run_id: str, container_id: str, started_at: float | None = None) -> None:
@@ -227,7 +228,7 @@ class RunStore:
                 await stage(conn, outgoing)
             elif outgoing is not None:  # stored for the next prompt only (SUBAGENT_RESULT_MODE=announce)
                 await insert_message(conn, outgoing.message)
-        self._changed(run_id)
+        self.changed(run_id)
         return True
 
     # --- sessions -------------------------------------------------------------------------------
