@@ -55,6 +55,18 @@ class RunMetrics:
             ["direction"],
             registry=r,
         )
+        self.egress_connections = Counter(
+            "crewbot_subagent_egress_connections",
+            "Connections runs asked the egress door for, allowed or refused",
+            ["outcome"],
+            registry=r,
+        )
+        self.egress_bytes = Counter(
+            "crewbot_subagent_egress_bytes",
+            "Bytes through the egress door: up (from containers), down (to them)",
+            ["direction"],
+            registry=r,
+        )
         self.queue_wait = Histogram(
             "crewbot_subagent_queue_wait_seconds",
             "Request recorded -> run started (run start minus request creation)",
@@ -98,6 +110,10 @@ class RunMetrics:
             self.refusals.labels(cap=cap)
         for direction in ("input", "output"):
             self.tokens.labels(direction=direction)
+        for outcome in ("allowed", "refused"):
+            self.egress_connections.labels(outcome=outcome)
+        for egress_direction in ("up", "down"):
+            self.egress_bytes.labels(direction=egress_direction)
         for file_direction in Direction:
             self.files.labels(direction=file_direction.value)
             self.file_bytes.labels(direction=file_direction.value)
@@ -127,3 +143,8 @@ class RunMetrics:
     def count_files(self, direction: Direction, files: int, size_bytes: int) -> None:
         self.files.labels(direction=direction.value).inc(max(files, 0))
         self.file_bytes.labels(direction=direction.value).inc(max(size_bytes, 0))
+
+    def count_egress(self, allowed: bool, bytes_up: int, bytes_down: int) -> None:
+        self.egress_connections.labels(outcome="allowed" if allowed else "refused").inc()
+        self.egress_bytes.labels(direction="up").inc(max(bytes_up, 0))
+        self.egress_bytes.labels(direction="down").inc(max(bytes_down, 0))
