@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from bot.agent.abilities import subagent_abilities
 from bot.agent.announce import Announcer
 from bot.agent.deps import SubagentDesk
 from bot.agent.llm import build_main_model
@@ -174,6 +175,7 @@ class App:
             announcements=self.announcer.take if self.announcer else None,
             is_admin=self._is_admin,
             answered_up_to=stores.turns.answered_up_to,
+            abilities=functools.partial(subagent_abilities, settings),
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)

@@ -58,6 +58,7 @@ class MainAgent:
         announcements: Callable[[int], Awaitable[str | None]] | None = None,
         is_admin: AdminCheck | None = None,
         answered_up_to: Callable[[int, int], Awaitable[int | None]] | None = None,
+        abilities: Callable[[], str] | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -66,6 +67,7 @@ class MainAgent:
         self._announcements = announcements  # announce mode: finished runs the chat has not been told of
         self._is_admin = is_admin  # admin-only tools: None refuses them
         self._answered_up_to = answered_up_to  # (chat, trigger) -> the newest trigger a completed turn answered
+        self._abilities = abilities  # what subagents can reach and use, read at each turn (settings change live)
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -112,6 +114,8 @@ class MainAgent:
             self._messages, turn.chat_id, self._history_window, self._assistant_name, up_to_id=turn.trigger_id
         )
         text = prompt.text
+        if self._abilities is not None and self._spawner is not None:
+            text = f"{self._abilities()}\n\n{text}"
         announced = await self._announcements(turn.chat_id) if self._announcements is not None else None
         if announced:
             text = f"{text}\n\n{announced}"

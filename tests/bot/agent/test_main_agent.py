@@ -97,6 +97,7 @@ class Env:
         with_spawner: bool = True,
         history_window: int = 50,
         timeout_seconds: float = 10.0,
+        abilities: Callable[[], str] | None = None,
     ) -> MainAgent:
         return MainAgent(
             lambda: FunctionModel(model),
@@ -106,6 +107,7 @@ class Env:
             assistant_name=NAME,
             history_window=history_window,
             timeout_seconds=timeout_seconds,
+            abilities=abilities,
         )
 
     async def stored(self) -> list[StoredMessage]:
@@ -146,6 +148,26 @@ async def test_model_sees_group_messages_bot_replies_and_subagent_results(env: E
     assert prompt.index("build logs") < prompt.index("Earlier answer") < prompt.index("[Task: x]")
     assert model.infos[0].instructions is not None
     assert NAME in model.infos[0].instructions
+
+
+async def test_each_turn_is_told_what_subagents_can_do_as_it_is_then(env: Env) -> None:
+    said = ["Subagents have no network."]
+    await env.say("@crew fetch the page", trigger=True)
+    model = ScriptedModel()
+    agent = env.agent(model, abilities=lambda: said[-1])
+
+    await agent(new_turn("turn-a"))
+    said.append("Subagents can reach only these hosts over HTTP(S): pypi.org.")
+    await env.say("@crew and now?", trigger=True)
+    await agent(new_turn("turn-b"))
+
+    prompts = [prompt_of(request) for request in model.requests]
+    assert prompts[0].startswith("Subagents have no network.\n\n")
+    assert prompts[1].startswith("Subagents can reach only these hosts over HTTP(S): pypi.org.")
+    # Without subagents there is nothing to tell.
+    lone = ScriptedModel()
+    await env.agent(lone, with_spawner=False, abilities=lambda: said[-1])(new_turn("turn-c"))
+    assert "Subagents can reach" not in lone.prompt
 
 
 async def test_reply_is_stored_as_the_bots_and_sent_with_prefix(env: Env) -> None:
