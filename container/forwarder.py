@@ -28,8 +28,9 @@ MAX_CONNECTIONS = 64
 LISTEN_BACKLOG = 128
 CHUNK_BYTES = 64 * 1024  # asyncio's StreamReader limit: what one direction of a connection holds at a time
 DOOR_CONNECT_SECONDS = 10.0  # a door whose backlog is full does not refuse: it makes connect wait
+ACCEPT_RETRY_SECONDS = 0.1  # after an accept that failed (no file descriptors left, say)
 REFUSAL_LINGER_SECONDS = 2.0  # after a 502: how long the client's request is read and dropped before closing
-MAX_LOGGED_DOOR_FAILURES = 3
+MAX_LOGGED_FAILURES = 5  # lines on doors not reachable and accepts that failed: then one saying there are more
 # The variables the bash tool's commands get with egress (curl reads http_proxy only in lower case), and none
 # of them without it.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -64,7 +65,7 @@ class Forwarder:
         # Each accepted socket with its connection's task, from the accept on: a task cancelled before it ran
         # never closes its socket, so close() does.
         self._open: dict[asyncio.Task[None], socket.socket] = {}
-        self._door_failures = 0
+        self._failures = 0
 
     async def __aenter__(self) -> Forwarder:
         await self.start()
@@ -137,8 +138,8 @@ class Forwarder:
             try:
                 client, _ = await loop.sock_accept(listener)
             except OSError as exc:  # out of file descriptors, say: the next accept may work
-                self._log(f"egress: a connection was not accepted: {exc}")
-                await asyncio.sleep(0.1)
+                self._failed(f"a connection was not accepted: {exc}")
+                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
             if len(self._open) >= self._max_connections:
                 client.close()  # over the limit: closed at once, unanswered
@@ -148,12 +149,19 @@ class Forwarder:
             self._open[task] = client
             task.add_done_callback(self._forget)
 
+    def _failed(self, line: str) -> None:
+        self._failures += 1
+        if self._failures <= MAX_LOGGED_FAILURES:
+            self._log(f"egress: {line}")
+        elif self._failures == MAX_LOGGED_FAILURES + 1:
+            self._log("egress: more failures; not logged")
+
     def _forget(self, task: asyncio.Task[None]) -> None:
         client = self._open.pop(task, None)
         if client is not None:
             client.close()
         if not task.cancelled() and task.exception() is not None:
-            self._log(f"egress: a connection failed: {task.exception()!r}")
+            self._failed(f"a connection failed: {task.exception()!r}")
 
     async def _serve(self, client: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -174,9 +182,7 @@ class Forwarder:
     async def _refuse(self, client: socket.socket, why: str) -> None:
         """Answer 502 with `why`, send nothing more, and read the request for a moment so the answer is not lost to
         a reset when the socket closes with unread bytes."""
-        self._door_failures += 1
-        if self._door_failures <= MAX_LOGGED_DOOR_FAILURES:
-            self._log(f"egress: the door is not reachable: {why}")
+        self._failed(f"the door is not reachable: {why}")
         body = f"crewbot: the web proxy of this run is not reachable ({why})\n".encode()
         head = (
             "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
