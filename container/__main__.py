@@ -34,7 +34,7 @@ def log(line: str) -> None:
 
 async def _run_until_signal(task: Task, channel: RunChannel, paths: ContainerPaths) -> RunResult:
     # As PID 1 the process ignores SIGTERM unless it handles it: stop the run and still report.
-    work = asyncio.create_task(run_task(task, channel, paths.workspace_dir, log))
+    work = asyncio.create_task(run_task(task, channel, paths.workspace_dir, log, door=paths.egress_socket))
     loop = asyncio.get_running_loop()
     handle_signals = threading.current_thread() is threading.main_thread()
     if handle_signals:

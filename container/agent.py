@@ -14,20 +14,22 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from container.inbox import Inbox
-from container.task import Task
+from container.task import Egress, Task
 from container.tool_specs import ArgumentsInvalid, ToolSpec, tool_specs
 from container.tools import Toolbox, ToolFailed
 
 # Tool arguments that fail the check go back to the model this many times (per tool) before the run fails.
 TOOL_ARGUMENT_RETRIES = 3
 LOGGED_ARGUMENT_CHARS = 200
+SHOWN_ALLOW_ENTRIES = 30  # the task text names this many allowlist entries, then says how many more
+SHOWN_ENTRY_CHARS = 100
 
 INSTRUCTIONS = """\
 You are a subagent: the assistant of a group chat handed you one task. Work on it on your own until it
 is done; nobody can answer questions while you run.
 
 Your working directory is {workspace}: the chat's workspace, kept between runs, so leave useful files
-there. /tmp is scratch space that is lost when you finish. Do not count on network access.
+there. /tmp is scratch space that is lost when you finish. {network}
 
 Use the tools: bash for commands, read_file / write_file / edit_file / list_files for files,
 send_message for a short progress note to the chat when a long task reaches a milestone, and send_file
@@ -36,6 +38,8 @@ to send a file from the workspace to the chat.
 When you are done, reply with the result for the chat: complete but concise, plain text (Markdown code
 blocks are fine). It is posted to the chat as it is. If you could not finish, say what is missing and why.
 """
+NO_NETWORK = "Do not count on network access."
+SOME_NETWORK = "You have network access only as the task text says."
 
 
 class StepLimitReached(Exception):
@@ -74,14 +78,45 @@ class Conversation:
 
 def build_prompt(task: Task, inbox: Inbox | None = None) -> str:
     """The user prompt: the task, the recent chat lines when the main agent passed them on, and the files
-    written to the inbox (with the lines on files not given) when there are any."""
+    written to the inbox (with the lines on files not given) when there are any, and the web the run may reach
+    when it has egress."""
     parts = [f"Task ({task.label}):\n{task.task}"]
     if task.context:
         parts.append("Recent chat messages:\n" + "\n".join(task.context))
     files = inbox.describe() if inbox is not None else ""
     if files:
         parts.append(files)
+    if task.egress is not None:
+        parts.append(describe_egress(task.egress))
     return "\n\n".join(parts)
+
+
+def describe_egress(egress: Egress) -> str:
+    """The task text's line on the web: what the door lets through, and how much."""
+    if egress.mode == "open":
+        reach = "any public address"
+        refused = "local and private addresses are refused"
+    else:
+        entries = [_one_line(entry)[:SHOWN_ENTRY_CHARS] for entry in egress.allow[:SHOWN_ALLOW_ENTRIES]]
+        more = len(egress.allow) - len(entries)
+        shown = ", ".join(entry for entry in entries if entry) or "none"
+        reach = f"only these hosts: {shown}{f' and {more} more' if more > 0 else ''}"
+        refused = "other hosts are refused"
+    return (
+        "You can reach the web over HTTP(S) through a proxy (curl, pip, git, python3 -m urllib work as usual): "
+        f"{reach}; at most {_megabytes(egress.max_bytes)} in all; {refused}."
+    )
+
+
+def _megabytes(size_bytes: int) -> str:
+    megabytes = size_bytes / (1024 * 1024)
+    if megabytes >= 1 or size_bytes == 0:
+        return f"{megabytes:.1f}".removesuffix(".0") + " MB"
+    return f"{max(1, round(size_bytes / 1024))} KB"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 async def run_agent(
@@ -96,7 +131,8 @@ async def run_agent(
     """Steps until the model answers with text; raises StepLimitReached after `task.max_steps` requests."""
     specs = tool_specs()
     tools = [spec.as_json() for spec in specs.values()]
-    instructions = INSTRUCTIONS.format(workspace=toolbox.workspace_dir)
+    network = NO_NETWORK if task.egress is None else SOME_NETWORK
+    instructions = INSTRUCTIONS.format(workspace=toolbox.workspace_dir, network=network)
     conversation = Conversation(messages=[*history, _request([_user_prompt(build_prompt(task, inbox))], instructions)])
     retries: dict[str, int] = {}
     for _ in range(task.max_steps):

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +38,11 @@ class CommandResult:
         return "\n".join(lines)
 
 
-async def run_command(command: str, *, cwd: Path, timeout_seconds: float, output_cap_chars: int) -> CommandResult:
-    """Run `command` with `bash -c` in its own process group; kill the whole group at the time limit."""
+async def run_command(
+    command: str, *, cwd: Path, timeout_seconds: float, output_cap_chars: int, env: Mapping[str, str] | None = None
+) -> CommandResult:
+    """Run `command` with `bash -c` in its own process group; kill the whole group at the time limit. `env` is
+    the command's whole environment (None: this process's)."""
     # Our own pipe rather than asyncio's: its wait() also waits for the pipe to close, which a
     # background job may hold open for ever, and we must be able to close our end when we stop reading.
     read_fd, write_fd = os.pipe()
@@ -48,6 +52,7 @@ async def run_command(command: str, *, cwd: Path, timeout_seconds: float, output
             "-c",
             command,
             cwd=cwd,
+            env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=write_fd,
             stderr=write_fd,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from container.contract import CHANNEL_DIR, CHANNEL_SOCKET_FILE, WORKSPACE_DIR
+from container.contract import CHANNEL_DIR, CHANNEL_SOCKET_FILE, EGRESS_SOCKET_FILE, WORKSPACE_DIR
 
 CHANNEL_SOCKET_ENV = "CREWBOT_CHANNEL_SOCKET"
 WORKSPACE_DIR_ENV = "CREWBOT_WORKSPACE_DIR"
@@ -16,6 +16,11 @@ WORKSPACE_DIR_ENV = "CREWBOT_WORKSPACE_DIR"
 class ContainerPaths:
     channel_socket: Path
     workspace_dir: Path
+
+    @property
+    def egress_socket(self) -> Path:
+        """The door to the web: beside the run socket (it listens only when the run has egress)."""
+        return self.channel_socket.parent / EGRESS_SOCKET_FILE
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ContainerPaths:

@@ -3,25 +3,31 @@ RunResult to report."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
 from container.agent import ModelGaveUp, StepLimitReached, Usage, run_agent
 from container.channel import ChannelRefused, RunChannel
-from container.contract import MAX_ERROR_CHARS, MAX_RESULT_CHARS
+from container.contract import CHANNEL_DIR, EGRESS_SOCKET_FILE, MAX_ERROR_CHARS, MAX_RESULT_CHARS
+from container.forwarder import Forwarder
 from container.inbox import fill_inbox
 from container.session import dump_history, load_history
 from container.task import RunResult, Task
 from container.tools import Toolbox
 
 MAX_ERROR_CAUSES = 3
+DOOR = Path(CHANNEL_DIR) / EGRESS_SOCKET_FILE
 
 
-async def run_task(task: Task, channel: RunChannel, workspace_dir: Path, log: Callable[[str], None]) -> RunResult:
-    """Run the agent on `task`; any failure becomes a `failed` result with a short reason."""
+async def run_task(
+    task: Task, channel: RunChannel, workspace_dir: Path, log: Callable[[str], None], door: Path = DOOR
+) -> RunResult:
+    """Run the agent on `task`; any failure becomes a `failed` result with a short reason. With egress, the
+    bash tool's commands reach `door` (the host's web proxy) through a loopback forwarder while the run lasts."""
     usage = Usage()
     try:
-        output = await _run(task, channel, workspace_dir, usage, log)
+        output = await _run(task, channel, workspace_dir, door, usage, log)
     except StepLimitReached:
         return _failed(f"step limit reached: {task.max_steps} model requests", usage)
     except ModelGaveUp as exc:
@@ -36,7 +42,41 @@ async def run_task(task: Task, channel: RunChannel, workspace_dir: Path, log: Ca
     )
 
 
-async def _run(task: Task, channel: RunChannel, workspace_dir: Path, usage: Usage, log: Callable[[str], None]) -> str:
+async def _run(
+    task: Task, channel: RunChannel, workspace_dir: Path, door: Path, usage: Usage, log: Callable[[str], None]
+) -> str:
+    forwarder = await _start_forwarder(task, door, log)
+    try:
+        if forwarder is None:
+            task = dataclasses.replace(task, egress=None)  # the task text then promises no web
+        return await _run_agent(task, channel, workspace_dir, forwarder, usage, log)
+    finally:
+        if forwarder is not None:
+            await forwarder.close()
+
+
+async def _start_forwarder(task: Task, door: Path, log: Callable[[str], None]) -> Forwarder | None:
+    """The loopback forwarder, listening, when the task has egress; None without, or when it cannot listen."""
+    if task.egress is None:
+        return None
+    forwarder = Forwarder(door, log=lambda line: log(f"run {task.run_id}: {line}"))
+    try:
+        await forwarder.start()
+    except OSError as exc:
+        log(f"run {task.run_id}: no web access: the loopback proxy could not listen: {describe_error(exc)}")
+        return None
+    log(f"run {task.run_id}: egress ({task.egress.mode}) through the proxy at {forwarder.url}")
+    return forwarder
+
+
+async def _run_agent(
+    task: Task,
+    channel: RunChannel,
+    workspace_dir: Path,
+    forwarder: Forwarder | None,
+    usage: Usage,
+    log: Callable[[str], None],
+) -> str:
     history, dropped = load_history(task.history)
     if dropped:
         log(f"run {task.run_id}: {dropped}")
@@ -47,6 +87,7 @@ async def _run(task: Task, channel: RunChannel, workspace_dir: Path, usage: Usag
         output_cap_chars=task.output_cap_chars,
         max_file_bytes=task.max_file_bytes,
         max_files_out=task.max_files_out,
+        proxy_url=forwarder.url if forwarder is not None else None,
     )
     inbox = await fill_inbox(task, channel, workspace_dir, lambda line: log(f"run {task.run_id}: {line}"))
     if task.files:

@@ -18,6 +18,7 @@ from typing import Protocol
 from container.bash import run_command
 from container.channel import ChannelRefused
 from container.contract import MAX_CAPTION_CHARS, MAX_PROGRESS_CHARS
+from container.forwarder import shell_environment
 from container.output import cap_text
 from container.task import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES_OUT
 
@@ -67,6 +68,7 @@ class Toolbox:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     max_files_out: int = DEFAULT_MAX_FILES_OUT
     files_sent: FilesSent = field(default_factory=FilesSent)
+    proxy_url: str | None = None  # the loopback forwarder's, when the run has egress: bash's commands use it
 
     async def bash(self, command: str) -> str:
         """Run a shell command with `bash -c` in the workspace directory and return its output.
@@ -85,6 +87,7 @@ class Toolbox:
             cwd=self.workspace_dir,
             timeout_seconds=self.bash_timeout_seconds,
             output_cap_chars=self.output_cap_chars,
+            env=shell_environment(os.environ, self.proxy_url),
         )
         return result.render(self.bash_timeout_seconds)
 
