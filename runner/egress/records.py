@@ -1,0 +1,43 @@
+"""What a run's door is given (its rules, fixed at the run's start) and what it reports (one event a connection)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.egress_rules import AllowEntry, EgressMode
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class EgressRules:
+    """The settings at the run's start: where it may connect, how many bytes and connections it may use."""
+
+    mode: EgressMode  # never NONE here: with none no door is opened at all
+    allow: tuple[AllowEntry, ...]
+    max_bytes: int  # SUBAGENT_EGRESS_MAX_MB * 1 MiB, both directions together
+    max_connections: int  # SUBAGENT_EGRESS_MAX_CONNECTIONS, held at once
+
+
+@dataclass(frozen=True, slots=True)
+class EgressEvent:
+    """One connection attempt, reported when it ends or is refused."""
+
+    host: str  # what the client asked for ("" when it was turned away before saying)
+    port: int
+    address: str | None  # the address connected to, if any
+    allowed: bool
+    reason: str  # refused: why, in one line; allowed: "" or why it was cut
+    bytes_up: int  # client -> server
+    bytes_down: int  # server -> client
+    started_at: float
+    ended_at: float
+
+
+def megabytes(count: int) -> str:
+    """A byte budget as the operator set it: `50 MB`, or `0.06 MB` for a test's small one."""
+    return f"{count // MIB} MB" if count % MIB == 0 else f"{count / MIB:.2g} MB"
+
+
+def budget_reason(max_bytes: int) -> str:
+    return f"this run has used its SUBAGENT_EGRESS_MAX_MB ({megabytes(max_bytes)}, both directions together)"

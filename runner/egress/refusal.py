@@ -1,0 +1,41 @@
+"""A request the door turns down, and the short HTTP answer that tells the client why."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+MAX_REASON_CHARS = 300
+
+BAD_REQUEST = 400  # malformed: not a proxy request the door can read
+FORBIDDEN = 403  # policy: the rules do not allow it
+TIMEOUT = 408  # the request head did not arrive in time
+TOO_MANY = 429  # over the run's connection cap
+BAD_GATEWAY = 502  # the name did not resolve, or the address did not answer
+GATEWAY_TIMEOUT = 504  # resolving or connecting took too long
+
+
+class Refused(Exception):
+    """Why the door will not carry this connection: an HTTP status and one line of plain text."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = one_line(reason)
+
+
+def one_line(text: str) -> str:
+    """The text on one printable line, bounded: it goes into an HTTP body, an event and a log line."""
+    flat = "".join(char if char.isprintable() else " " for char in text)
+    return flat[:MAX_REASON_CHARS]
+
+
+def answer(status: int, reason: str) -> bytes:
+    """A complete HTTP/1.1 response that closes the connection, its body the reason."""
+    body = (one_line(reason) + "\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
