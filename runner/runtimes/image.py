@@ -1,9 +1,11 @@
-"""Build the subagent image `crewbot-agent:latest`: base image, then `docker build`.
+"""Build the subagent image `crewbot-agent:latest`: base image, tools if any, then `docker build`.
 
 The agent needs only the standard library (the host makes its model requests), so the image is the base's
-Python and `container/`. The build context is assembled here from the Dockerfile and `container/`, so what
-is sent is exactly what is hashed: the image carries that hash as a label, which tells a current image
-from a stale one. Usable as `python -m runner.runtimes.image [--if-missing | --force]` (the Makefile does).
+Python and `container/`, plus the tools SUBAGENT_IMAGE_PACKAGES and SUBAGENT_IMAGE_APT ask for (none by
+default; image_install bakes them into a tools image the Dockerfile then builds on). The build context is
+assembled here from the Dockerfile and `container/`, so what is sent is exactly what is hashed: the image
+carries that hash (over the tool lists too) as a label, which tells a current image from a stale one.
+Usable as `python -m runner.runtimes.image [--if-missing | --force]` (the Makefile does).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import docker
 import docker.errors
 
 from runner.runtimes.image_base import BaseImageError, ensure_base_image
+from runner.runtimes.image_install import ensure_tools_image, remove_old_tools_images
+from runner.runtimes.image_tools import ImageTools, ToolsError, tools_from_settings
 
 DEFAULT_IMAGE = "crewbot-agent:latest"
 LABEL_CONTENT_HASH = "crewbot.image.content_hash"
@@ -34,6 +38,7 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "Dockerfile"
 CONTAINER_PACKAGE = "container"
 BUILD_LOCK_FILE = "build/image/.lock"
+TOOLS_CACHE_DIR = "build/image/tools"  # the fetched wheels and .deb files, one folder per tool set
 SKIPPED_PARTS = frozenset({"__pycache__"})
 SKIPPED_SUFFIXES = frozenset({".pyc", ".pyo"})
 # A build step can be silent for minutes on a busy machine; the engine connection must outlast it.
@@ -64,17 +69,21 @@ def image_exists(image: str = DEFAULT_IMAGE) -> bool:
         return _image_labels(client, image) is not None
 
 
-def image_status(image: str = DEFAULT_IMAGE) -> ImageStatus:
-    """`missing`, `stale` (built from other sources or on another base) or `current`."""
+def image_status(image: str = DEFAULT_IMAGE, tools: ImageTools | None = None) -> ImageStatus:
+    """`missing`, `stale` (built from other sources, on another base or with other tools) or `current`.
+    `tools` defaults to what the settings (environment and .env) ask for."""
+    wanted = _tools(tools)
     with _docker_client() as client:
         labels = _image_labels(client, image)
-        if labels is None:
-            return "missing"
-        base = labels.get(LABEL_BASE_IMAGE)
-        if not base:
-            return "stale"
-        context = collect_context(base)
-    return "current" if labels.get(LABEL_CONTENT_HASH) == context.content_hash else "stale"
+    return "missing" if labels is None else status_from_labels(labels, wanted)
+
+
+def status_from_labels(labels: dict[str, str], tools: ImageTools) -> ImageStatus:
+    """`current` when the image's content hash is the one these sources, its base and `tools` give."""
+    base = labels.get(LABEL_BASE_IMAGE)
+    if not base:
+        return "stale"
+    return "current" if labels.get(LABEL_CONTENT_HASH) == collect_context(base, tools).content_hash else "stale"
 
 
 def build_image(
@@ -83,13 +92,33 @@ def build_image(
     force: bool = False,
     log: Callable[[str], None] = print,
     base_image: str | None = None,
+    tools: ImageTools | None = None,
+    cache_dir: Path | None = None,
 ) -> None:
-    """Build `image` unless it is current; `force` rebuilds every layer. Raises ImageBuildError."""
+    """Build `image` unless it is current; `force` rebuilds every layer and refetches the tools. `tools`
+    defaults to the settings' lists; `cache_dir` (default build/image/tools) keeps their downloads. Raises
+    ImageBuildError; the image is left as it was unless the new one was built."""
+    wanted = _tools(tools)
     with _build_lock(log):
-        _build_locked(image, force=force, log=log, base_image=base_image)
+        _build_locked(image, force=force, log=log, base_image=base_image, tools=wanted, cache_dir=cache_dir)
 
 
-def _build_locked(image: str, *, force: bool, log: Callable[[str], None], base_image: str | None) -> None:
+def _tools(tools: ImageTools | None) -> ImageTools:
+    try:
+        return tools_from_settings() if tools is None else tools
+    except ToolsError as exc:
+        raise ImageBuildError(str(exc)) from exc
+
+
+def _build_locked(
+    image: str,
+    *,
+    force: bool,
+    log: Callable[[str], None],
+    base_image: str | None,
+    tools: ImageTools,
+    cache_dir: Path | None,
+) -> None:
     started = time.monotonic()
     with _docker_client() as client:
         try:
@@ -97,23 +126,33 @@ def _build_locked(image: str, *, force: bool, log: Callable[[str], None], base_i
         except BaseImageError as exc:
             raise ImageBuildError(str(exc)) from exc
         log(f"image: base image {base} ready after {time.monotonic() - started:.1f} s")
-        context = collect_context(base)
+        context = collect_context(base, tools)
         labels = _image_labels(client, image)
         if not force and labels is not None and labels.get(LABEL_CONTENT_HASH) == context.content_hash:
             log(f"image: {image} is up to date ({context.content_hash[:12]})")
             return
+        build_from = base
+        if tools:
+            cache = cache_dir or SOURCE_ROOT / TOOLS_CACHE_DIR
+            try:
+                build_from = ensure_tools_image(client, base, image, tools, cache_root=cache, force=force, log=log)
+            except ToolsError as exc:
+                raise ImageBuildError(f"{exc} ({image} left as it was)") from exc
         previous_id = _image_id(client, image)
-        log(f"image: building {image} from {base} ({len(context.files)} files in the context)")
-        _docker_build(client, image, base, context, nocache=force, log=log)
+        log(f"image: building {image} from {build_from} ({len(context.files)} files in the context)")
+        _docker_build(client, image, build_from, base, context, nocache=force, log=log)
         if (_image_labels(client, image) or {}).get(LABEL_CONTENT_HASH) != context.content_hash:
             raise ImageBuildError(f"docker build finished but {image} does not carry the new content hash")
         if previous_id is not None and previous_id != _image_id(client, image):
             _remove_if_unused(client, previous_id, log)
-    log(f"image: {image} built after {time.monotonic() - started:.1f} s")
+        remove_old_tools_images(client, image, build_from if tools else None, log)
+        size = int(client.images.get(image).attrs.get("Size") or 0)
+    log(f"image: {image} built after {time.monotonic() - started:.1f} s ({size / 1_000_000:.0f} MB)")
 
 
-def collect_context(base_image: str) -> BuildContext:
-    """The Dockerfile and `container/`, with a hash over their paths, bytes and the base."""
+def collect_context(base_image: str, tools: ImageTools | None = None) -> BuildContext:
+    """The Dockerfile and `container/`, with a hash over their paths, bytes, the base and the tools (none
+    adds nothing: the image without tools keeps its hash)."""
     dockerfile = SOURCE_ROOT / DOCKERFILE
     package = SOURCE_ROOT / CONTAINER_PACKAGE
     if not dockerfile.is_file() or not package.is_dir():
@@ -125,7 +164,7 @@ def collect_context(base_image: str) -> BuildContext:
         relative = path.relative_to(SOURCE_ROOT)
         if path.is_file() and not SKIPPED_PARTS & set(relative.parts) and path.suffix not in SKIPPED_SUFFIXES:
             files[relative.as_posix()] = path
-    digest = hashlib.sha256(f"base={base_image}\n".encode())
+    digest = hashlib.sha256(f"base={base_image}\n{(tools or ImageTools()).hash_text()}".encode())
     for name, path in sorted(files.items()):
         content = path.read_bytes()
         digest.update(f"{name}\0{len(content)}\0".encode())
@@ -151,7 +190,14 @@ def _build_lock(log: Callable[[str], None]) -> Iterator[None]:
 
 
 def _docker_build(
-    client: Any, image: str, base: str, context: BuildContext, *, nocache: bool, log: Callable[[str], None]
+    client: Any,
+    image: str,
+    build_from: str,
+    base: str,
+    context: BuildContext,
+    *,
+    nocache: bool,
+    log: Callable[[str], None],
 ) -> None:
     with _context_tar(context) as tar_file:
         try:
@@ -159,7 +205,7 @@ def _docker_build(
                 fileobj=tar_file,
                 custom_context=True,
                 tag=image,
-                buildargs={"BASE_IMAGE": base},
+                buildargs={"BASE_IMAGE": build_from},
                 labels={LABEL_CONTENT_HASH: context.content_hash, LABEL_BASE_IMAGE: base},
                 network_mode="none",
                 nocache=nocache,
@@ -285,7 +331,7 @@ def _report_existing(image: str, log: Callable[[str], None]) -> None:
         log(f"image: {image} exists (not checked for staleness: {exc})")
         return
     if status == "stale":
-        log(f"image: {image} exists but is STALE (other sources or base); rebuild: python -m runner.runtimes.image")
+        log(f"image: {image} exists but is STALE (other sources, base or tools); rebuild: crewbot image build")
     else:
         log(f"image: {image} exists and is {status}")
 
