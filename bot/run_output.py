@@ -1,5 +1,5 @@
-"""What a subagent run has printed: a live container's output so far, or the log kept after it ended, and
-the files it was given and sent.
+"""What a subagent run has printed: a live container's output so far, or the log kept after it ended, the
+files it was given and sent, and its connections through the egress door (bot/run_web.py words them).
 
 Only the tail is shown, cleaned of terminal control characters (a task's output is written by an LLM that
 follows strangers' instructions). Used by `/subagents <run id>` and by `crewbot logs <run id>`.
@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Protocol
 
 from bot.ports.runs import RunCancels, RunSummary, age_text, when_text
+from bot.run_web import CHAT_CONNECTIONS, web_lines
 from core.store.chat_files import size_text
+from core.store.egress import EgressRecord, EgressStore, EgressTotals
 from core.store.run_files import Direction, RunFile, RunFileStore
 from core.store.runs import FINAL_STATUSES, FollowUp, RunRecord, RunStatus, RunStore
 
@@ -41,6 +43,13 @@ class RunOutput:
     total_chars: int  # of the whole output that was read
     problem: str | None = None  # why there is no output to show, when there is none
     files: Sequence[RunFile] = field(default_factory=tuple)  # given and sent, in the order recorded
+    web: EgressTotals = field(default_factory=EgressTotals)  # every connection through the door, counted
+    connections: Sequence[EgressRecord] = field(default_factory=tuple)  # the latest recorded, oldest first
+
+    @property
+    def extra_lines(self) -> list[str]:
+        """Its files in and out, then its web totals and latest connections: each only when it has any."""
+        return [*files_lines(self.files), *web_lines(self.web, self.connections)]
 
 
 def clean(data: bytes) -> str:
@@ -88,18 +97,25 @@ class RunOutputReader:
         logs: ContainerLogs,
         kept_log: Callable[[str], Path],
         files: RunFileStore | None = None,
+        egress: EgressStore | None = None,
     ) -> None:
         self._runs = runs
         self._logs = logs
         self._kept_log = kept_log  # where the host keeps a finished run's container log
         self._files = files  # the files runs were given and sent; None: not shown
+        self._egress = egress  # the runs' connections through the door; None: not shown
 
-    async def read(self, run_id: str, tail_chars: int) -> RunOutput | None:
-        """None when there is no such run."""
+    async def read(self, run_id: str, tail_chars: int, connections: int = CHAT_CONNECTIONS) -> RunOutput | None:
+        """None when there is no such run. `connections`: how many of its latest connections to list."""
         record = await self._runs.get(run_id)
         if record is None:
             return None
         files = await self._files.of_run(record.id) if self._files is not None else []
+        web = EgressTotals()
+        latest: list[EgressRecord] = []
+        if self._egress is not None:
+            web = await self._egress.run_totals(record.id)
+            latest = await self._egress.of_run(record.id, connections) if connections > 0 else []
         max_bytes = tail_chars * BYTES_PER_CHAR_MAX
         data: bytes | None = None
         if record.status in FINAL_STATUSES:
@@ -109,12 +125,12 @@ class RunOutputReader:
                 data = await self._logs.logs(record.container_id)
             except Exception as exc:  # the engine is down or refuses: say so, do not fail the command
                 problem = f"its container's output cannot be read ({_first_line(exc)})"
-                return RunOutput(record, "", 0, problem, files)
+                return RunOutput(record, "", 0, problem, files, web, latest)
         if data is None:
             problem = "it has no container yet" if record.status not in FINAL_STATUSES else "no output was kept"
-            return RunOutput(record, "", 0, problem, files)
+            return RunOutput(record, "", 0, problem, files, web, latest)
         text = clean(data)
-        return RunOutput(record, text[-tail_chars:], len(text), files=files)
+        return RunOutput(record, text[-tail_chars:], len(text), None, files, web, latest)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -129,10 +145,11 @@ def describe_state(record: RunRecord, now: float) -> str:
 
 
 def describe(output: RunOutput, now: float | None = None) -> str:
-    """The chat's view: the run's state, the files it was given and sent, then its output's tail in a code block."""
+    """The chat's view: the run's state, the files it was given and sent, its web connections, then its output's
+    tail in a code block."""
     record = output.record
     heading = f"Run {record.id} ({record.label}): {describe_state(record, now or time.time())}."
-    files = files_lines(output.files)
+    extra = output.extra_lines
     if output.problem is not None:
         said = f"No output to show: {output.problem}."
     elif not output.text.strip():
@@ -142,7 +159,7 @@ def describe(output: RunOutput, now: float | None = None) -> str:
         label = "Output so far" if record.status not in FINAL_STATUSES else "Its output"
         body = output.text.strip("\n").replace("```", "'''")  # keep the code block closed
         said = f"{label}{shown}:\n```\n{body}\n```"
-    return "\n".join([heading, *files, said]) if files else f"{heading} {said}"
+    return "\n".join([heading, *extra, said]) if extra else f"{heading} {said}"
 
 
 class RunsView:

@@ -24,6 +24,7 @@ from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.db import Database
+from core.store.egress import EgressStore
 from core.store.run_files import RunFileStore
 from core.store.runs import FINAL_STATUSES, RunStore
 from core.stores import Stores
@@ -107,7 +108,11 @@ def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> R
 
     paths = DataPaths(settings.data_dir)
     return RunOutputReader(
-        RunStore(db), runtime, lambda run_id: paths.run_dir(run_id) / LOG_FILE, files=RunFileStore(db)
+        RunStore(db),
+        runtime,
+        lambda run_id: paths.run_dir(run_id) / LOG_FILE,
+        files=RunFileStore(db),
+        egress=EgressStore(db),
     )
 
 

@@ -11,11 +11,13 @@ from bot.turns.engine import ChatEngine
 from core.store.chat_files import FileKind
 from core.store.chats import ChatStore
 from core.store.db import Database
+from core.store.egress import EgressStore
 from core.store.outbox import SentFileKind
 from core.store.run_files import RunFileStore
 from core.store.runs import RunStatus, RunStore
 from runner.runtimes.runtime import ContainerSpec
 from tests.bot.helpers import FakeRunControl, RecordingChannel, make_delivery
+from tests.egress_helpers import allowed, record, refused
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 from tests.run_files_helpers import give, send
 
@@ -36,7 +38,13 @@ class Runs:
         self.chats = ChatStore(db)
         self.runtime = runtime
         self.runs_dir = runs_dir
-        reader = RunOutputReader(self.store, runtime, lambda run_id: runs_dir / run_id / "log", files=RunFileStore(db))
+        reader = RunOutputReader(
+            self.store,
+            runtime,
+            lambda run_id: runs_dir / run_id / "log",
+            files=RunFileStore(db),
+            egress=EgressStore(db),
+        )
         self.view = RunsView(FakeRunControl(), self.store, reader)
 
     async def queued(self, run_id: str, chat_id: int = CHAT) -> None:
@@ -198,6 +206,40 @@ async def test_only_the_directions_a_run_has_are_listed_and_long_lists_are_cut(d
     assert files_in.startswith("Files in: part'0.csv (10 bytes), ")  # no backtick opens a code span
     assert files_in.endswith(f"part'{MAX_LISTED_FILES - 1}.csv (10 bytes) and 3 more")
     assert said == "No output to show: it has no container yet."
+
+
+async def test_a_runs_web_totals_and_latest_connections_come_after_its_files(db: Database, tmp_path: Path) -> None:
+    async with MemoryRuntime(on_start=never_exits) as runtime:
+        runs = Runs(db, runtime, tmp_path)
+        await runs.running("run-w", logs=b"installing\n")
+        await give(db, "run-w", CHAT, [("req.txt", 300, FileKind.DOCUMENT)])
+        early = [allowed("run-w", CHAT, f"mirror{n}.example", 443, "192.0.2.7", down=1000, up=200) for n in range(5)]
+        await record(db, "run-w", early)
+        await record(
+            db,
+            "run-w",
+            [
+                allowed("run-w", CHAT, "pypi.org", 443, "151.101.0.223", down=1024 * 1024),
+                refused("run-w", CHAT, "evil.example", 443, "evil.example:443 is not in\nSUBAGENT_EGRESS_ALLOW"),
+                allowed("run-w", CHAT, "files.pythonhosted.org", 443, "151.101.1.63", down=2048, up=1024),
+            ],
+            past_the_cap=[refused("run-w", CHAT, "x.example", 80, "x.example:80 is not in SUBAGENT_EGRESS_ALLOW")],
+        )
+
+        text = await runs.view.run_output(CHAT, "run-w")
+
+    assert text is not None
+    lines = text.split("\n")
+    assert lines[1] == "Files in: req.txt (300 bytes)"
+    assert lines[2] == "Web: 9 connections (2 refused), 1.0 MB down, 2 KB up; the last 5:"
+    assert lines[3:8] == [
+        "mirror3.example:443 → 192.0.2.7, 1000 bytes down, 200 bytes up",
+        "mirror4.example:443 → 192.0.2.7, 1000 bytes down, 200 bytes up",
+        "pypi.org:443 → 151.101.0.223, 1.0 MB down",
+        "evil.example:443 refused: evil.example:443 is not in SUBAGENT_EGRESS_ALLOW",
+        "files.pythonhosted.org:443 → 151.101.1.63, 2 KB down, 1 KB up",
+    ]
+    assert "\n".join(lines[8:]) == "Output so far:\n```\ninstalling\n```"
 
 
 async def _noop() -> None:
