@@ -238,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
         "logs",
         "show what a subagent run has printed",
         "Show the output of a subagent run so far (while it runs: its container's output; after it ended: the "
-        "log kept in DATA_DIR/runs/<run id>/). Run ids are in the chat's /subagents list.",
+        "log kept in DATA_DIR/runs/<run id>/), after the files it was given and sent and its connections through "
+        "the egress door (totals and the last 20). Run ids are in the chat's /subagents list.",
         cmd_logs,
     )
     logs.add_argument("run_id", help="the run's id, as /subagents lists it")
@@ -286,10 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     build = image_sub.add_parser(
         "build",
         help="build the subagent image",
-        description="Build the subagent image (and a local base image when none can be pulled).",
+        description="Build the subagent image (and a local base image when none can be pulled), with the tools "
+        "SUBAGENT_IMAGE_PACKAGES (pip) and SUBAGENT_IMAGE_APT (Debian) ask for, fetched on this host: containers "
+        "never reach the network for them. Does nothing when the image is current.",
     )
     build.add_argument("--if-missing", action="store_true", help="do nothing when the image exists")
-    build.add_argument("--force", action="store_true", help="rebuild even when the image exists")
+    build.add_argument("--force", action="store_true", help="rebuild (and refetch the tools) even when current")
     build.set_defaults(func=cmd_image)
     return parser
 

@@ -1,5 +1,5 @@
-"""`crewbot logs <run id>`: what a subagent run has printed so far, and the files it was given and sent,
-without reaching for `docker logs`."""
+"""`crewbot logs <run id>`: what a subagent run has printed so far, the files it was given and sent, and its
+connections through the egress door, without reaching for `docker logs` or the database."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from bot.run_output import ContainerLogs, RunOutput, describe_state, files_lines
+from bot.run_output import ContainerLogs, RunOutput, describe_state
+from bot.run_web import LOGS_CONNECTIONS
 from core.settings import Settings
 from core.store.db import Database
 from core.store.runs import FINAL_STATUSES
@@ -31,9 +32,10 @@ def _heading(output: RunOutput, shown_chars: int) -> str:
 
 
 def _print_heading(output: RunOutput, shown_chars: int, stream: TextIO) -> None:
-    """`== run ... ==`, then the files it was given and sent (when it has any), one line per direction."""
+    """`== run ... ==`, then the files it was given and sent (one line per direction) and its web totals and latest
+    connections (one a line), each when it has any."""
     print(f"== {_heading(output, shown_chars)} ==", file=stream)
-    for line in files_lines(output.files):
+    for line in output.extra_lines:
         print(f"== {line} ==", file=stream)
 
 
@@ -58,7 +60,8 @@ async def show_logs(
     try:
         reader = output_reader(settings, db, runtime)
         # Following compares whole outputs to find what is new, so it reads more than it first shows.
-        output = await reader.read(run_id.strip(), max(tail_chars, FOLLOW_TAIL_CHARS) if follow else tail_chars)
+        wanted = max(tail_chars, FOLLOW_TAIL_CHARS) if follow else tail_chars
+        output = await reader.read(run_id.strip(), wanted, LOGS_CONNECTIONS)
         if output is None:
             raise StartupError(f"no run {run_id!r} in {settings.db_path}", "the chat's /subagents lists run ids")
         shown = output.text[-tail_chars:]
@@ -68,7 +71,7 @@ async def show_logs(
         seen = output.text
         while follow and output.record.status not in FINAL_STATUSES:
             await asyncio.sleep(interval_seconds)
-            latest = await reader.read(output.record.id, FOLLOW_TAIL_CHARS)
+            latest = await reader.read(output.record.id, FOLLOW_TAIL_CHARS, LOGS_CONNECTIONS)
             if latest is None:
                 break
             output = latest

@@ -14,6 +14,7 @@ from core.store.runs import RunStatus, RunStore
 from crewbot.logs_command import show_logs
 from runner.runtimes.runtime import ContainerSpec
 from tests.crewbot.cli_env import crewbot_env, run_crewbot
+from tests.egress_helpers import allowed, record, refused
 from tests.fakes.memory_runtime import MemoryRuntime
 from tests.harness import make_settings
 from tests.run_files_helpers import give, send
@@ -134,3 +135,62 @@ async def test_the_files_a_run_was_given_and_sent_follow_the_heading(tmp_path: P
     heading, *rest = out.getvalue().splitlines()
     assert heading.startswith("== run run-files (make all): completed, ")
     assert rest == ["== Files in: sales.csv (412 KB) ==", "== Files out: chart.png (34 KB, photo) ==", "plotting"]
+
+
+async def test_a_runs_web_totals_and_last_20_connections_follow_its_files(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    await record_run(data_dir, "run-web", finished=False)
+    db = await Database.open(data_dir / "crewbot.sqlite3")
+    mirrors = [allowed("run-web", CHAT, f"m{n}.example", 443, "192.0.2.1", down=2048, up=1024) for n in range(23)]
+    hostile = "\x1b]0;owned\x07evil.example"
+    why = f"{hostile}:443 is not in SUBAGENT_EGRESS_ALLOW\n== run faked: completed =="
+    await record(db, "run-web", [*mirrors, refused("run-web", CHAT, hostile, 443, why)])
+    await RunStore(db).finish("run-web", RunStatus.COMPLETED, result="fetched")
+    await db.close()
+    (data_dir / "runs" / "run-web").mkdir(parents=True)
+    (data_dir / "runs" / "run-web" / "container.log").write_bytes(b"fetched\n")
+
+    done = await asyncio.to_thread(run_crewbot, ["logs", "run-web"], crewbot_env(data_dir), tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    heading, web, *rest = done.stdout.splitlines()
+    assert heading.startswith("== run run-web (make all): completed, ")
+    assert web == "== Web: 24 connections (1 refused), 46 KB down, 23 KB up; the last 20: =="
+    assert rest[:19] == [f"== m{n}.example:443 → 192.0.2.1, 2 KB down, 1 KB up ==" for n in range(4, 23)]
+    assert rest[19] == (
+        "== ??0?owned?evil.example:443 refused: ]0;owned evil.example:443 is not in SUBAGENT_EGRESS_ALLOW == run "
+        "faked: completed == =="
+    )  # no terminal escape, and the reason cannot forge a line of its own
+    assert rest[20:] == ["fetched"]
+
+
+async def test_follow_ends_with_the_connections_the_run_made_meanwhile(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+
+    async with MemoryRuntime() as runtime:
+        spec = ContainerSpec(name="c", image="img", command=[], labels={}, mounts=[], user="1000:1000")
+        container_id = await runtime.start(spec)
+        runtime.container(container_id).logs = b"pip install\n"
+        await record_run(data_dir, "run-f", finished=False, container_id=container_id)
+        out = Screen()
+        follow = asyncio.create_task(
+            show_logs(
+                make_settings(data_dir), "run-f", 1000, follow=True, out=out, runtime=runtime, interval_seconds=0.01
+            )
+        )
+        await out.until("pip install")
+        db = await Database.open(data_dir / "crewbot.sqlite3")
+        await record(db, "run-f", [allowed("run-f", CHAT, "pypi.org", 443, "151.101.0.223", down=1024 * 1024)])
+        runtime.finish(container_id, 0)
+        await RunStore(db).finish("run-f", RunStatus.COMPLETED, result="done")
+        await db.close()
+
+        assert await asyncio.wait_for(follow, 5) == 0
+
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("== run run-f (make all): running for ") and lines[1] == "pip install"
+    assert lines[-3].startswith("== run run-f (make all): completed")
+    assert lines[-2:] == [
+        "== Web: 1 connection, 1.0 MB down, 0 bytes up ==",
+        "== pypi.org:443 → 151.101.0.223, 1.0 MB down ==",
+    ]
