@@ -274,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
         "stats",
         "what subagent runs used, and a suggested MAX_CONCURRENT_SUBAGENTS",
         "Over the period: runs by outcome, queue wait p50/p95, refusals, share of time at the cap, peak "
-        "concurrency, memory and CPU per run p50/p95, tokens per chat; then what the host holds by memory and "
+        "concurrency, memory and CPU per run p50/p95, tokens per chat, files in and out, web connections (refused "
+        "among them) and bytes through the egress door; then what the host holds by memory and "
         "by CPU, what demand needed, and the suggested cap (apply it with `crewbot config set`).",
         cmd_stats,
     )

@@ -12,10 +12,12 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from bot.run_web import totals_text
 from core.live_config import LiveConfig
 from core.settings import Settings
 from core.store.chat_files import size_text
 from core.store.db import Database
+from core.store.egress import EgressStore
 from core.store.run_files import FileTotals, RunFileStore
 from core.store.runs import RunStore
 from core.store.setting_overrides import SettingChange, SettingOverrideStore
@@ -58,13 +60,14 @@ async def gather(settings: Settings, since_seconds: float, chat_id: int | None) 
         now = time.time()
         records = await RunStore(db).created_since(now - since_seconds, chat_id)
         files = await RunFileStore(db).totals(now - since_seconds, chat_id)
+        egress = await EgressStore(db).totals(now - since_seconds, chat_id)
         changes = await SettingOverrideStore(db).changes(name=CAP_SETTING)
     finally:
         await db.close()
     start = min([r.created_at for r in records], default=now)
     cap_at = cap_history(changes, settings.max_concurrent_subagents)
     stats = compute(records, start, now, cap_at, [c.changed_at for c in changes if start <= c.changed_at <= now])
-    stats = replace(stats, files=files)
+    stats = replace(stats, files=files, egress=egress)
     advice = advise(
         stats,
         current_cap=settings.max_concurrent_subagents,
@@ -107,6 +110,7 @@ def render(stats: UsageStats, advice: Advice, chat_id: int | None, current_cap: 
         f"cpu per run: {_spread(stats.cpu_seconds, 's')}; cores busy {_spread(stats.cpu_cores, 'cores')}",
         f"tokens per chat: {tokens}",
         f"files: {_files(stats.files)}",
+        f"web: {totals_text(stats.egress)}",
         *advice.lines,
         f"apply without a restart: crewbot config set {CAP_SETTING}={advice.suggested}",
     ]

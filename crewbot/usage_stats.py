@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from core.store.egress import EgressTotals
 from core.store.run_files import FileTotals
 from core.store.runs import RunRecord, RunStatus
 
@@ -75,6 +76,7 @@ class UsageStats:
     files: FileTotals = field(
         default_factory=FileTotals
     )  # files and bytes runs were given (in) and sent (out) in the period
+    egress: EgressTotals = field(default_factory=EgressTotals)  # the runs' connections through the door, and bytes
 
 
 NOTICEABLE_WAIT_SECONDS = 5.0  # a queue wait longer than this counts as "had to wait"

@@ -10,6 +10,7 @@ from pathlib import Path
 from PIL import Image
 
 from core.store.chat_files import FileKind
+from core.store.egress import EgressTotals
 from core.store.outbox import SentFileKind
 from core.store.run_files import FileTotals
 from core.store.runs import RunRecord, RunStatus, RunStore
@@ -20,6 +21,7 @@ from crewbot.stats_command import cap_history, gather
 from crewbot.stats_plot import PLOT_HEIGHT_PX, PLOT_WIDTH_PX, draw
 from crewbot.usage_stats import compute, percentile
 from tests.crewbot.cli_env import crewbot_env, run_crewbot
+from tests.egress_helpers import allowed, record, refused
 from tests.harness import make_settings
 from tests.run_files_helpers import give, send
 
@@ -176,6 +178,9 @@ async def test_the_command_reads_the_database_and_prints_json_and_a_plot(tmp_pat
         if n == 0:
             await give(stores.db, run_id, CHAT, [("sales.csv", 412 * 1024, FileKind.DOCUMENT)])
             await send(stores.db, run_id, CHAT, "chart.png", 34 * 1024, SentFileKind.PHOTO, data_dir / "chart")
+        if n == 1:
+            pypi = allowed(run_id, CHAT, "pypi.org", 443, "151.101.0.223", down=12 * MIB, up=MIB)
+            await record(stores.db, run_id, [pypi, refused(run_id, CHAT, "evil.example", 443, "not allowed")])
         await runs.finish(run_id, RunStatus.COMPLETED, result="ok")
     await stores.db.close()
 
@@ -187,6 +192,7 @@ async def test_the_command_reads_the_database_and_prints_json_and_a_plot(tmp_pat
     assert report["memory_peak_bytes"]["p95"] == 38.5 * MIB
     assert report["tokens_by_chat"] == {str(CHAT): 480}
     assert report["files"] == {"files_in": 1, "bytes_in": 412 * 1024, "files_out": 1, "bytes_out": 34 * 1024}
+    assert report["egress"] == {"connections": 2, "refused": 1, "bytes_up": MIB, "bytes_down": 12 * MIB}
     assert report["advice"]["lines"][-1].startswith("suggested MAX_CONCURRENT_SUBAGENTS=")
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -195,6 +201,7 @@ async def test_the_command_reads_the_database_and_prints_json_and_a_plot(tmp_pat
     assert "memory per run: p50 25.0 MiB, p95 38.5 MiB (4 known)" in done.stdout
     assert "start latency: no runs" in done.stdout  # these runs never had a container
     assert "files: 1 in (412 KB), 1 out (34 KB)" in done.stdout
+    assert "web: 2 connections (1 refused), 12.0 MB down, 1.0 MB up" in done.stdout
     assert "apply without a restart: crewbot config set MAX_CONCURRENT_SUBAGENTS=" in done.stdout
 
 
@@ -219,3 +226,27 @@ async def test_files_are_counted_for_the_period_and_the_chat_asked_for(tmp_path:
 
     assert mine.files == FileTotals(files_in=2, bytes_in=2000, files_out=1, bytes_out=50)
     assert everyone.files == FileTotals(files_in=5, bytes_in=5000, files_out=2, bytes_out=100)
+
+
+async def test_web_connections_are_counted_for_the_period_and_the_chat_asked_for(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "data")
+    stores = await Stores.open(settings)
+    other = CHAT - 1
+    runs = RunStore(stores.db)
+    for run_id, chat, count in (("old", CHAT, 5), ("mine", CHAT, 2), ("theirs", other, 3)):
+        await stores.chats.ensure(chat, "group", str(chat))
+        await runs.create(
+            run_id, chat_id=chat, turn_id=None, task="t", label="t", include_context=False, status=RunStatus.QUEUED
+        )
+        fetched = [allowed(run_id, chat, "pypi.org", 443, "151.101.0.223", down=1000, up=10) for _ in range(count)]
+        past_the_cap = [refused(run_id, chat, "evil.example", 443, "not allowed")]  # counted, not kept
+        await record(stores.db, run_id, fetched, past_the_cap)
+    async with stores.db.write() as conn:  # the first run was asked for two days ago
+        await conn.execute("UPDATE subagent_runs SET created_at = created_at - 2 * 86400 WHERE id = 'old'")
+    await stores.db.close()
+
+    mine, _ = await gather(settings, 86_400.0, CHAT)
+    everyone, _ = await gather(settings, 86_400.0, None)
+
+    assert mine.egress == EgressTotals(connections=3, refused=1, bytes_up=20, bytes_down=2000)
+    assert everyone.egress == EgressTotals(connections=7, refused=2, bytes_up=50, bytes_down=5000)
