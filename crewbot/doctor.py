@@ -186,6 +186,37 @@ async def _container_check(settings: Settings, runtime: ContainerRuntime) -> Che
     return CheckResult("ok", f"started with the subagent limits (Python {output})")
 
 
+async def _image_check(settings: Settings, runtime: ContainerRuntime) -> CheckResult:
+    """The image, whether it is current (its sources, base and SUBAGENT_IMAGE_PACKAGES/APT), and its tools."""
+    from runner.runtimes.image import LABEL_CONTENT_HASH, ImageBuildError, status_from_labels
+    from runner.runtimes.image_tools import ImageTools, describe_tools
+
+    image = settings.subagent_image
+    labels_of: Callable[[str], Awaitable[dict[str, str] | None]] | None = getattr(runtime, "image_labels", None)
+    if labels_of is None:  # a runtime that cannot show labels: the image is there, that is all we know
+        return CheckResult("ok", image)
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            labels = await labels_of(image) or {}
+    except Exception as exc:
+        return fail(f"cannot ask the engine for the labels of {image} ({_reason(exc)})", ENGINE_FIX)
+    tools = describe_tools(labels)
+    if LABEL_CONTENT_HASH not in labels:
+        return CheckResult("ok", f"{image}: not made by `crewbot image build` (freshness and tools unknown)")
+    wanted = ImageTools.of(settings.subagent_image_packages, settings.subagent_image_apt)
+    try:
+        status = await asyncio.to_thread(status_from_labels, labels, wanted)
+    except ImageBuildError:  # an installed crewbot has no sources to hash
+        return CheckResult("ok", f"{image}: not checked for staleness (no source checkout); {tools}")
+    if status != "current":
+        return fail(
+            f"{image} is stale: built from other sources, another base or other tools than "
+            f"SUBAGENT_IMAGE_PACKAGES/SUBAGENT_IMAGE_APT ask for; it holds {tools}",
+            "`crewbot image build` (`make run` rebuilds it too)",
+        )
+    return CheckResult("ok", f"{image}: current; {tools}")
+
+
 async def check_docker(settings: Settings, runtime: ContainerRuntime) -> list[tuple[str, CheckResult]]:
     endpoint = getattr(runtime, "endpoint", "the Docker engine")
     image = settings.subagent_image
@@ -205,7 +236,7 @@ async def check_docker(settings: Settings, runtime: ContainerRuntime) -> list[tu
         results.append(("image", fail(f"cannot ask the engine for {image} ({_reason(exc)})", ENGINE_FIX)))
     else:
         if present:
-            results.append(("image", CheckResult("ok", image)))
+            results.append(("image", await _image_check(settings, runtime)))
         else:
             results.append(
                 ("image", fail(f"{image} is not on the engine", "`crewbot image build` (about 600 MB, a few minutes)"))

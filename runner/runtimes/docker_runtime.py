@@ -369,6 +369,18 @@ class DockerRuntime:
 
         return await self._run(call)
 
+    async def image_labels(self, image: str) -> dict[str, str] | None:
+        """The image's labels ({} if none), None when the engine does not have it (`crewbot doctor`)."""
+
+        def call(client: docker.DockerClient) -> dict[str, str] | None:
+            try:
+                attrs = client.api.inspect_image(image)
+            except docker.errors.ImageNotFound:
+                return None
+            return {str(key): str(value) for key, value in ((attrs.get("Config") or {}).get("Labels") or {}).items()}
+
+        return await self._run(call)
+
     async def close(self) -> None:
         """Refuse new calls, drop queued ones and close the client; running `wait` slices end by themselves."""
         self._closed.set()
