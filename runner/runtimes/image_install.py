@@ -36,7 +36,8 @@ from runner.runtimes.image_tools import (
     tool_labels,
 )
 
-MOUNT_POINT = "/crewbot-tools"
+# Under /tmp: the empty mount point the commit keeps is hidden by the tmpfs runs mount there.
+MOUNT_POINT = "/tmp/crewbot-tools"
 VENV = "/opt/venv"
 CACHE_KEY_CHARS = 16
 # Run in the base by its own python3: what pip and apt need to know to fetch for it.
