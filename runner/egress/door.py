@@ -1,0 +1,325 @@
+"""A run's door: the Unix socket its container's forwarder connects to, once per client connection.
+
+Each connection is one request: its head is read under a size cap and a deadline, checked against the
+run's rules, and carried through a tunnel to an address the door checked itself. What a run can hold is
+bounded: connections still sending their head or being refused (MAX_OPENING; more are answered 429 as
+they arrive, unread), connections carried at once (the rules' max_connections; more are answered 429
+before anything is resolved), and bytes (the rules' max_bytes: once spent, every tunnel of the run is cut
+and new requests are refused, while the run itself goes on). Every attempt ends in one EgressEvent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import socket
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.egress_rules import EgressMode, IpAddress
+from core.logging import get_logger
+from runner.egress.records import EgressEvent, EgressRules, budget_reason
+from runner.egress.refusal import FORBIDDEN, TIMEOUT, TOO_MANY, Refused, answer
+from runner.egress.request_head import MAX_HEAD_BYTES, HeadUnfinished, ProxyRequest, parse_head, read_head
+from runner.egress.resolve import RESOLVE_SECONDS, Resolver, checked_addresses, request_check, system_resolver
+from runner.egress.tunnel import CONNECT_SECONDS, ByteBudget, Tunnel, connect
+
+HEAD_SECONDS = 10.0  # for the whole request head: a client sending it a byte at a time is cut
+MAX_OPENING = 32  # connections of one run still sending their head
+LINGER_SECONDS = 2.0  # to hand a refusal over and drop what the client still sends (within MAX_OPENING)
+LINGER_BYTES = 256 * 1024
+BACKLOG = 128
+SOCKET_MODE = 0o666  # the container's uid must connect; the channel folder's permissions guard who can reach it
+MAX_UNIX_PATH_BYTES = 107  # sun_path holds 108 bytes including the terminating NUL
+ACCEPT_RETRY_SECONDS = 0.1  # out of descriptors: the waiting connections stay queued until some are freed
+ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+DOOR_CLOSED = "the run's door closed"
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One connection from the container, from its accept to its event."""
+
+    sock: socket.socket
+    started_at: float
+    host: str = ""
+    port: int = 0
+    address: str | None = None
+    allowed: bool = False
+    reason: str = ""
+    opening: bool = True  # holds one of the slots of connections still sending their head
+    holding: bool = False  # holds one of the run's connection slots
+    writer: asyncio.StreamWriter | None = None  # once set, the writer owns the socket
+    tunnel: Tunnel | None = None
+    reported: bool = False
+
+
+class EgressDoor:
+    """The HTTP forward proxy of one run, listening on `socket_path` from start() to close()."""
+
+    def __init__(
+        self,
+        socket_path: Path,
+        rules: EgressRules,
+        *,
+        on_event: Callable[[EgressEvent], None],
+        resolver: Resolver | None = None,
+        own_addresses: frozenset[IpAddress] = frozenset(),
+        head_seconds: float = HEAD_SECONDS,
+        resolve_seconds: float = RESOLVE_SECONDS,
+        connect_seconds: float = CONNECT_SECONDS,
+        max_opening: int = MAX_OPENING,
+    ) -> None:
+        if rules.mode is EgressMode.NONE:
+            raise ValueError("SUBAGENT_EGRESS=none opens no door")
+        self._path = socket_path
+        self._rules = rules
+        self._on_event = on_event
+        self._resolver = resolver or system_resolver
+        self._own = own_addresses
+        self._head_seconds = head_seconds
+        self._resolve_seconds = resolve_seconds
+        self._connect_seconds = connect_seconds
+        self._max_opening = max_opening
+        self._budget = ByteBudget(rules.max_bytes)
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._attempts: dict[asyncio.Task[None], _Attempt] = {}
+        self._opening = 0
+        self._holding = 0
+        self._closed = False
+        self._log = get_logger(__name__)
+
+    @property
+    def bytes_used(self) -> int:
+        return self._budget.used
+
+    async def start(self) -> None:
+        """Listen on the socket (a stale one from an earlier bot process is replaced). The socket's folder
+        must be the host's alone: the container mounts it read-only."""
+        if self._listener is not None or self._closed:
+            raise RuntimeError("a door starts once")
+        if len(os.fsencode(self._path)) > MAX_UNIX_PATH_BYTES:
+            raise ValueError(
+                f"egress socket path is {len(os.fsencode(self._path))} bytes, over the {MAX_UNIX_PATH_BYTES}-byte "
+                f"limit of Unix sockets: {self._path} (use a shorter DATA_DIR)"
+            )
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.setblocking(False)
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(os.lstat(self._path).st_mode):
+                    os.unlink(self._path)
+            listener.bind(str(self._path))
+            os.chmod(self._path, SOCKET_MODE)
+            listener.listen(BACKLOG)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener = listener
+        self._accepting = asyncio.create_task(self._accept_loop(listener))
+
+    async def close(self) -> None:
+        """Stop listening, cut every tunnel, end every connection (each reports its event), remove the socket."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._accepting is not None:
+            self._accepting.cancel()
+            await asyncio.gather(self._accepting, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path)
+        tasks = list(self._attempts)
+        for task, attempt in list(self._attempts.items()):
+            if attempt.tunnel is not None:
+                attempt.tunnel.cut(DOOR_CLOSED)
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- accepting -----------------------------------------------------------------------------------
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                if exc.errno not in ACCEPT_RETRY_ERRNOS:
+                    self._log.error("egress_accept_failed", socket=str(self._path), error=str(exc))
+                    return
+                self._log.warning("egress_accept_paused", socket=str(self._path), error=str(exc))
+                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            self._admit(conn)
+            # An accept that finds a connection waiting does not yield: a flood must take turns with the rest.
+            await asyncio.sleep(0)
+
+    def _admit(self, conn: socket.socket) -> None:
+        attempt = _Attempt(sock=conn, started_at=time.time())
+        if self._opening >= self._max_opening:
+            # Turned away unread, at the cost of one send: a flood of connections holds no descriptors.
+            attempt.reason = f"over {self._max_opening} connections of this run are still sending their request head"
+            with contextlib.suppress(OSError):
+                conn.send(answer(TOO_MANY, attempt.reason))
+            conn.close()
+            self._report(attempt)
+            return
+        self._opening += 1
+        task = asyncio.create_task(self._serve(attempt))
+        self._attempts[task] = attempt
+        task.add_done_callback(self._served)
+
+    def _served(self, task: asyncio.Task[None]) -> None:
+        attempt = self._attempts.pop(task)
+        self._release(attempt)
+        if attempt.writer is None:  # cancelled before its streams were made: the socket is still ours
+            attempt.sock.close()
+        if not attempt.reported:
+            attempt.reason = attempt.reason or DOOR_CLOSED
+            self._report(attempt)
+
+    def _leave_opening(self, attempt: _Attempt) -> None:
+        if attempt.opening:
+            attempt.opening = False
+            self._opening -= 1
+
+    def _release(self, attempt: _Attempt) -> None:
+        self._leave_opening(attempt)
+        if attempt.holding:
+            attempt.holding = False
+            self._holding -= 1
+
+    # -- one connection ------------------------------------------------------------------------------
+
+    async def _serve(self, attempt: _Attempt) -> None:
+        reader: asyncio.StreamReader | None = None
+        writer: asyncio.StreamWriter | None = None
+        server_writer: asyncio.StreamWriter | None = None
+        try:
+            reader, writer = await self._streams(attempt)
+            request = await self._request(reader)
+            attempt.host, attempt.port = request.host, request.port
+            self._take_slot(attempt, request)
+            addresses = await checked_addresses(
+                self._rules,
+                request.host,
+                request.port,
+                resolver=self._resolver,
+                own=self._own,
+                seconds=self._resolve_seconds,
+            )
+            address, server_reader, server_writer = await connect(
+                addresses, request.port, seconds=self._connect_seconds
+            )
+            attempt.address = str(address)
+            if self._budget.spent:  # spent by another tunnel while this one connected
+                raise Refused(FORBIDDEN, budget_reason(self._rules.max_bytes))
+            tunnel = Tunnel((reader, writer), (server_reader, server_writer), self._budget, self._spent)
+            attempt.tunnel, attempt.allowed = tunnel, True
+            if request.connect:
+                writer.write(ESTABLISHED)
+            await tunnel.run(request.head)
+            attempt.reason = f"cut: {tunnel.cut_reason}" if tunnel.cut_reason else ""
+        except Refused as refused:
+            attempt.reason = refused.reason
+            if reader is not None and writer is not None:
+                await _answer(reader, writer, refused)
+        except HeadUnfinished as unfinished:
+            attempt.reason = str(unfinished)
+        except asyncio.CancelledError:
+            tunnel_reason = attempt.tunnel.cut_reason if attempt.tunnel is not None else None
+            attempt.reason = f"cut: {tunnel_reason}" if tunnel_reason else DOOR_CLOSED
+            raise
+        except Exception as exc:  # a bug here must not stop the door serving the run's other connections
+            self._log.exception("egress_connection_failed", socket=str(self._path))
+            attempt.reason = f"the door failed on this connection ({type(exc).__name__})"
+        finally:
+            for stream in (server_writer, writer):
+                if stream is not None:
+                    stream.close()
+            self._release(attempt)
+            self._report(attempt)
+
+    async def _streams(self, attempt: _Attempt) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=attempt.sock)
+        attempt.writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        return reader, attempt.writer
+
+    async def _request(self, reader: asyncio.StreamReader) -> ProxyRequest:
+        try:
+            async with asyncio.timeout(self._head_seconds):
+                raw = await read_head(reader)
+        except TimeoutError as exc:
+            raise Refused(TIMEOUT, f"the request head did not arrive within {self._head_seconds:g} s") from exc
+        return parse_head(raw)
+
+    def _take_slot(self, attempt: _Attempt, request: ProxyRequest) -> None:
+        """Refused unless the budget, the rules and the connection cap all let this request through."""
+        if self._budget.spent:
+            raise Refused(FORBIDDEN, budget_reason(self._rules.max_bytes))
+        request_check(self._rules, request.host, request.port)
+        if self._holding >= self._rules.max_connections:
+            raise Refused(
+                TOO_MANY,
+                f"this run holds its SUBAGENT_EGRESS_MAX_CONNECTIONS ({self._rules.max_connections}) connections",
+            )
+        self._holding += 1
+        attempt.holding = True
+        self._leave_opening(attempt)  # a refused one keeps its opening slot while its answer is handed over
+
+    def _spent(self) -> None:
+        """The budget is spent: every tunnel of the run is cut (each one's event says why)."""
+        reason = budget_reason(self._rules.max_bytes)
+        cut = 0
+        for attempt in self._attempts.values():
+            if attempt.tunnel is not None and attempt.tunnel.cut_reason is None:
+                attempt.tunnel.cut(reason)
+                cut += 1
+        self._log.info("egress_budget_spent", socket=str(self._path), bytes=self._budget.used, cut=cut)
+
+    def _report(self, attempt: _Attempt) -> None:
+        if attempt.reported:
+            return
+        attempt.reported = True
+        tunnel = attempt.tunnel
+        event = EgressEvent(
+            host=attempt.host,
+            port=attempt.port,
+            address=attempt.address,
+            allowed=attempt.allowed,
+            reason=attempt.reason,
+            bytes_up=tunnel.bytes_up if tunnel is not None else 0,
+            bytes_down=tunnel.bytes_down if tunnel is not None else 0,
+            started_at=attempt.started_at,
+            ended_at=time.time(),
+        )
+        try:
+            self._on_event(event)
+        except Exception:  # the recorder's failure is not the connection's
+            self._log.exception("egress_event_failed", socket=str(self._path))
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refused: Refused) -> None:
+    """The refusal, as an HTTP answer, to a client that may already be gone. What the client still sends is
+    read and dropped for a moment: closing with unread bytes resets the connection, and a reset passed on by
+    the forwarder over TCP can take the answer with it."""
+    with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+        writer.write(answer(refused.status, refused.reason))
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(LINGER_SECONDS):
+            await writer.drain()
+            dropped = 0
+            while dropped < LINGER_BYTES and (chunk := await reader.read(LINGER_BYTES)):
+                dropped += len(chunk)

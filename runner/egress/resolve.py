@@ -1,0 +1,144 @@
+"""Where a request may go: the rules' check of what was asked for, then the addresses it resolves to.
+
+A name is resolved once per connection, on the host, and the door connects only to an address returned
+here: a second lookup (which a hostile name server could answer differently) never happens. Of the answer,
+the addresses that pass the address check are kept, in the resolver's order; when none passes the request
+is refused with the first address's reason. Keeping the passing ones (rather than refusing an answer that
+mixes public and private addresses) is safe because only a checked address is ever connected to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import ipaddress
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+from core.egress_rules import IpAddress, address_refusal, literal_address, request_refusal
+from runner.egress.records import EgressRules
+from runner.egress.refusal import BAD_GATEWAY, FORBIDDEN, GATEWAY_TIMEOUT, Refused
+
+Resolver = Callable[[str, int], Awaitable[list[IpAddress]]]
+
+RESOLVE_SECONDS = 10.0
+MAX_ADDRESSES = 16  # of one answer: a name with hundreds of addresses is checked no further
+# Lookups run in threads of their own: a slow name server (or a run asking for thousands of slow names)
+# then holds these, never the default executor the rest of the bot reads and writes files with.
+DNS_THREADS = 8
+_dns_pool: ThreadPoolExecutor | None = None
+
+SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
+IF_INET6 = Path("/proc/net/if_inet6")
+FIB_TRIE = Path("/proc/net/fib_trie")
+
+
+def request_check(rules: EgressRules, host: str, port: int) -> None:
+    """Refused (403) unless the rules allow what the client asked for, as it asked for it."""
+    refusal = request_refusal(rules.mode, rules.allow, host, port)
+    if refusal is not None:
+        raise Refused(FORBIDDEN, refusal)
+
+
+async def checked_addresses(
+    rules: EgressRules,
+    host: str,
+    port: int,
+    *,
+    resolver: Resolver,
+    own: frozenset[IpAddress],
+    seconds: float = RESOLVE_SECONDS,
+) -> list[IpAddress]:
+    """The addresses `host` may be reached at on `port`, after request_check: a literal address is itself
+    (no lookup), a name is resolved once. Refused: 403 none passes, 502 no answer, 504 the lookup was slow."""
+    literal = literal_address(host)
+    if literal is not None:
+        answer = [literal]
+    else:
+        try:
+            async with asyncio.timeout(seconds):
+                answer = (await resolver(host, port))[:MAX_ADDRESSES]
+        except TimeoutError as exc:
+            raise Refused(GATEWAY_TIMEOUT, f"resolving {host[:80]} took over {seconds:g} s") from exc
+        except OSError as exc:  # socket.gaierror among them
+            raise Refused(BAD_GATEWAY, f"{host[:80]} did not resolve: {exc.strerror or exc}") from exc
+        if not answer:
+            raise Refused(BAD_GATEWAY, f"{host[:80]} resolved to no address")
+    passing = [address for address in answer if address_refusal(address, port, rules.allow, own) is None]
+    if not passing:
+        first = address_refusal(answer[0], port, rules.allow, own)
+        shown = "" if literal is not None else f"{host[:80]} resolves to {answer[0]}: "
+        raise Refused(FORBIDDEN, f"{shown}{first}")
+    return passing
+
+
+async def system_resolver(host: str, port: int) -> list[IpAddress]:
+    """The host's own lookup (getaddrinfo, TCP), in the door's DNS threads; its addresses in its order."""
+    global _dns_pool
+    if _dns_pool is None:
+        _dns_pool = ThreadPoolExecutor(max_workers=DNS_THREADS, thread_name_prefix="egress-dns")
+    lookup = partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    infos = await asyncio.get_running_loop().run_in_executor(_dns_pool, lookup)
+    found: list[IpAddress] = []
+    for family, _, _, _, sockaddr in infos:
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        address = ipaddress.ip_address(sockaddr[0])
+        if address not in found:
+            found.append(address)
+    return found
+
+
+def own_addresses() -> frozenset[IpAddress]:
+    """This host's addresses, as far as the standard library can see them: its name's, its interfaces'
+    (IPv6 from /proc/net/if_inet6, IPv4 from SIOCGIFADDR and the kernel's local routes). Blocking: call it
+    in a thread. A public address among them is refused like a private one (the bot's own ports are there)."""
+    found: set[IpAddress] = set()
+    for source in (_hostname_addresses, _ipv6_interfaces, _ipv4_interfaces, _ipv4_local_routes):
+        with contextlib.suppress(OSError, ValueError):
+            found.update(source())
+    return frozenset(found)
+
+
+def _hostname_addresses() -> Iterator[IpAddress]:
+    for name in {socket.gethostname(), socket.getfqdn()}:
+        with contextlib.suppress(OSError):
+            for *_, sockaddr in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM):
+                yield ipaddress.ip_address(sockaddr[0])
+
+
+def _ipv6_interfaces() -> Iterator[IpAddress]:
+    # Each line: the address as 32 hex digits, then index, prefix length, scope, flags and the interface.
+    for line in IF_INET6.read_text().splitlines():
+        fields = line.split()
+        if fields and len(fields[0]) == 32:
+            yield ipaddress.IPv6Address(bytes.fromhex(fields[0]))
+
+
+def _ipv4_interfaces() -> Iterator[IpAddress]:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
+            except OSError:  # an interface without an IPv4 address
+                continue
+            yield ipaddress.IPv4Address(reply[20:24])
+
+
+def _ipv4_local_routes() -> Iterable[IpAddress]:
+    """Every local IPv4 address (secondary ones too, which SIOCGIFADDR does not show): the kernel's
+    routing trie marks each as `/32 host LOCAL` under the line that names it."""
+    found: list[IpAddress] = []
+    previous = ""
+    for line in FIB_TRIE.read_text().splitlines():
+        text = line.strip()
+        if text.startswith("/32 host LOCAL") and previous.startswith("|-- "):
+            found.append(ipaddress.IPv4Address(previous[4:]))
+        previous = text
+    return found

@@ -1,0 +1,125 @@
+"""Where a request may go, decided without connecting anywhere: what was asked for against the rules, then
+each resolved address against the address check (public only, unless listed as ip:port)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+
+import pytest
+
+from core.egress_rules import EgressMode, IpAddress
+from runner.egress.refusal import BAD_GATEWAY, FORBIDDEN, GATEWAY_TIMEOUT, Refused
+from runner.egress.resolve import checked_addresses, own_addresses, request_check, system_resolver
+from tests.runner.egress.door_rig import FakeResolver, rules
+
+PUBLIC = "93.184.215.14"  # never connected to: these tests stop at the decision
+OTHER_PUBLIC = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
+OPEN = rules(EgressMode.OPEN)
+
+
+def ip(text: str) -> IpAddress:
+    return ipaddress.ip_address(text)
+
+
+async def refused(*args: object, **kwargs: object) -> Refused:
+    with pytest.raises(Refused) as caught:
+        await checked_addresses(*args, **kwargs)  # type: ignore[arg-type]
+    return caught.value
+
+
+async def test_open_mode_allows_any_public_name() -> None:
+    resolver = FakeResolver({"anything.example": [PUBLIC, OTHER_PUBLIC]})
+    request_check(OPEN, "anything.example", 8443)
+    found = await checked_addresses(OPEN, "anything.example", 8443, resolver=resolver, own=frozenset())
+    assert found == [ip(PUBLIC), ip(OTHER_PUBLIC)]
+    assert resolver.calls == ["anything.example"]
+
+
+@pytest.mark.parametrize("private", ["10.0.0.5", "192.168.1.1", "127.0.0.1", "169.254.169.254", "fd00:ec2::254"])
+async def test_a_name_resolving_to_a_private_address_is_refused_even_when_the_name_is_listed(private: str) -> None:
+    listed = rules(EgressMode.ALLOWLIST, ["intranet.test"])
+    request_check(listed, "intranet.test", 443)
+    resolver = FakeResolver({"intranet.test": [private]})
+    for mode_rules in (listed, OPEN):
+        refusal = await refused(mode_rules, "intranet.test", 443, resolver=resolver, own=frozenset())
+        assert refusal.status == FORBIDDEN
+        assert refusal.reason.startswith(f"intranet.test resolves to {private}: ")
+
+
+async def test_a_private_address_listed_as_ip_port_is_reached_on_that_port_only() -> None:
+    listed = rules(EgressMode.OPEN, ["10.0.0.5:8080"])
+    resolver = FakeResolver({"intranet.test": ["10.0.0.5"]})
+    assert await checked_addresses(listed, "intranet.test", 8080, resolver=resolver, own=frozenset()) == [
+        ip("10.0.0.5")
+    ]
+    refusal = await refused(listed, "intranet.test", 8081, resolver=resolver, own=frozenset())
+    assert "private" in refusal.reason
+
+
+async def test_of_a_mixed_answer_only_the_passing_addresses_are_kept_in_order() -> None:
+    resolver = FakeResolver({"mixed.test": ["10.0.0.1", PUBLIC, "127.0.0.1"]})
+    assert await checked_addresses(OPEN, "mixed.test", 443, resolver=resolver, own=frozenset()) == [ip(PUBLIC)]
+
+
+async def test_an_answer_with_no_passing_address_is_refused_with_the_first_ones_reason() -> None:
+    resolver = FakeResolver({"private.test": ["169.254.169.254", "10.0.0.1"]})
+    refusal = await refused(OPEN, "private.test", 80, resolver=resolver, own=frozenset())
+    assert "169.254.169.254 is a cloud metadata address" in refusal.reason
+
+
+async def test_the_hosts_own_public_address_is_refused() -> None:
+    resolver = FakeResolver({"me.test": [PUBLIC]})
+    refusal = await refused(OPEN, "me.test", 443, resolver=resolver, own=frozenset({ip(PUBLIC)}))
+    assert "this host's own address" in refusal.reason
+
+
+async def test_a_literal_address_is_not_looked_up() -> None:
+    resolver = FakeResolver({})
+    assert await checked_addresses(OPEN, PUBLIC, 443, resolver=resolver, own=frozenset()) == [ip(PUBLIC)]
+    assert resolver.calls == []
+    refusal = await refused(OPEN, "::ffff:127.0.0.1", 443, resolver=resolver, own=frozenset())
+    assert refusal.reason.startswith("127.0.0.1 is a loopback address")
+
+
+async def test_a_slow_lookup_is_a_gateway_timeout() -> None:
+    never = asyncio.Event()
+
+    async def stuck(host: str, port: int) -> list[IpAddress]:
+        await never.wait()
+        return []
+
+    refusal = await refused(OPEN, "slow.test", 443, resolver=stuck, own=frozenset(), seconds=0.05)
+    assert refusal.status == GATEWAY_TIMEOUT and "slow.test" in refusal.reason
+
+
+async def test_a_failed_or_empty_lookup_is_a_bad_gateway() -> None:
+    async def fails(host: str, port: int) -> list[IpAddress]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    refusal = await refused(OPEN, "nowhere.test", 443, resolver=fails, own=frozenset())
+    assert refusal.status == BAD_GATEWAY and "did not resolve" in refusal.reason
+    empty = await refused(OPEN, "empty.test", 443, resolver=FakeResolver({"empty.test": []}), own=frozenset())
+    assert empty.status == BAD_GATEWAY
+
+
+def test_a_name_is_matched_by_name_patterns_only() -> None:
+    # The issue's example: localhost:8080 is refused when only 127.0.0.1:8080 is allowed.
+    listed = rules(EgressMode.ALLOWLIST, ["127.0.0.1:8080", "*.allowed.test"])
+    request_check(listed, "127.0.0.1", 8080)
+    request_check(listed, "www.allowed.test", 443)
+    for host, port in [("localhost", 8080), ("127.0.0.1", 8081), ("allowed.test", 443), ("www.allowed.test", 8080)]:
+        with pytest.raises(Refused) as caught:
+            request_check(listed, host, port)
+        assert caught.value.status == FORBIDDEN and "not in SUBAGENT_EGRESS_ALLOW" in caught.value.reason
+
+
+async def test_the_system_resolver_answers_localhost_with_loopback() -> None:
+    found = await system_resolver("localhost", 80)
+    assert found and all(address.is_loopback for address in found)
+
+
+async def test_own_addresses_include_loopback() -> None:
+    mine = await asyncio.to_thread(own_addresses)
+    assert ip("127.0.0.1") in mine
