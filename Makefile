@@ -19,8 +19,8 @@ setup: $(STAMP)
 engine:
 	bash scripts/docker-engine.sh
 
-# The subagent image, built when missing or stale (its agent code or its base changed; that takes seconds),
-# with a local debootstrap base when no registry answers.
+# The subagent image, built when missing or stale (its agent code, its base or SUBAGENT_IMAGE_PACKAGES/APT
+# changed: seconds without tools), with a local debootstrap base when no registry answers.
 image: setup engine
 	$(PY) -m runner.runtimes.image
 

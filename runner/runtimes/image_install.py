@@ -40,6 +40,7 @@ from runner.runtimes.image_tools import (
 MOUNT_POINT = "/tmp/crewbot-tools"
 VENV = "/opt/venv"
 CACHE_KEY_CHARS = 16
+WAIT_SECONDS = "14400"  # the install container's life: fetches and installs take minutes, not hours
 # Run in the base by its own python3: what pip and apt need to know to fetch for it.
 PROBE = r"""
 import json, os, platform, subprocess, sys
@@ -184,10 +185,11 @@ def _install_container(client: Any, base: str, config: dict[str, Any], cache: Pa
     try:
         container = client.containers.run(
             base,
-            ["infinity"] if entrypoint else ["sleep", "infinity"],
+            [WAIT_SECONDS] if entrypoint else ["sleep", WAIT_SECONDS],
             name=f"crewbot-image-tools-{secrets.token_hex(4)}",
             detach=True,
             network_mode="none",
+            auto_remove=True,  # gone by itself even if this process dies before removing it
             mounts=[Mount(target=MOUNT_POINT, source=str(cache.resolve()), type="bind", read_only=True)],
             **entrypoint,
         )
