@@ -211,6 +211,7 @@ def _fetch_apt(facts: BaseFacts, tools: ImageTools, cache: Path, log: Callable[[
     log(f"image: fetching {len(tools.apt)} Debian package(s) and what the base lacks of their dependencies ({where})")
     run_fetch(["apt-get", *options, "-q", "update"], what, APT_TIMEOUT_SECONDS, _apt_reason)
     run_fetch(apt_download_command(options, tools.apt), what, APT_TIMEOUT_SECONDS, _apt_reason)
+    shutil.rmtree(root, ignore_errors=True)  # the indexes (about 20 MB) served this download only
     names = sorted(path.name for path in debs.glob("*.deb"))
     log(f"image: fetched {len(names)} .deb file(s), {_megabytes(debs)} in {time.monotonic() - started:.1f} s")
     return {"debs": [f"debs/{name}" for name in names]}
