@@ -138,6 +138,8 @@ def _build_locked(
                 build_from = ensure_tools_image(client, base, image, tools, cache_root=cache, force=force, log=log)
             except ToolsError as exc:
                 raise ImageBuildError(f"{exc} ({image} left as it was)") from exc
+            except docker.errors.DockerException as exc:
+                raise ImageBuildError(f"cannot make the tools image: {_short(exc)} ({image} left as it was)") from exc
         previous_id = _image_id(client, image)
         log(f"image: building {image} from {build_from} ({len(context.files)} files in the context)")
         _docker_build(client, image, build_from, base, context, nocache=force, log=log)

@@ -171,7 +171,11 @@ def _install(container: Any, tools: ImageTools, fetched: Fetched) -> tuple[dict[
     if tools.pip and fetched.pip_wheel is not None:
         _exec(container, ["python3", "-m", "venv", "--without-pip", VENV], "make the image's venv")
         _exec(container, pip_install_command(fetched.pip_wheel, tools.pip), f"install {PIP_SETTING} in the image")
-        every = json.loads(_exec(container, [f"{VENV}/bin/python", "-c", VERSIONS], "list the venv").splitlines()[-1])
+        listed = _exec(container, [f"{VENV}/bin/python", "-c", VERSIONS], "list the venv's packages")
+        try:
+            every = dict(json.loads(listed.splitlines()[-1]))
+        except (ValueError, TypeError, IndexError):
+            raise ToolsError(f"cannot list the venv's packages: {_reason(listed)}") from None
         pip_versions = {name: str(every.get(name, "?")) for name in tools.pip_names()}
     return pip_versions, apt_versions
 
