@@ -25,6 +25,7 @@ MAX_NAME_CHARS = 253
 _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 # The cloud metadata services; link-local or private already, named so a reason can say what they are.
 METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
+ALLOW_HINT = " (allow it as an ip:port entry to reach it)"
 
 
 class EgressMode(StrEnum):
@@ -110,12 +111,11 @@ def valid_name(name: str) -> bool:
 
 
 def unwrapped(address: IpAddress) -> IpAddress:
-    """An IPv4-mapped (`::ffff:127.0.0.1`) or -compatible IPv6 address is the IPv4 address it carries."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return address.ipv4_mapped
-        if address.sixtofour is not None:
-            return address.sixtofour
+    """An IPv4-mapped IPv6 address (`::ffff:127.0.0.1`) is the IPv4 address it carries: the same destination.
+    A 6to4 address (`2002:7f00:1::`) is not: it names a network behind that IPv4 address, so it never matches
+    an IPv4 entry; address_refusal checks the IPv4 address it is routed to as well."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
     return address
 
 
@@ -154,14 +154,28 @@ def address_refusal(
     )
     if listed:
         return None
-    if plain in METADATA_ADDRESSES or address in METADATA_ADDRESSES:
-        return f"{plain} is a cloud metadata address"
-    if plain in own or address in own:
-        return f"{plain} is this host's own address"
-    kind = _private_kind(plain)
-    if kind is not None:
-        return f"{plain} is a {kind} address (allow it as an ip:port entry to reach it)"
+    what = _what(plain, own)
+    if what is not None:
+        phrase, hint = what
+        return f"{plain} is {phrase}{ALLOW_HINT if hint else ''}"
+    if isinstance(plain, ipaddress.IPv6Address) and plain.sixtofour is not None:
+        # 6to4 is routed to the IPv4 address it carries: 2002:7f00:1:: is loopback wherever 6to4 works.
+        carried = _what(plain.sixtofour, own)
+        if carried is not None:
+            return f"{plain} is 6to4, routed to {plain.sixtofour}, {carried[0]}"
     return None
+
+
+def _what(plain: IpAddress, own: frozenset[IpAddress]) -> tuple[str, bool] | None:
+    """What kind of address refused this is, and whether listing it as ip:port would allow it; None: public."""
+    if plain in METADATA_ADDRESSES:
+        return "a cloud metadata address", False
+    if plain in own:
+        return "this host's own address", False
+    kind = _private_kind(plain)
+    if kind is None:
+        return None
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} address", True
 
 
 def _private_kind(address: IpAddress) -> str | None:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from core.egress_rules import IpAddress, address_refusal, literal_address, request_refusal
+from core.egress_rules import IpAddress, address_refusal, literal_address, request_refusal, unwrapped
 from runner.egress.records import EgressRules
 from runner.egress.refusal import BAD_GATEWAY, FORBIDDEN, GATEWAY_TIMEOUT, Refused
 
@@ -101,7 +101,7 @@ def own_addresses() -> frozenset[IpAddress]:
     found: set[IpAddress] = set()
     for source in (_hostname_addresses, _ipv6_interfaces, _ipv4_interfaces, _ipv4_local_routes):
         with contextlib.suppress(OSError, ValueError):
-            found.update(source())
+            found.update(unwrapped(address) for address in source())  # the form address_refusal compares
     return frozenset(found)
 
 

@@ -1,0 +1,58 @@
+"""The address check of egress: an IPv4-mapped address is the IPv4 address it carries, a 6to4 address is not
+(it names a network behind that IPv4 address) and is refused when the IPv4 address it is routed to would be."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from core.egress_rules import address_refusal, entry_allows, parse_entry, unwrapped
+
+LISTED = (parse_entry("127.0.0.1:8080"), parse_entry("10.0.0.5:80"))
+
+
+def test_an_ipv4_mapped_address_is_its_ipv4_address() -> None:
+    mapped = ipaddress.ip_address("::ffff:127.0.0.1")
+    assert unwrapped(mapped) == ipaddress.ip_address("127.0.0.1")
+    assert address_refusal(mapped, 8080, LISTED) is None
+    assert entry_allows(LISTED[0], "[::ffff:127.0.0.1]", 8080)
+    assert "loopback" in (address_refusal(mapped, 8081, LISTED) or "")
+
+
+@pytest.mark.parametrize("address", ["2002:7f00:1::", "2002:7f00:1:ffff::5", "2002:a00:5::1"])
+def test_a_6to4_address_is_not_matched_by_the_ipv4_entry_it_carries(address: str) -> None:
+    # Listing 127.0.0.1:8080 must not open a whole 6to4 network: the door would connect to the IPv6 address.
+    six = ipaddress.ip_address(address)
+    assert unwrapped(six) == six
+    assert not entry_allows(LISTED[0], f"[{address}]", 8080) and not entry_allows(LISTED[1], f"[{address}]", 80)
+    for port in (8080, 80):
+        assert "is 6to4, routed to" in (address_refusal(six, port, LISTED) or "")
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("2002:7f00:1::", "routed to 127.0.0.1, a loopback address"),
+        ("2002:a9fe:a9fe::1", "routed to 169.254.169.254, a cloud metadata address"),
+        ("2002:c0a8:101::", "routed to 192.168.1.1, a private address"),
+    ],
+)
+def test_a_6to4_address_carrying_a_refused_ipv4_address_is_refused(address: str, why: str) -> None:
+    assert why in (address_refusal(ipaddress.ip_address(address), 443, ()) or "")
+
+
+def test_a_6to4_address_carrying_the_hosts_own_address_is_refused() -> None:
+    own = frozenset({ipaddress.ip_address("93.184.215.14")})
+    six = ipaddress.ip_address("2002:5db8:d70e::1")
+    assert address_refusal(six, 443, ()) is None  # a public IPv4 address's 6to4 network is public
+    assert "this host's own address" in (address_refusal(six, 443, (), own) or "")
+
+
+def test_refusals_read_as_sentences() -> None:
+    assert address_refusal(ipaddress.ip_address("0.0.0.0"), 80, ()) == (
+        "0.0.0.0 is an unspecified address (allow it as an ip:port entry to reach it)"
+    )
+    assert address_refusal(ipaddress.ip_address("169.254.169.254"), 80, ()) == (
+        "169.254.169.254 is a cloud metadata address"
+    )
