@@ -14,9 +14,10 @@ import docker
 import docker.errors
 import pytest
 
+from runner.runtimes.docker_runtime import DockerRuntime
 from runner.runtimes.image import LABEL_CONTENT_HASH, ImageBuildError, build_image, image_status
 from runner.runtimes.image_install import tools_repository
-from runner.runtimes.image_tools import LABEL_TOOLS_KEY, ImageTools, installed_tools
+from runner.runtimes.image_tools import LABEL_TOOLS_KEY, ImageTools, describe_tools, installed_tools
 from tests.runner.docker_helpers import TEST_LABEL
 
 pytestmark = pytest.mark.docker
@@ -115,3 +116,17 @@ def test_a_second_build_is_a_no_op_and_a_failed_fetch_leaves_the_image(built: Bu
     assert message.endswith(f"({IMAGE} left as it was)")
     assert built.client.images.get(IMAGE).id == before
     assert not built.client.containers.list(all=True, filters={"name": "crewbot-image-tools-"})
+
+
+async def test_the_runtime_reads_the_labels_doctor_shows(built: Built) -> None:
+    runtime = DockerRuntime(max_concurrency=1)
+    try:
+        labels = await runtime.image_labels(IMAGE)
+        missing = await runtime.image_labels("crewbot-no-such-image:never")
+    finally:
+        await runtime.close()
+
+    assert labels is not None and describe_tools(labels) == (
+        f"tools: six 1.17.0; apt: bc {installed_tools(labels)[1]['bc']}"
+    )
+    assert missing is None
