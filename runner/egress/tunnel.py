@@ -38,25 +38,33 @@ class ByteBudget:
 async def connect(
     addresses: list[IpAddress], port: int, *, seconds: float = CONNECT_SECONDS
 ) -> tuple[IpAddress, asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection to the first of the checked `addresses` that answers. Numeric only: nothing is looked up
-    again here. Refused: 502 none answered, 504 not within `seconds`."""
+    """A connection to the first of the checked `addresses` that answers, each given an equal share of what
+    is left of `seconds` (one that drops packets does not use up the others' time). Numeric only: nothing is
+    looked up again here. Refused: 504 none answered in time, 502 none would connect."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    tries = addresses[:MAX_CONNECT_TRIES]
     failures: list[str] = []
-    try:
-        async with asyncio.timeout(seconds):
-            for address in addresses[:MAX_CONNECT_TRIES]:
-                # An IPv4-mapped IPv6 address is its IPv4 address (it was checked as that).
-                target = address.ipv4_mapped if address.version == 6 and address.ipv4_mapped else address
-                try:
-                    reader, writer = await asyncio.open_connection(
-                        str(target), port, flags=socket.AI_NUMERICHOST, limit=STREAM_LIMIT
-                    )
-                except OSError as exc:
-                    failures.append(f"{target}: {exc.strerror or type(exc).__name__}")
-                    continue
-                return target, reader, writer
-    except TimeoutError as exc:
-        raise Refused(GATEWAY_TIMEOUT, f"connecting to port {port} took over {seconds:g} s") from exc
-    raise Refused(BAD_GATEWAY, f"could not connect on port {port}: {'; '.join(failures)}")
+    timed_out = 0
+    for index, address in enumerate(tries):
+        # An IPv4-mapped IPv6 address is its IPv4 address (it was checked as that).
+        target = address.ipv4_mapped if address.version == 6 and address.ipv4_mapped else address
+        share = max(0.0, deadline - loop.time()) / (len(tries) - index)
+        try:
+            async with asyncio.timeout(share):
+                reader, writer = await asyncio.open_connection(
+                    str(target), port, flags=socket.AI_NUMERICHOST, limit=STREAM_LIMIT
+                )
+        except TimeoutError:
+            timed_out += 1
+            failures.append(f"{target}: no answer in {share:.1f} s")
+            continue
+        except OSError as exc:
+            failures.append(f"{target}: {exc.strerror or type(exc).__name__}")
+            continue
+        return target, reader, writer
+    status = GATEWAY_TIMEOUT if timed_out == len(tries) else BAD_GATEWAY
+    raise Refused(status, f"could not connect on port {port}: {'; '.join(failures)}")
 
 
 class Tunnel:

@@ -188,3 +188,36 @@ async def test_an_event_recorder_that_fails_does_not_stop_the_door(tmp_path: Pat
                 writer.write(b"ok")
                 assert await within(reader.readexactly(2)) == b"ok"
     assert len(await events.wait_for(2)) == 2
+
+
+async def test_a_listed_address_with_nothing_listening_is_a_502(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago, and is closed now
+        probe.bind((LOOPBACK, 0))
+        port = probe.getsockname()[1]
+    events = Events()
+    async with open_door(tmp_path / "egress.sock", rules(allow=[f"{LOOPBACK}:{port}"]), events):
+        answer = await ask(tmp_path / "egress.sock", f"CONNECT {LOOPBACK}:{port} HTTP/1.1\r\n\r\n".encode())
+        event = await events.next()
+    assert status(answer) == 502 and "could not connect on port" in event.reason and event.address is None
+
+
+async def test_a_server_that_never_answers_the_connect_is_a_504(tmp_path: Path) -> None:
+    events = Events()
+    with socket.socket() as full:
+        # A listener whose queue is full drops the next connection's SYN: the connect hangs.
+        full.bind((LOOPBACK, 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        queued = [socket.socket() for _ in range(3)]
+        try:
+            for client in queued:
+                client.setblocking(False)
+                client.connect_ex((LOOPBACK, port))
+            door_rules = rules(allow=[f"{LOOPBACK}:{port}"])
+            async with open_door(tmp_path / "egress.sock", door_rules, events, connect_seconds=0.3):
+                answer = await ask(tmp_path / "egress.sock", f"CONNECT {LOOPBACK}:{port} HTTP/1.1\r\n\r\n".encode())
+                event = await events.next()
+        finally:
+            for client in queued:
+                client.close()
+    assert status(answer) == 504 and "no answer in 0.3 s" in event.reason
