@@ -10,6 +10,7 @@ from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.chat_files import ChatFileStore
+from core.store.egress import EgressStore
 from core.store.run_files import RunFileStore
 from core.store.runs import FollowUp, RunStatus, RunStore
 from core.stores import Stores
@@ -20,11 +21,13 @@ from runner.ipc.requests import ensure_ipc_root
 from runner.ipc.spawner import IpcSpawner
 from runner.ipc.watcher import IpcWatcher
 from runner.lifecycle.admission import Admission
+from runner.lifecycle.egress_log import EgressLog
 from runner.lifecycle.manager import TaskManager
 from runner.lifecycle.manager_ports import RunStores
 from runner.lifecycle.metrics import RunMetrics
 from runner.lifecycle.recovery import Recovery
 from runner.lifecycle.run_accounting import RunAccounting
+from runner.lifecycle.run_doors import RunDoors
 from runner.runs.file_source import FileSource
 from runner.runs.live_runs import LiveRuns
 from runner.runtimes.docker_runtime import DockerRuntime
@@ -73,6 +76,8 @@ class SubagentService:
             max_per_chat=lambda: settings.max_subagents_per_chat,
         )
         accounting = RunAccounting(self.runs, self.metrics)
+        self.egress = EgressStore(stores.db)
+        self.egress_log = EgressLog(self.egress, self.metrics, on_written=self.runs.changed)
         self.workspaces = Workspaces(self.paths, stores.chats, self.live, settings.workspace_quota_mb)
         policy = RequestPolicy(
             provider=settings.llm_provider,
@@ -100,6 +105,7 @@ class SubagentService:
             files=RunFiles(settings, self.paths),
             workspaces=self.workspaces,
             accounting=accounting,
+            doors=RunDoors(settings, self.egress_log),
             inputs=RunInputsBuilder(
                 settings, ChatFileStore(stores.db), ChatFileCache(self.paths.files_in_dir, file_source)
             ),
@@ -174,6 +180,7 @@ class SubagentService:
     async def start(self) -> None:
         """Reconcile with the engine before taking new work, then watch the IPC folders."""
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
+        self.egress_log.start()
         # Runs an earlier process left live count against the caps (and can be cancelled) even while
         # the engine is down and recovery has to wait for it.
         for record in await self.runs.with_status(RunStatus.RUNNING):
@@ -211,6 +218,7 @@ class SubagentService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.manager.close()
+        await self.egress_log.close()
         await self.proxy.close()
         await self._runtime.close()
 

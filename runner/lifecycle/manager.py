@@ -28,6 +28,7 @@ from runner.lifecycle.manager_ports import RunChannels, RunStores, TypingHolder
 from runner.lifecycle.rejections import Refusals
 from runner.lifecycle.releases import Releases
 from runner.lifecycle.run_accounting import RunAccounting
+from runner.lifecycle.run_doors import RunDoors
 from runner.lifecycle.run_opening import RunOpener
 from runner.lifecycle.supervisor import Supervisor
 from runner.lifecycle.waiting import Waiting, WaitingRuns
@@ -59,6 +60,7 @@ class TaskManager:
         workspaces: Workspaces,
         accounting: RunAccounting,
         inputs: RunInputsBuilder,
+        doors: RunDoors,
     ) -> None:
         self._settings = settings
         self._runs = stores.runs
@@ -82,7 +84,9 @@ class TaskManager:
             files=files,
             inputs=inputs,
             accounting=accounting,
+            doors=doors,
         )
+        self._doors = doors
         self._supervisor = Supervisor(runtime, lambda: settings.subagent_timeout_seconds)
         self._releases = Releases(typing)
         self._conclusion = Conclusion(
@@ -257,11 +261,16 @@ class TaskManager:
     async def _conclude(self, live: LiveRun, status: str, *, error: str) -> bool:
         return await self._conclusion.record(live, status, error=error)
 
-    async def _cleanup(self, live: LiveRun) -> None:
+    async def _close_channel(self, run_id: str) -> None:
+        """The run's socket and its door to the web, if it has one: nothing of it listens any more."""
         try:
-            await self._channels.close_run(live.id)
+            await self._channels.close_run(run_id)
+            await self._doors.close(run_id)
         except Exception:
-            log.exception("channel_close_failed", run_id=live.id)
+            log.exception("channel_close_failed", run_id=run_id)
+
+    async def _cleanup(self, live: LiveRun) -> None:
+        await self._close_channel(live.id)
         if self._closing:
             return
         if live.container_id is not None:
@@ -287,10 +296,7 @@ class TaskManager:
             dropped = await self._delivery.drop_run_messages(live.id, f"run cancelled: {reason}")
             if dropped:
                 log.info("progress_messages_dropped", run_id=live.id, count=dropped)
-        try:
-            await self._channels.close_run(live.id)
-        except Exception:
-            log.exception("channel_close_failed", run_id=live.id)
+        await self._close_channel(live.id)
         if live.container_id is not None:
             try:  # at once, for latency; the supervisor retries until the engine confirms
                 await self._runtime.kill(live.container_id)

@@ -13,6 +13,7 @@ from runner.channel.run_endpoint import RunInbox
 from runner.channel.run_file_desk import FilesOut, RunFileDesk
 from runner.lifecycle.manager_ports import RunChannels, RunStores
 from runner.lifecycle.run_accounting import RunAccounting
+from runner.lifecycle.run_doors import RunDoors
 from runner.runs.live_runs import LiveRun
 from runner.storage.paths import DataPaths
 from runner.storage.run_files import RunFiles
@@ -32,6 +33,7 @@ class RunOpener:
         paths: DataPaths,
         files: RunFiles,
         inputs: RunInputsBuilder,
+        doors: RunDoors,
         accounting: RunAccounting,
     ) -> None:
         self._settings = settings
@@ -43,6 +45,7 @@ class RunOpener:
         self._paths = paths
         self._files = files
         self._inputs = inputs
+        self._doors = doors
         self._accounting = accounting  # the files given and sent, in the metrics
 
     async def open(
@@ -67,6 +70,10 @@ class RunOpener:
         if starting:
             self._accounting.files_given(inputs.given)
         spec = await self._files.prepare(live, chat, task, context, session_in, inputs)
+        # The door listens beside the run socket (its folder exists now); the task says what it may reach.
+        egress = await self._doors.open(live.id, live.chat_id, self._paths.channel_dir(live.id))
+        if egress is not None:
+            spec = spec.model_copy(update={"egress": egress})
         socket_path = self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE
         out = FilesOut(
             out_dir=self._paths.run_files_out(live.id),

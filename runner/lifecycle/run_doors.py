@@ -1,0 +1,74 @@
+"""Each run's door to the web (runner/egress/door.py): opened beside its run socket when the operator allows
+egress, with the rules in force at the run's start (the settings are live: a change applies to the next
+run), and closed with its channel. With SUBAGENT_EGRESS=none no door listens at all."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from container.protocol import EGRESS_SOCKET_FILE, EgressOffer
+from core.egress_rules import EgressMode, IpAddress, parse_entry
+from core.logging import get_logger
+from core.settings import Settings
+from runner.egress.door import EgressDoor
+from runner.egress.records import EgressRules
+from runner.egress.resolve import own_addresses
+from runner.lifecycle.egress_log import EgressLog
+
+log = get_logger(__name__)
+
+BYTES_PER_MB = 1024 * 1024
+
+
+class RunDoors:
+    def __init__(self, settings: Settings, egress_log: EgressLog) -> None:
+        self._settings = settings
+        self._log = egress_log
+        self._doors: dict[str, EgressDoor] = {}
+        self._own: frozenset[IpAddress] | None = None  # this host's addresses, found once
+
+    def rules(self) -> EgressRules | None:
+        """The rules a run starting now gets; None: no egress."""
+        s = self._settings
+        if s.subagent_egress is EgressMode.NONE:
+            return None
+        return EgressRules(
+            mode=s.subagent_egress,
+            allow=tuple(parse_entry(entry) for entry in s.subagent_egress_allow),
+            max_bytes=s.subagent_egress_max_mb * BYTES_PER_MB,
+            max_connections=s.subagent_egress_max_connections,
+        )
+
+    async def open(self, run_id: str, chat_id: int, channel_dir: Path) -> EgressOffer | None:
+        """Listen at the run's `egress.sock` (again, for a re-attached run); what its task says it may reach."""
+        rules = self.rules()
+        if rules is None:
+            return None
+        await self.close(run_id)
+        if self._own is None:
+            self._own = await asyncio.to_thread(own_addresses)
+        door = EgressDoor(
+            channel_dir / EGRESS_SOCKET_FILE,
+            rules,
+            on_event=self._log.listener(run_id, chat_id),
+            own_addresses=self._own or frozenset(),
+        )
+        await door.start()
+        self._doors[run_id] = door
+        log.info("egress_door_opened", run_id=run_id, mode=rules.mode.value, allow=len(rules.allow))
+        return EgressOffer(
+            mode="open" if rules.mode is EgressMode.OPEN else "allowlist",
+            allow=[str(entry) for entry in rules.allow],
+            max_bytes=rules.max_bytes,
+        )
+
+    async def close(self, run_id: str) -> None:
+        door = self._doors.pop(run_id, None)
+        if door is not None:
+            await door.close()
+            await self._log.close_run(run_id)
+
+    async def close_all(self) -> None:
+        for run_id in list(self._doors):
+            await self.close(run_id)
