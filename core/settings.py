@@ -15,12 +15,14 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from core.egress_rules import EgressMode
 from core.setting_bounds import (
     BYTES_PER_MIB,
+    MAX_DAILY_TOKENS,
     MAX_DATA_RETENTION_DAYS,
     MAX_INT64,
     MAX_IPC_MAX_FILE_BYTES,
     MAX_IPC_RESCAN_SECONDS,
     MAX_LLM_TIMEOUT_SECONDS,
     MAX_MERGE_WINDOW_SECONDS,
+    MAX_PRICE_PER_MTOK,
     MAX_SCHEDULE_MIN_INTERVAL_SECONDS,
     MAX_SCHEDULE_MISFIRE_GRACE_SECONDS,
     MAX_SUBAGENT_EGRESS_CONNECTIONS,
@@ -178,6 +180,21 @@ class Settings(BaseSettings):
     subagent_max_files: int = Field(default=5, ge=0, le=MAX_SUBAGENT_FILES, alias="SUBAGENT_MAX_FILES")
     subagent_run_files_mb: int = Field(default=100, ge=1, le=MAX_SUBAGENT_RUN_FILES_MB, alias="SUBAGENT_RUN_FILES_MB")
     subagent_allow_provider_tools: bool = Field(default=False, alias="SUBAGENT_ALLOW_PROVIDER_TOOLS")
+    # What a day may cost (0: no allowance); changeable live. Prices only turn tokens into money in reports.
+    chat_daily_tokens: int = Field(default=0, ge=0, le=MAX_DAILY_TOKENS, alias="CHAT_DAILY_TOKENS")
+    daily_tokens: int = Field(default=0, ge=0, le=MAX_DAILY_TOKENS, alias="DAILY_TOKENS")
+    llm_price_input_per_mtok: float = Field(
+        default=0.0, ge=0, le=MAX_PRICE_PER_MTOK, allow_inf_nan=False, alias="LLM_PRICE_INPUT_PER_MTOK"
+    )
+    llm_price_output_per_mtok: float = Field(
+        default=0.0, ge=0, le=MAX_PRICE_PER_MTOK, allow_inf_nan=False, alias="LLM_PRICE_OUTPUT_PER_MTOK"
+    )
+    subagent_price_input_per_mtok: float | None = Field(
+        default=None, ge=0, le=MAX_PRICE_PER_MTOK, allow_inf_nan=False, alias="SUBAGENT_PRICE_INPUT_PER_MTOK"
+    )
+    subagent_price_output_per_mtok: float | None = Field(
+        default=None, ge=0, le=MAX_PRICE_PER_MTOK, allow_inf_nan=False, alias="SUBAGENT_PRICE_OUTPUT_PER_MTOK"
+    )
     # The web, through the door the operator controls (README "Subagents and the web"); live, for the next run.
     subagent_egress: EgressMode = Field(default=EgressMode.NONE, alias="SUBAGENT_EGRESS")
     subagent_egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=list, alias="SUBAGENT_EGRESS_ALLOW")

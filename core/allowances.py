@@ -1,0 +1,198 @@
+"""Daily LLM allowances, enforced before spending: every call (a main-agent turn's model request, a subagent
+step through the proxy, an announcement) reserves its estimate (prompt size plus output cap, at most what
+is left) while its chat and the whole bot have allowance left, and settles to what it really used.
+
+The rule this keeps: a day's use never exceeds an allowance by more than one call's own tokens, however
+many calls race. Calls are admitted one at a time (a lock), each holds at most what is left, and once what
+is left is held, the next call is refused; only the call that took the last of it can overshoot, by what
+it used beyond its hold. Every call is counted (`SpendStore`) whether or not an allowance is set. The day
+is the operator's (`TIMEZONE`) and rolls over at midnight there; reservations live in memory only, so a
+crash leaves none holding anything: what calls used is what was recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from core.logging import get_logger
+from core.settings import Settings
+from core.store.spend import SpendKind, SpendStore
+
+log = get_logger(__name__)
+
+NOTICE_SHARE = 0.8  # a chat is told once a day when its use passes this share of its allowance
+
+
+class AllowanceSpent(Exception):
+    """No allowance is left for this call; the message says whose and when it resets."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    chat_id: int
+    day: str
+    kind: SpendKind
+    tokens: int  # held until settled
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    day: str
+    used: int  # the chat's tokens today
+    allowance: int  # the chat's allowance today, top-ups included; 0: none
+    added: int  # of which /budget add gave today
+    bot_used: int
+    bot_allowance: int  # DAILY_TOKENS; 0: none
+    resets_at: float  # the next midnight in TIMEZONE
+
+
+Notice = Callable[[int, BudgetStatus], None]
+
+
+class Allowances:
+    def __init__(self, settings: Settings, store: SpendStore, *, clock: Callable[[], float] = time.time) -> None:
+        self._settings = settings  # read at each call: the allowances change on the running bot
+        self._store = store
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._day = ""
+        self._used: dict[int, int] = {}
+        self._used_all = 0
+        self._held: dict[int, int] = {}
+        self._held_all = 0
+        self._notice: Notice | None = None
+
+    def on_notice(self, notice: Notice) -> None:
+        """Told once a day per chat when its use passes 80 % of its allowance (the chat is then told)."""
+        self._notice = notice
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self._settings.timezone)
+
+    def today(self) -> str:
+        return datetime.fromtimestamp(self._clock(), self.zone).strftime("%Y-%m-%d")
+
+    def resets_at(self) -> float:
+        now = datetime.fromtimestamp(self._clock(), self.zone)
+        midnight = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+        return midnight.timestamp()
+
+    async def _roll(self) -> str:
+        """Today's figures, loaded from the store at the first call of a day (or after a clock jump)."""
+        day = self.today()
+        if day != self._day:
+            used = await self._store.day_by_chat(day)
+            self._day, self._used, self._used_all = day, used, sum(used.values())
+            self._held, self._held_all = {}, 0  # yesterday's holds settle into yesterday
+        return day
+
+    async def _chat_allowance(self, chat_id: int, day: str) -> tuple[int, int]:
+        """(allowance, of which top-ups) for the chat that day; 0: no allowance (only the bot's applies)."""
+        own = await self._store.chat_allowance(chat_id)
+        base = self._settings.chat_daily_tokens if own is None else own
+        added = await self._store.topup(chat_id, day)
+        return (base + added if base > 0 else 0), added
+
+    async def reserve(self, chat_id: int, kind: SpendKind, estimate: int) -> Reservation:
+        """Hold `estimate` tokens (at most what is left) for one call; AllowanceSpent when nothing is left."""
+        async with self._lock:
+            day = await self._roll()
+            allowance, _ = await self._chat_allowance(chat_id, day)
+            bot_allowance = self._settings.daily_tokens
+            left = [float("inf")]
+            if allowance > 0:
+                chat_left = allowance - self._used.get(chat_id, 0) - self._held.get(chat_id, 0)
+                if chat_left <= 0:
+                    raise AllowanceSpent(self._spent_text(f"this chat's daily allowance of {allowance:,} tokens"))
+                left.append(chat_left)
+            if bot_allowance > 0:
+                bot_left = bot_allowance - self._used_all - self._held_all
+                if bot_left <= 0:
+                    raise AllowanceSpent(self._spent_text(f"the bot's daily allowance of {bot_allowance:,} tokens"))
+                left.append(bot_left)
+            hold = int(min(max(1, estimate), *left))
+            self._held[chat_id] = self._held.get(chat_id, 0) + hold
+            self._held_all += hold
+            return Reservation(chat_id=chat_id, day=day, kind=kind, tokens=hold)
+
+    def _spent_text(self, whose: str) -> str:
+        resets = datetime.fromtimestamp(self.resets_at(), self.zone).strftime("%H:%M")
+        return f"{whose} is used up for today; it resets at {resets} ({self._settings.timezone})"
+
+    async def settle(self, reservation: Reservation, input_tokens: int, output_tokens: int, *, estimated: bool) -> None:
+        """The call is done: release its hold, count what it used (on the day it was admitted)."""
+        used = max(0, input_tokens) + max(0, output_tokens)
+        crossed: BudgetStatus | None = None
+        async with self._lock:
+            self._release(reservation)
+            await self._store.add(
+                reservation.day, reservation.chat_id, reservation.kind, input_tokens, output_tokens, estimated=estimated
+            )
+            if reservation.day == self._day:
+                before = self._used.get(reservation.chat_id, 0)
+                self._used[reservation.chat_id] = before + used
+                self._used_all += used
+                crossed = await self._crossed(reservation.chat_id, before, before + used)
+        if crossed is not None and self._notice is not None:
+            self._notice(reservation.chat_id, crossed)
+
+    async def release(self, reservation: Reservation) -> None:
+        """The call failed before using anything (a provider error): its hold is freed, nothing counted."""
+        async with self._lock:
+            self._release(reservation)
+
+    def _release(self, reservation: Reservation) -> None:
+        if reservation.day != self._day:
+            return  # held on a day that has rolled over: its holds were dropped with it
+        self._held[reservation.chat_id] = max(0, self._held.get(reservation.chat_id, 0) - reservation.tokens)
+        self._held_all = max(0, self._held_all - reservation.tokens)
+
+    async def _crossed(self, chat_id: int, before: int, after: int) -> BudgetStatus | None:
+        allowance, _ = await self._chat_allowance(chat_id, self._day)
+        if allowance <= 0 or not before < NOTICE_SHARE * allowance <= after:
+            return None
+        if not await self._store.first_notice(chat_id, self._day):
+            return None
+        return await self._status(chat_id)
+
+    async def left_for(self, chat_id: int) -> str | None:
+        """Why nothing is left for the chat today (a turn gets this as its notice, a spawn as its refusal)."""
+        try:
+            reservation = await self.reserve(chat_id, SpendKind.MAIN, 1)
+        except AllowanceSpent as exc:
+            return str(exc)
+        await self.release(reservation)
+        return None
+
+    async def status(self, chat_id: int) -> BudgetStatus:
+        async with self._lock:
+            await self._roll()
+            return await self._status(chat_id)
+
+    async def _status(self, chat_id: int) -> BudgetStatus:
+        allowance, added = await self._chat_allowance(chat_id, self._day)
+        return BudgetStatus(
+            day=self._day,
+            used=self._used.get(chat_id, 0),
+            allowance=allowance,
+            added=added,
+            bot_used=self._used_all,
+            bot_allowance=self._settings.daily_tokens,
+            resets_at=self.resets_at(),
+        )
+
+    async def set_allowance(self, chat_id: int, tokens: int | None, set_by: int | None) -> BudgetStatus:
+        """The chat's own daily allowance from now on (None: back to CHAT_DAILY_TOKENS)."""
+        await self._store.set_chat_allowance(chat_id, tokens, set_by)
+        return await self.status(chat_id)
+
+    async def add(self, chat_id: int, tokens: int) -> BudgetStatus:
+        """More allowance for the chat today only."""
+        await self._store.add_topup(chat_id, self.today(), tokens)
+        return await self.status(chat_id)
