@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, str] = {
     "stall": "bench.loop_stall",
     "hostile": "bench.hostile_channel",
     "files": "bench.files",
+    "egress": "bench.egress",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOGS_DIR = RESULTS_DIR / "logs"
