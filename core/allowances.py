@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 from core.logging import get_logger
 from core.settings import Settings
-from core.store.spend import SpendKind, SpendStore
+from core.store.spend import SpendKind, SpendRow, SpendStore
 
 log = get_logger(__name__)
 
@@ -30,6 +30,11 @@ NOTICE_SHARE = 0.8  # a chat is told once a day when its use passes this share o
 
 class AllowanceSpent(Exception):
     """No allowance is left for this call; the message says whose and when it resets."""
+
+
+def spent_line(reason: str) -> str:
+    """A refusal's reason (AllowanceSpent's message, `left_for`'s answer) as the one line a chat is told."""
+    return f"{reason[:1].upper()}{reason[1:]}."
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,15 @@ class Allowances:
             self._day, self._used, self._used_all = day, used, sum(used.values())
             self._held, self._held_all = {}, 0  # yesterday's holds settle into yesterday
         return day
+
+    async def load(self) -> None:
+        """Today's figures from the store now (at start), not only at the day's first call."""
+        async with self._lock:
+            await self._roll()
+
+    def bot_used(self) -> int:
+        """The whole bot's tokens today as counted so far (the metrics read it when scraped; it must not block)."""
+        return self._used_all if self._day == self.today() else 0
 
     async def _chat_allowance(self, chat_id: int, day: str) -> tuple[int, int]:
         """(allowance, of which top-ups) for the chat that day; 0: no allowance (only the bot's applies)."""
@@ -186,6 +200,11 @@ class Allowances:
             bot_allowance=self._settings.daily_tokens,
             resets_at=self.resets_at(),
         )
+
+    async def spent_today(self, chat_id: int) -> list[SpendRow]:
+        """The chat's use today by kind, input and output apart (what prices apply to)."""
+        day = self.today()
+        return [row for row in await self._store.rows(day, chat_id) if row.day == day]
 
     async def set_allowance(self, chat_id: int, tokens: int | None, set_by: int | None) -> BudgetStatus:
         """The chat's own daily allowance from now on (None: back to CHAT_DAILY_TOKENS)."""
