@@ -11,10 +11,13 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
 from bot.agent.deps import TurnDeps
+from bot.agent.metered import MeteredModel
 from bot.agent.prompt import instructions_for
 from bot.agent.subagents_tool import subagents
 from bot.agent.task_tools import TASK_TOOLS
+from core.allowances import Allowances
 from core.logging import get_logger
+from core.store.spend import SpendKind
 
 log = get_logger(__name__)
 
@@ -69,6 +72,21 @@ def build_llm_agent(
     )
 
 
-async def run_turn(agent: Agent[TurnDeps, str], text: str, deps: TurnDeps) -> str:
-    result = await agent.run(text, deps=deps, usage_limits=UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN))
+async def run_turn(
+    agent: Agent[TurnDeps, str],
+    text: str,
+    deps: TurnDeps,
+    *,
+    allowances: Allowances | None = None,
+    kind: SpendKind = SpendKind.MAIN,
+) -> str:
+    """One turn's run. With `allowances` each of its model requests is metered for the turn's chat and kind
+    (and may raise AllowanceSpent when nothing is left)."""
+    model: Model | None = None
+    if allowances is not None:
+        if not isinstance(agent.model, Model):
+            raise TypeError("a metered turn needs the agent's model object")
+        model = MeteredModel(agent.model, allowances, deps.chat_id, kind)
+    limits = UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN)
+    result = await agent.run(text, deps=deps, model=model, usage_limits=limits)
     return result.output

@@ -12,9 +12,11 @@ from bot.agent.prompt import build_prompt
 from bot.ports.spawner import Spawner
 from bot.schedules.book import TaskBook
 from bot.turns.engine import Turn
+from core.allowances import Allowances, AllowanceSpent, spent_line
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.messages import MessageStore, StoredMessage
+from core.store.spend import SpendKind
 
 if TYPE_CHECKING:
     from pydantic_ai import Agent
@@ -25,6 +27,9 @@ log = get_logger(__name__)
 __all__ = ["APOLOGY", "MainAgent", "TurnDeps"]
 
 APOLOGY = "Sorry, I could not answer just now (the language model did not respond). Please try again."
+# An announcement turn refused for the allowance before it took its runs: they are told at the next turn let in.
+UNANNOUNCED = "A subagent run has finished meanwhile: /subagents shows it, and I will tell you more when I can."
+FINISHED = "Subagent runs have finished meanwhile: /subagents shows them."  # refused after taking them
 
 
 def turn_askers(window: Sequence[StoredMessage], answered_up_to: int | None) -> tuple[int | None, ...]:
@@ -59,6 +64,7 @@ class MainAgent:
         is_admin: AdminCheck | None = None,
         answered_up_to: Callable[[int, int], Awaitable[int | None]] | None = None,
         abilities: Callable[[], str] | None = None,
+        allowances: Allowances | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -68,6 +74,7 @@ class MainAgent:
         self._is_admin = is_admin  # admin-only tools: None refuses them
         self._answered_up_to = answered_up_to  # (chat, trigger) -> the newest trigger a completed turn answered
         self._abilities = abilities  # what subagents can reach and use, read at each turn (settings change live)
+        self._allowances = allowances  # daily LLM allowances: each model request is metered; None: not counted
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -110,6 +117,10 @@ class MainAgent:
     async def _answer(self, turn: Turn) -> tuple[str, str]:
         """The reply and its kind. A frame of its own: the prompt, its window and the agent's run are
         freed before the send, which can wait on Telegram's rate limits (bench: memory)."""
+        refused = await self._allowances.left_for(turn.chat_id) if self._allowances is not None else None
+        if refused is not None:  # no LLM call at all; the message that asked stays stored
+            log.info("turn_refused_allowance", turn_id=turn.id, chat_id=turn.chat_id)
+            return spent_line(refused) + ("" if turn.trigger_id is not None else f" {UNANNOUNCED}"), "notice"
         prompt = await build_prompt(
             self._messages, turn.chat_id, self._history_window, self._assistant_name, up_to_id=turn.trigger_id
         )
@@ -137,9 +148,14 @@ class MainAgent:
             agent = await self.llm_agent()
             from bot.agent.llm_agent import run_turn  # loaded by llm_agent()
 
+            # An announcement turn (no message asked) is counted as such; any other as the main agent's.
+            kind = SpendKind.ANNOUNCE if turn.trigger_id is None else SpendKind.MAIN
             async with asyncio.timeout(self._timeout_seconds):
-                output = await run_turn(agent, text, deps)
+                output = await run_turn(agent, text, deps, allowances=self._allowances, kind=kind)
             return output.strip() or "(no answer)", "reply"
+        except AllowanceSpent as exc:  # used up during the turn (its own requests, or racing chats)
+            log.info("turn_stopped_allowance", turn_id=turn.id, chat_id=turn.chat_id)
+            return spent_line(str(exc)) + (f" {FINISHED}" if announced else ""), "notice"
         except TimeoutError:
             log.error("llm_timeout", timeout_seconds=self._timeout_seconds)
             return APOLOGY, "notice"

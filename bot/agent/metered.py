@@ -1,0 +1,151 @@
+"""Each model request of a main-agent turn, metered: admitted only while the turn's chat and the whole bot
+have allowance left, holding its estimate until it settles to what the provider says it used.
+
+The estimate is the request's size (its messages, instructions and tool definitions) in characters / 3,
+rounded up, plus its output cap: the model settings' `max_tokens`, else OUTPUT_CAP_TOKENS. A provider that
+reports no usage is counted at the estimate of what was sent and received, marked estimated. A request
+that fails is released (nothing counted); one cancelled in flight (a merge, the turn's timeout, /stop)
+is counted at its input estimate, estimated: the provider has likely read the prompt by then.
+
+Imported on the first turn with the rest of pydantic-ai (bot/agent/llm_agent.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ModelResponsePart,
+    RetryPromptPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
+
+from core.allowances import Allowances, Reservation
+from core.logging import get_logger
+from core.store.spend import SpendKind
+
+log = get_logger(__name__)
+
+CHARS_PER_TOKEN = 3  # a cautious rule of thumb (English runs about 4): estimates err towards holding more
+OUTPUT_CAP_TOKENS = 4_096  # a request's output when the model settings set no max_tokens (a typical default)
+
+
+def tokens_of_chars(chars: int) -> int:
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+def _part_chars(part: Any) -> int:
+    if isinstance(part, ToolCallPart):
+        return len(part.tool_name) + len(part.args_as_json_str())
+    if isinstance(part, ToolReturnPart):
+        return len(part.tool_name) + len(part.model_response_str())
+    if isinstance(part, RetryPromptPart):
+        return len(part.model_response())
+    content = getattr(part, "content", "")
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, Iterable):  # a user prompt's list: its text counts (files are not sized here)
+        return sum(len(item) for item in content if isinstance(item, str))
+    return 0
+
+
+def response_chars(parts: Iterable[ModelResponsePart]) -> int:
+    return sum(_part_chars(part) for part in parts)
+
+
+def request_chars(messages: list[ModelMessage], parameters: ModelRequestParameters) -> int:
+    """What a request sends, in characters: every message's parts, the instructions and the tools."""
+    total = 0
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            total += len(message.instructions or "")
+        total += sum(_part_chars(part) for part in message.parts)
+    for tool in [*parameters.function_tools, *parameters.output_tools]:
+        total += len(tool.name) + len(tool.description or "") + len(json.dumps(tool.parameters_json_schema))
+    return total
+
+
+def output_cap(model_settings: ModelSettings | None) -> int:
+    cap = (model_settings or {}).get("max_tokens")
+    return cap if isinstance(cap, int) and cap > 0 else OUTPUT_CAP_TOKENS
+
+
+class MeteredModel(WrapperModel):
+    """Made per turn around the agent's model (passed as `model=` to its run): the chat and kind to count."""
+
+    def __init__(self, wrapped: Model, allowances: Allowances, chat_id: int, kind: SpendKind) -> None:
+        super().__init__(wrapped)
+        self._allowances = allowances
+        self._chat_id = chat_id
+        self._kind = kind
+
+    async def _reserve(
+        self, messages: list[ModelMessage], model_settings: ModelSettings | None, parameters: ModelRequestParameters
+    ) -> tuple[Reservation, int]:
+        """Raises AllowanceSpent when nothing is left; else the hold and the request's input estimate."""
+        prompt = tokens_of_chars(request_chars(messages, parameters))
+        held = await self._allowances.reserve(self._chat_id, self._kind, prompt + output_cap(model_settings))
+        return held, prompt
+
+    async def _settle(self, held: Reservation, response: ModelResponse, prompt: int) -> None:
+        usage = response.usage
+        if usage.unmeasured_requests or (usage.input_tokens <= 0 and usage.output_tokens <= 0):
+            output = tokens_of_chars(response_chars(response.parts))
+            log.info("llm_usage_estimated", chat_id=self._chat_id, input_tokens=prompt, output_tokens=output)
+            await self._allowances.settle(held, prompt, output, estimated=True)
+            return
+        await self._allowances.settle(held, usage.input_tokens, usage.output_tokens, estimated=False)
+
+    async def _abandoned(self, held: Reservation, prompt: int, error: BaseException) -> None:
+        if isinstance(error, asyncio.CancelledError):
+            # Shielded: the settling finishes even if the turn is cancelled again meanwhile.
+            await asyncio.shield(self._allowances.settle(held, prompt, 0, estimated=True))
+        else:
+            await self._allowances.release(held)
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        held, prompt = await self._reserve(messages, model_settings, model_request_parameters)
+        try:
+            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        except BaseException as exc:
+            await self._abandoned(held, prompt, exc)
+            raise
+        await self._settle(held, response, prompt)
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncIterator[StreamedResponse]:
+        held, prompt = await self._reserve(messages, model_settings, model_request_parameters)
+        try:
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                yield stream
+        except BaseException as exc:
+            await self._abandoned(held, prompt, exc)
+            raise
+        await self._settle(held, stream.get(), prompt)
