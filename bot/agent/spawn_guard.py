@@ -1,6 +1,9 @@
 """Answer a spawn early when the caps and the queue are already full, so a chat is never told a run was
 accepted that the task manager refuses a moment later. The manager still decides; this only refuses what
-it surely would: over a cap a request waits in the queue (SUBAGENT_QUEUE_LIMIT) while it has room."""
+it surely would: over a cap a request waits in the queue (SUBAGENT_QUEUE_LIMIT) while it has room.
+
+And refuse a spawn outright when the chat's or the bot's daily LLM allowance is used up: the run could
+make no LLM call (the main agent's and scheduled tasks' spawns share this path)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from bot.ports.spawner import Spawner, SpawnRefused
+from bot.ports.spawner import AllowanceRefused, Spawner, SpawnRefused
 from core.logging import get_logger
 
 log = get_logger(__name__)
@@ -97,3 +100,27 @@ class CapCheckedSpawner:
             run_id = await self._inner.spawn(chat_id, turn_id, task, label, include_context, files)
             self._written[run_id] = (chat_id, self._clock())
             return run_id
+
+
+class AllowanceCheckedSpawner:
+    """A `Spawner` that refuses (AllowanceRefused, with the reason) while `spent(chat_id)` says nothing is
+    left of the chat's or the bot's allowance today (core.allowances.Allowances.left_for)."""
+
+    def __init__(self, inner: Spawner, spent: Callable[[int], Awaitable[str | None]]) -> None:
+        self._inner = inner
+        self._spent = spent
+
+    async def spawn(
+        self,
+        chat_id: int,
+        turn_id: str,
+        task: str,
+        label: str | None,
+        include_context: bool,
+        files: Sequence[str] = (),
+    ) -> str:
+        reason = await self._spent(chat_id)
+        if reason is not None:
+            log.info("spawn_refused_allowance", chat_id=chat_id, turn_id=turn_id)
+            raise AllowanceRefused(reason)
+        return await self._inner.spawn(chat_id, turn_id, task, label, include_context, files)

@@ -23,3 +23,8 @@ class Spawner(Protocol):
 
 class SpawnRefused(Exception):
     """The caps are full: the message says so and what to do, for the model to pass on."""
+
+
+class AllowanceRefused(SpawnRefused):
+    """The chat's or the bot's daily LLM allowance is used up: the message says whose and when it resets.
+    Unlike a full cap it does not pass in seconds, so a scheduled due time is skipped, not kept waiting."""

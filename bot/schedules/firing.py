@@ -1,6 +1,8 @@
 """What a claimed due time does: start a subagent through the main agent's spawner (so the caps, budgets,
 typing, cancel and the [Subagent] result apply), or put the prompt to the main agent; then count the
 outcome: failures in a row back the task off, and pause it at SCHEDULE_MAX_FAILURES with a word to the chat.
+A due time met with the chat's or the bot's daily allowance used up is skipped with that reason: no failure,
+no backoff (the allowance, not the task, is at fault, and the next due time after the reset runs as usual).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from bot.ports.spawner import Spawner, SpawnRefused
+from bot.ports.spawner import AllowanceRefused, Spawner, SpawnRefused
 from core.logging import get_logger
 from core.store.schedules import PENDING_FIRES, Fire, FireStatus, ScheduleStore, TaskMode, TaskRecord, TaskStatus
 
@@ -53,6 +55,7 @@ class TaskFiring:
         *,
         max_failures: int,
         allowed: Callable[[int], Awaitable[bool]] | None = None,
+        spent: Callable[[int], Awaitable[str | None]] | None = None,
         clock: Callable[[], float] = time.time,
         wait_retry_seconds: float = WAIT_RETRY_SECONDS,
         settle_poll_seconds: float = SETTLE_POLL_SECONDS,
@@ -63,6 +66,7 @@ class TaskFiring:
         self._notifier = notifier
         self._max_failures = max_failures
         self._allowed = allowed  # a chat taken off ALLOWED_CHAT_IDS gets no scheduled turns or runs
+        self._spent = spent  # why nothing is left of the chat's allowance today (None: something is)
         self._clock = clock
         self._wait_retry_seconds = wait_retry_seconds
         self._settle_poll_seconds = settle_poll_seconds
@@ -99,6 +103,10 @@ class TaskFiring:
             )
             log.info("task_fire_skipped", task_id=task.id, reason="chat not allowed")
             return
+        reason = await self._spent(task.chat_id) if self._spent is not None else None
+        if reason is not None:
+            await self._skip_spent(fire, task, PENDING_FIRES, reason)
+            return
         if task.mode is TaskMode.MESSAGE:
             await self._post(fire, task)
             return
@@ -107,6 +115,9 @@ class TaskFiring:
                 return  # another process took it
             try:
                 await self._spawn(fire, task)
+                return
+            except AllowanceRefused as exc:  # does not pass in seconds: skipped, neither waiting nor failed
+                await self._skip_spent(fire, task, (FireStatus.STARTING,), str(exc))
                 return
             except SpawnRefused as exc:
                 await self._store.move_fire(
@@ -118,6 +129,10 @@ class TaskFiring:
             if current is None or current.status is TaskStatus.CANCELLED:
                 await self._store.move_fire(fire.id, FireStatus.SKIPPED, only_from=PENDING_FIRES, detail="cancelled")
                 return
+
+    async def _skip_spent(self, fire: Fire, task: TaskRecord, only_from: tuple[FireStatus, ...], reason: str) -> None:
+        await self._store.move_fire(fire.id, FireStatus.SKIPPED, only_from=only_from, detail=reason[:300])
+        log.info("task_fire_skipped", task_id=task.id, fire_id=fire.id, reason="allowance used up")
 
     async def _spawn(self, fire: Fire, task: TaskRecord) -> None:
         if self._spawner is None:

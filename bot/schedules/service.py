@@ -42,10 +42,17 @@ class Schedules:
         notifier: Notifier,
         is_admin: Callable[[int, int], Awaitable[bool]],
         allowed: Callable[[int], Awaitable[bool]] | None = None,
+        spent: Callable[[int], Awaitable[str | None]] | None = None,
     ) -> None:
         self.store = ScheduleStore(db)
         self.firing = TaskFiring(
-            self.store, spawner, poster, notifier, max_failures=settings.schedule_max_failures, allowed=allowed
+            self.store,
+            spawner,
+            poster,
+            notifier,
+            max_failures=settings.schedule_max_failures,
+            allowed=allowed,
+            spent=spent,
         )
         self.scheduler = TaskScheduler(
             self.store, self.firing, misfire_grace_seconds=settings.schedule_misfire_grace_seconds
