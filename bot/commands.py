@@ -1,4 +1,4 @@
-"""Chat commands: /start, /help, /stop, /subagents, /cancel <run>|all. Control commands need an admin."""
+"""Chat commands: /start, /help, /stop, /subagents, /cancel <run>|all, /budget. Control commands need an admin."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from bot.budget_command import BudgetCommand
 from bot.channels.base import Channel
 from bot.channels.inbound import InboundMessage
 from bot.config_command import config_reply
@@ -20,7 +21,9 @@ from core.store.runs import RunStatus
 log = get_logger(__name__)
 
 ADMIN_COMMANDS = frozenset({"stop", "cancel"})
-KNOWN_COMMANDS = frozenset({"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone", "config"})
+KNOWN_COMMANDS = frozenset(
+    {"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone", "config", "budget"}
+)
 MAX_LISTED_RUNS = 15
 
 
@@ -55,6 +58,7 @@ HELP_TEXT = (
     "/workspace – the files this chat's subagents keep; /workspace clear – empty it (admins)\n"
     "/tasks – this chat's scheduled tasks; /tasks <id> – one's history; /tasks pause|resume|cancel <id>\n"
     "/timezone – the zone schedules are read in; /timezone Europe/Berlin sets it (admins)\n"
+    "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens> (admins)\n"
     "/config – the settings operators change live, /config NAME=VALUE to change one (ADMIN_USER_IDS)"
 )
 CONSOLE_HELP_TEXT = (
@@ -64,6 +68,7 @@ CONSOLE_HELP_TEXT = (
     "/stop – abort my current answer and stop all subagents\n"
     "/workspace – the files subagents keep; /workspace clear – empty it\n"
     "/tasks – scheduled tasks; /tasks pause|resume|cancel <id>; /timezone [IANA name]\n"
+    "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens>\n"
     "/config – the live settings; /config NAME=VALUE changes one (as `crewbot config set`)\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
@@ -82,6 +87,7 @@ class Commands:
         tasks: TaskBook | None = None,
         conversations: Callable[[int], Awaitable[list[int]]] | None = None,
         config: LiveConfig | None = None,
+        budget: BudgetCommand | None = None,
     ) -> None:
         self._channel = channel
         self._conversations = conversations  # a platform chat's conversations: itself and its forum topics
@@ -92,6 +98,7 @@ class Commands:
         self._workspaces = workspaces
         self._tasks = tasks
         self._config = config
+        self._budget = budget
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -137,6 +144,13 @@ class Commands:
             await self._reply(message, await self._scheduled(message))
         elif command == "config":
             await self._configure(message)
+        elif command == "budget":
+            text = "Daily LLM allowances are not enabled here."
+            if self._budget is not None:
+                text = await self._budget.reply(
+                    message.chat_id, message.command_args, message.sender_id, lambda: self._is_admin(message)
+                )
+            await self._reply(message, text)
 
     async def _configure(self, message: InboundMessage) -> None:
         """Operators only: ADMIN_USER_IDS (read live from the settings) or the local console."""
