@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -11,6 +12,8 @@ from bot.agent.announce import Announcer
 from bot.agent.deps import SubagentDesk
 from bot.agent.llm import build_main_model
 from bot.agent.main_agent import MainAgent
+from bot.agent.spawn_guard import AllowanceCheckedSpawner
+from bot.budget_command import BudgetCommand
 from bot.channels.base import CardChannel, Channel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.flood import FloodGuard
@@ -19,6 +22,7 @@ from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
 from bot.turns.engine import ChatEngine, Turn
+from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
@@ -27,6 +31,7 @@ from core.settings import CancelScope, LLMProvider, ResultMode, Settings
 from core.store.announcements import AnnouncementStore
 from core.store.chats import ChatAddress
 from core.store.runs import RunStore
+from core.store.spend import SpendStore
 from core.store.turns import TurnStatus, TurnStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
@@ -130,24 +135,33 @@ class App:
         subagent_factory: SubagentFactory | None = None,
         model: Model | None = None,
         config: LiveConfig | None = None,
+        allowances: Allowances | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
         self.stores = stores
+        # One object for every LLM call of the process (main agent, announcements, subagents' proxy): the
+        # racing-calls rule holds only if they all reserve from the same one.
+        self.allowances = allowances or Allowances(settings, SpendStore(stores.db))
+        self.budget = BudgetCommand(self.allowances, settings)
+        self._notices: set[asyncio.Task[bool]] = set()
+        self.allowances.on_notice(self._allowance_notice)
         self.typing = TypingIndicator(channel.send_typing, settings.typing_interval_seconds)
         self.outbox = Outbox(stores.outbox, channel, on_unreachable=self._chat_unreachable)
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
-        # A scheduled subagent goes through the same spawner as the main agent's: caps, budgets, typing apply.
+        # A scheduled subagent goes through the same spawner as the main agent's: caps, allowances, typing apply.
+        spawner = AllowanceCheckedSpawner(subagents.spawner, self.allowances.left_for) if subagents else None
         self.schedules = Schedules(
             settings,
             stores.db,
-            spawner=subagents.spawner if subagents else None,
+            spawner=spawner,
             poster=ChatPoster(stores.messages, lambda chat_id, row_id: self.engine.notify(chat_id, row_id)),
             notifier=self.delivery,
             is_admin=self._is_admin,
             allowed=self.conversation_allowed,
+            spent=self.allowances.left_for,
         )
         self.announcer: Announcer | None = None
         if subagents is not None and settings.subagent_result_mode is ResultMode.ANNOUNCE:
@@ -165,7 +179,7 @@ class App:
             (lambda: model) if model is not None else functools.partial(build_main_model, settings),
             stores.messages,
             self.delivery,
-            subagents.spawner if subagents else None,
+            spawner,
             assistant_name=settings.assistant_name,
             history_window=settings.history_window_messages,
             timeout_seconds=settings.llm_timeout_seconds,
@@ -176,6 +190,7 @@ class App:
             is_admin=self._is_admin,
             answered_up_to=stores.turns.answered_up_to,
             abilities=functools.partial(subagent_abilities, settings),
+            allowances=self.allowances,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
@@ -190,6 +205,7 @@ class App:
             tasks=self.schedules.book,
             conversations=stores.chats.conversations_of,
             config=config,
+            budget=self.budget,
         )
         self.router = InboundRouter(
             settings,
@@ -200,6 +216,13 @@ class App:
             delivery=self.delivery,
             flood=FloodGuard(),
         )
+
+    def _allowance_notice(self, chat_id: int, status: BudgetStatus) -> None:
+        """A chat passed 80 % of its allowance (told once a day: the store keeps the day's record)."""
+        log.info("allowance_notice", chat_id=chat_id, used=status.used, allowance=status.allowance)
+        task = asyncio.create_task(self.delivery.notice(chat_id, self.budget.notice_text(status)))
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
 
     async def conversation_allowed(self, chat_id: int) -> bool:
         """As the router decides for a message: the console, or any of the conversation's ids listed."""
@@ -293,6 +316,7 @@ class App:
             await self.cards.close()
         if self.announcer is not None:
             await self.announcer.close()
+        await asyncio.gather(*self._notices, return_exceptions=True)  # stored, then sent by the outbox
         await self.typing.close()
         await self.outbox.close()
         await self.channel.stop()

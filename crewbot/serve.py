@@ -19,6 +19,7 @@ from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
 from bot.commands import RunControl, WorkspaceControl
 from bot.ports.spawner import Spawner
 from bot.run_output import ContainerLogs, RunOutputReader, RunsView
+from core.allowances import Allowances
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
@@ -27,6 +28,7 @@ from core.store.db import Database
 from core.store.egress import EgressStore
 from core.store.run_files import RunFileStore
 from core.store.runs import FINAL_STATUSES, RunStore
+from core.store.spend import SpendStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App, SubagentFactory
@@ -214,9 +216,12 @@ async def serve(
     try:
         stores = await Stores.open(settings)
         config = await ops.open(stores)  # stored live overrides apply before anything reads the settings
+        # Every LLM call of the process reserves from this one object (the chat side's and, through the App,
+        # the subagents').
+        allowances = Allowances(settings, SpendStore(stores.db))
         # The chat channel downloads the files people post when a run needs them.
         subagents = subagent_factory(settings, stores, runtime, ops.metrics, config, file_source=channel)
-        app = App(settings, channel, stores, subagents, config=config)
+        app = App(settings, channel, stores, subagents, config=config, allowances=allowances)
     except Exception as exc:
         await runtime.close()
         if stores is not None:
