@@ -16,6 +16,17 @@ class SpendKind(StrEnum):
     SCHEDULED = "scheduled"  # runs a scheduled task started
 
 
+# The turn id of a run a scheduled task started (bot/schedules/firing.py gives it): no main-agent turn stands
+# behind such a run, and its spend is the task's, not a turn's.
+SCHEDULED_TURN_PREFIX = "task-"
+
+
+def run_spend_kind(turn_id: str | None) -> SpendKind:
+    """The kind of work a subagent run's LLM calls are: a scheduled task's, or a turn's."""
+    scheduled = turn_id is not None and turn_id.startswith(SCHEDULED_TURN_PREFIX)
+    return SpendKind.SCHEDULED if scheduled else SpendKind.SUBAGENT
+
+
 @dataclass(frozen=True, slots=True)
 class Spend:
     input_tokens: int = 0
