@@ -70,6 +70,13 @@ class Call:
 
     usage: Usage = field(default_factory=Usage)
     stream: web.StreamResponse | None = None  # set once a relayed stream's headers are out
+    status: int | None = None  # the provider's HTTP status, once it answered
+    answer_bytes: int = 0  # what it answered (an answer without usage is counted from its size)
+
+    @property
+    def answered(self) -> bool:
+        """The provider answered the call (it cost tokens), rather than failing or being cut off before."""
+        return self.stream is not None or self.status == 200
 
 
 class Upstream:
@@ -117,6 +124,7 @@ class Upstream:
         except OfflineRequestError as exc:
             raise ProxyError(400, "invalid_request", str(exc)) from None
         call.usage.observe(completion)
+        call.status = 200
         if not payload.get("stream"):
             return web.json_response(completion)
         include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
@@ -163,6 +171,7 @@ class Upstream:
             raise ProxyError(504, "upstream_timeout", f"the LLM provider did not answer within {limit:g} s") from None
         except aiohttp.ClientError as exc:
             raise ProxyError(502, "upstream_error", f"the LLM provider could not be reached: {exc}") from None
+        call.status, call.answer_bytes = upstream.status, len(body)
         if upstream.status == 200:
             with contextlib.suppress(ValueError):
                 call.usage.observe(json.loads(body))
@@ -183,6 +192,7 @@ class Upstream:
         relaying = True
         async for chunk in upstream.content.iter_any():
             scanner.feed(chunk)
+            call.answer_bytes += len(chunk)
             if relaying:
                 try:
                     await response.write(chunk)

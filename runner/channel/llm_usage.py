@@ -21,6 +21,7 @@ MAX_EVENT_LINE_BYTES = 8 * 1024 * 1024
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+    reported: bool = False  # the provider gave a count (a call without one is counted estimated)
 
     def observe(self, event: Any) -> None:
         """Take the token counts from a response or a stream event, in any of the providers' shapes."""
@@ -41,9 +42,11 @@ class Usage:
                 if isinstance(value := usage.get(key), int)
             )
             self.input_tokens = prompt + cached
+            self.reported = True
         completion = usage.get("completion_tokens", usage.get("output_tokens"))
         if isinstance(completion, int):
             self.output_tokens = completion
+            self.reported = True
 
 
 class SseUsageScanner:
