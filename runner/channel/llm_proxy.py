@@ -6,7 +6,8 @@ live, checking before it forwards, while the upstream call is in flight, and whe
 Every body is rebuilt by the request policy (runner/channel/llm_policy.py) with its output capped by what is left of
 the run's token budget once the calls already in flight have had theirs: parallel calls cannot each spend
 the whole remainder (runner/channel/llm_budget.py). A run out of budget gets 429, and `on_budget_exhausted` hears
-of it once. Talking to the provider is runner/channel/llm_upstream.py, token counting runner/channel/llm_usage.py.
+of it once. Each call also holds its share of its chat's daily allowance (runner/channel/llm_allowance.py).
+Talking to the provider is runner/channel/llm_upstream.py, token counting runner/channel/llm_usage.py.
 
 Streaming is passed through: for `stream: true` the upstream's server-sent events are relayed as they
 arrive and the usage is read from the events as they pass (OpenAI chat completions get
@@ -31,6 +32,7 @@ from container.protocol import MAX_STEP_BYTES, RUN_API_PREFIX
 from core.logging import get_logger
 from runner.channel.bounded_json import BodyRefused, ShapeScanner
 from runner.channel.capped_site import CappedUnixSite
+from runner.channel.llm_allowance import AllowanceRefused, Payer, ProxyAllowance
 from runner.channel.llm_budget import BudgetCallback, BudgetNotices, BudgetSpent, input_hold
 from runner.channel.llm_call_log import CallLog
 from runner.channel.llm_policy import (
@@ -107,6 +109,7 @@ class _Run:
     reserved: int = 0  # tokens the calls in flight may still spend: their estimated input and output cap
     budget_told: bool = False
     closed: bool = False
+    payer: Payer | None = None  # whose daily allowance its calls spend (runner/channel/llm_allowance.py)
     calls: set[asyncio.Task[web.StreamResponse]] = field(default_factory=set)
 
 
@@ -130,6 +133,7 @@ class LlmProxy:
         max_bytes_in_flight: int = MAX_BYTES_IN_FLIGHT,
         gate_poll_seconds: float = GATE_POLL_SECONDS,
         offline_model: OfflineSubagentModel | None = None,
+        allowance: ProxyAllowance | None = None,
     ) -> None:
         self._upstream = Upstream(upstream, policy, offline_model)
         self._policy = policy
@@ -144,14 +148,21 @@ class LlmProxy:
         self._runs: dict[str, _Run] = {}
         self._log = get_logger(__name__)
         self._calls = CallLog(upstream.provider.value)
+        self._allowance = allowance or ProxyAllowance()
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def open_run(
-        self, run_id: str, socket_path: Path, *, endpoint: RunEndpoint | None = None, spent: Spent | None = None
+        self,
+        run_id: str,
+        socket_path: Path,
+        *,
+        endpoint: RunEndpoint | None = None,
+        spent: Spent | None = None,
+        payer: Payer | None = None,
     ) -> None:
-        """Listen on `socket_path` for this run: its LLM calls, and its run API served by `endpoint`.
-        The socket's folder must be the host's alone (the container mounts it read-only)."""
+        """Listen on `socket_path` for this run: its LLM calls, spent by `payer`, and its run API served by
+        `endpoint`. The socket's folder must be the host's alone (the container mounts it read-only)."""
         if run_id in self._runs:
             raise ValueError(f"run {run_id} already has an LLM socket")
         if len(os.fsencode(socket_path)) > MAX_UNIX_PATH_BYTES:
@@ -160,9 +171,7 @@ class LlmProxy:
                 f"limit of Unix sockets: {socket_path} (use a shorter DATA_DIR)"
             )
         spent = spent or Spent()
-        run = _Run(
-            run_id=run_id, socket_path=socket_path, endpoint=endpoint, requests=spent.requests, tokens=spent.tokens
-        )
+        run = _Run(run_id, socket_path, endpoint, requests=spent.requests, tokens=spent.tokens, payer=payer)
         app = web.Application(client_max_size=self._max_body_bytes)
         app[_RUN_KEY] = run
         app.router.add_route("*", "/{path:.*}", self._handle)
@@ -186,6 +195,7 @@ class LlmProxy:
         if run is None:
             return
         run.closed = True
+        self._allowance.forget(run_id)
         for task in list(run.calls):
             task.cancel()
         if run.runner is not None:
@@ -246,11 +256,8 @@ class LlmProxy:
         try:
             target = self._upstream.target(request)
             if run.requests >= self._max_requests:
-                raise ProxyError(
-                    429,
-                    "run_request_limit",
-                    f"run {run.run_id} reached its limit of {self._max_requests} LLM requests",
-                )
+                reason = f"run {run.run_id} reached its limit of {self._max_requests} LLM requests"
+                raise ProxyError(429, "run_request_limit", reason)
             run.requests += 1  # every request counts, refused or not: refusals cost the host work too
             body = await self._read_body(request)
             held = self._hold_input(run, len(body))
@@ -270,23 +277,27 @@ class LlmProxy:
 
         run.reserved += sanitized.output_cap
         try:
-            payload = with_followups(sanitized.payload, self._gate.followups(run.run_id))
-            return await self._call(run, request, target, payload, started)
+            # The day's allowance of its chat and of the bot: reserved here, settled once the call is recorded.
+            async with self._allowance.call(run.run_id, run.payer, held, sanitized.output_cap) as call:
+                payload = with_followups(sanitized.payload, self._gate.followups(run.run_id))
+                return await self._call(run, request, target, payload, started, call)
+        except AllowanceRefused as exc:
+            self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
+            return exc.response()
         finally:
             # Released only after _call recorded the tokens: never a moment when the call counts for nothing.
             run.reserved -= held + sanitized.output_cap
 
     async def _call(
-        self, run: _Run, request: web.Request, target: str, payload: dict[str, Any], started: float
+        self, run: _Run, request: web.Request, target: str, payload: dict[str, Any], started: float, call: Call
     ) -> web.StreamResponse:
-        call = Call()
         try:
             response = await self._guarded(run, self._upstream.answer(request, target, payload, call))
         except (_RunClosed, ProxyError) as exc:
             error = exc if isinstance(exc, ProxyError) else _closed_error(run.run_id)
             await self._record(run, call.usage)
             if call.stream is not None:
-                return await self._end_stream(run, request, call.stream, error, call.usage, started)
+                return await self._end_stream(run, request, call, error, started)
             self._calls.call(run.run_id, request.path, error.status, None, started, error=error.error_type)
             return error.response()
 
@@ -361,20 +372,16 @@ class LlmProxy:
         return error.response()
 
     async def _end_stream(
-        self,
-        run: _Run,
-        request: web.Request,
-        stream: web.StreamResponse,
-        error: ProxyError,
-        usage: Usage,
-        started: float,
+        self, run: _Run, request: web.Request, call: Call, error: ProxyError, started: float
     ) -> web.StreamResponse:
         """A stream already under way cannot become a 403 or 502: end it with an error event the SDKs raise on."""
+        stream = call.stream
+        assert stream is not None  # called only once the relay has started
         with contextlib.suppress(ConnectionError, RuntimeError):
             await stream.write(self._upstream.stream_error_event(error).encode())
             await stream.write_eof()
         error_type = f"{error.error_type}_mid_stream"
-        self._calls.call(run.run_id, request.path, stream.status, usage, started, error=error_type, stream=True)
+        self._calls.call(run.run_id, request.path, stream.status, call.usage, started, error=error_type, stream=True)
         return stream
 
     async def _record(self, run: _Run, usage: Usage) -> None:
