@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from core.store.run_files import Direction
 from core.store.runs import RunStatus
+from core.store.spend import SpendKind
 
 # Seconds: a queue wait or a start is short, a run lasts up to SUBAGENT_TIMEOUT_SECONDS (900 s by default).
 LATENCY_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -43,6 +44,18 @@ class RunMetrics:
         self.runs = Counter("crewbot_subagent_runs", "Runs by their final status", ["outcome"], registry=r)
         self.refusals = Counter("crewbot_subagent_refusals", "Spawn requests refused by a cap", ["cap"], registry=r)
         self.tokens = Counter("crewbot_subagent_llm_tokens", "LLM tokens used by subagents", ["direction"], registry=r)
+        self.llm_tokens = Counter(
+            "crewbot_llm_tokens",
+            "LLM tokens counted against the daily allowances, by kind of work (main, announce, subagent, scheduled)",
+            ["kind", "direction"],
+            registry=r,
+        )
+        self.daily_tokens_used = Gauge(
+            "crewbot_daily_tokens_used", "LLM tokens the whole bot used today (the day of TIMEZONE)", registry=r
+        )
+        self.daily_tokens_allowance = Gauge(
+            "crewbot_daily_tokens_allowance", "DAILY_TOKENS in effect, the whole bot's (0: none)", registry=r
+        )
         self.files = Counter(
             "crewbot_subagent_files",
             "Chat files given to runs (in) and files runs sent (out)",
@@ -110,6 +123,8 @@ class RunMetrics:
             self.refusals.labels(cap=cap)
         for direction in ("input", "output"):
             self.tokens.labels(direction=direction)
+            for kind in SpendKind:
+                self.llm_tokens.labels(kind=kind.value, direction=direction)
         for outcome in ("allowed", "refused"):
             self.egress_connections.labels(outcome=outcome)
         for egress_direction in ("up", "down"):
@@ -135,6 +150,16 @@ class RunMetrics:
         self.queued.set_function(lambda: float(queued()))
         self.max_concurrent.set_function(lambda: float(max_concurrent()))
         self.max_per_chat.set_function(lambda: float(max_per_chat()))
+
+    def watch_allowance(self, *, used: Callable[[], int], allowance: Callable[[], int]) -> None:
+        """The daily gauges read these when scraped (the whole bot's only: a chat's would be labelled by its id)."""
+        self.daily_tokens_used.set_function(lambda: float(used()))
+        self.daily_tokens_allowance.set_function(lambda: float(allowance()))
+
+    def count_llm_tokens(self, kind: SpendKind, input_tokens: int, output_tokens: int) -> None:
+        """One LLM call's tokens as settled against the allowances (the main agent's calls too: call this)."""
+        self.llm_tokens.labels(kind=SpendKind(kind).value, direction="input").inc(max(input_tokens, 0))
+        self.llm_tokens.labels(kind=SpendKind(kind).value, direction="output").inc(max(output_tokens, 0))
 
     def count_tokens(self, input_tokens: int, output_tokens: int) -> None:
         self.tokens.labels(direction="input").inc(max(input_tokens, 0))
