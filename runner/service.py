@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from core.allowances import Allowances
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
@@ -15,6 +16,7 @@ from core.store.run_files import RunFileStore
 from core.store.runs import FollowUp, RunStatus, RunStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
+from runner.channel.llm_allowance import ProxyAllowance
 from runner.channel.llm_policy import RequestPolicy
 from runner.channel.llm_proxy import LlmProxy, UpstreamConfig
 from runner.ipc.requests import ensure_ipc_root
@@ -57,8 +59,11 @@ class SubagentService:
         runtime: ContainerRuntime,
         metrics: RunMetrics | None = None,
         file_source: FileSource | None = None,
+        *,
+        allowances: Allowances | None = None,
     ) -> None:
         self._settings = settings
+        self._allowances = allowances  # the daily allowances every subagent call reserves against
         self._stores = stores
         self._delivery = delivery
         self._runtime = runtime
@@ -75,6 +80,8 @@ class SubagentService:
             max_concurrent=lambda: settings.max_concurrent_subagents,
             max_per_chat=lambda: settings.max_subagents_per_chat,
         )
+        if allowances is not None:
+            self.metrics.watch_allowance(used=allowances.bot_used, allowance=lambda: settings.daily_tokens)
         accounting = RunAccounting(self.runs, self.metrics)
         self.egress = EgressStore(stores.db)
         self.egress_log = EgressLog(self.egress, self.metrics, on_written=self.runs.changed)
@@ -91,6 +98,7 @@ class SubagentService:
             policy=policy,
             max_tokens_per_run=settings.subagent_max_tokens,
             on_budget_exhausted=self._budget_exhausted,
+            allowance=ProxyAllowance(allowances, counter=self.metrics, on_spent=self._allowance_spent),
         )
         self.manager = TaskManager(
             settings,
@@ -169,6 +177,9 @@ class SubagentService:
     async def _budget_exhausted(self, run_id: str) -> None:
         await self.manager.on_budget_exhausted(run_id)
 
+    def _allowance_spent(self, run_id: str, reason: str) -> None:
+        self.manager.on_allowance_spent(run_id, reason)
+
     async def _resolve_folder(self, folder: str) -> int | None:
         """A folder speaks for its chat only while that chat is known and allowed."""
         chat = await self._stores.chats.by_folder(folder)
@@ -180,6 +191,8 @@ class SubagentService:
     async def start(self) -> None:
         """Reconcile with the engine before taking new work, then watch the IPC folders."""
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
+        if self._allowances is not None:
+            await self._allowances.load()  # today's use so far, for the gauges, before the first call
         self.egress_log.start()
         # Runs an earlier process left live count against the caps (and can be cancelled) even while
         # the engine is down and recovery has to wait for it.

@@ -89,6 +89,10 @@ class Conclusion:
             limit = self._settings.subagent_max_tokens
             error = f"used its token budget of {limit} tokens (SUBAGENT_MAX_TOKENS) and was stopped"
             await self.record(live, RunStatus.FAILED, error=error)
+        elif reason is StopReason.DAILY_ALLOWANCE:
+            # Not the run's fault: recorded interrupted (a scheduled task is not backed off for it), with the reason.
+            spent = live.stop_detail or "the daily allowance of LLM tokens is used up"
+            await self.record(live, RunStatus.INTERRUPTED, error=f"stopped: {spent}")
         elif reason is StopReason.INVALID_REQUESTS:
             error = f"sent {MAX_INVALID_REQUESTS} invalid requests on its channel and was stopped"
             await self.record(live, RunStatus.FAILED, error=error)

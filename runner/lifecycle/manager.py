@@ -258,6 +258,12 @@ class TaskManager:
             log.warning("run_token_budget_exhausted", run_id=run_id, limit=self._settings.subagent_max_tokens)
             live.request_stop(StopReason.TOKEN_BUDGET)
 
+    def on_allowance_spent(self, run_id: str, reason: str) -> None:
+        """The channel refused a call: the run's chat (or the bot) has no allowance left today; the run ends."""
+        if (live := self._live.get(run_id)) is not None:
+            log.warning("run_daily_allowance_spent", run_id=run_id, chat_id=live.chat_id, reason=reason)
+            live.request_stop(StopReason.DAILY_ALLOWANCE, reason)
+
     async def _conclude(self, live: LiveRun, status: str, *, error: str) -> bool:
         return await self._conclusion.record(live, status, error=error)
 

@@ -10,6 +10,7 @@ from core.store.chats import ChatStore
 from core.store.messages import MessageStore
 from core.store.run_files import RunFileStore
 from core.store.runs import RunStore
+from runner.channel.llm_allowance import Payer
 from runner.channel.llm_proxy import Spent
 from runner.channel.run_endpoint import RunInbox
 
@@ -17,7 +18,9 @@ from runner.channel.run_endpoint import RunInbox
 class RunChannels(Protocol):
     """What the manager needs of the channel server (the LLM proxy): one socket per run."""
 
-    async def open_run(self, run_id: str, socket_path: Path, *, endpoint: RunInbox, spent: Spent) -> None: ...
+    async def open_run(
+        self, run_id: str, socket_path: Path, *, endpoint: RunInbox, spent: Spent, payer: Payer
+    ) -> None: ...
 
     async def close_run(self, run_id: str) -> None: ...
 

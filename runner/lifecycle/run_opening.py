@@ -8,6 +8,7 @@ from core.delivery import Delivery
 from core.settings import Settings
 from core.store.chats import Chat
 from core.store.runs import RunRecord, RunStatus
+from runner.channel.llm_allowance import Payer
 from runner.channel.llm_proxy import Spent
 from runner.channel.run_endpoint import RunInbox
 from runner.channel.run_file_desk import FilesOut, RunFileDesk
@@ -101,4 +102,6 @@ class RunOpener:
         )
         live.inbox.session_in = session_in if spec.history else None
         spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
-        await self._channels.open_run(live.id, socket_path, endpoint=live.inbox, spent=spent)
+        # Its calls spend its chat's daily allowance, as a scheduled task's work or a turn's (a re-attached run too).
+        payer = Payer.of_run(live.chat_id, live.turn_id)
+        await self._channels.open_run(live.id, socket_path, endpoint=live.inbox, spent=spent, payer=payer)

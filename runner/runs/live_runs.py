@@ -30,6 +30,7 @@ class StopReason(StrEnum):
     WORKSPACE_QUOTA = "workspace_quota"
     LINGERING = "lingering"  # it reported its result but did not exit
     INVALID_REQUESTS = "invalid_requests"  # its channel requests were refused as invalid too often
+    DAILY_ALLOWANCE = "daily_allowance"  # its chat's (or the bot's) daily allowance of LLM tokens is used up
 
 
 @dataclass(slots=True)
@@ -53,16 +54,17 @@ class LiveRun:
     cancel_monotonic: float | None = None  # when a cancel was asked (cancel latency counts from here)
     usage: ResourceUse = field(default_factory=ResourceUse, repr=False)
     stop_reason: StopReason | None = None
+    stop_detail: str | None = None  # what the stop's reason says beyond its kind (whose allowance, when it resets)
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     inbox: RunReport | None = field(default=None, repr=False)
     # Follow-ups from the chat (the main agent's `send`): the LLM proxy adds them to each later LLM request.
     followups: list[str] = field(default_factory=list, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    def request_stop(self, reason: StopReason) -> None:
+    def request_stop(self, reason: StopReason, detail: str | None = None) -> None:
         """The first reason wins: a cancel racing a time-out ends as the one that came first."""
         if self.stop_reason is None:
-            self.stop_reason = reason
+            self.stop_reason, self.stop_detail = reason, detail
         self.stop_requested.set()
 
 
