@@ -272,15 +272,18 @@ def build_parser() -> argparse.ArgumentParser:
     config_set.add_argument("assignments", nargs="+", metavar="NAME=VALUE")
     stats = add(
         "stats",
-        "what subagent runs used, and a suggested MAX_CONCURRENT_SUBAGENTS",
+        "what subagent runs used and LLM calls cost; a suggested MAX_CONCURRENT_SUBAGENTS and daily allowances",
         "Over the period: runs by outcome, queue wait p50/p95, refusals, share of time at the cap, peak "
         "concurrency, memory and CPU per run p50/p95, tokens per chat, files in and out, web connections (refused "
         "among them) and bytes through the egress door; then what the host holds by memory and "
-        "by CPU, what demand needed, and the suggested cap (apply it with `crewbot config set`).",
+        "by CPU, what demand needed, and the suggested cap. Then spend per day (in TIMEZONE) and chat: tokens in "
+        "and out by kind (main, announce, subagent, scheduled), calls, estimated calls, money at the configured "
+        "prices, totals per chat; and CHAT_DAILY_TOKENS and DAILY_TOKENS suggested from the p95 day with 1.5x "
+        "headroom (3 days of spend needed). Apply suggestions with `crewbot config set`.",
         cmd_stats,
     )
     stats.add_argument("--since", default="7d", help="how far back: 30m, 24h, 7d, 2w (default 7d)")
-    stats.add_argument("--chat", type=int, default=None, metavar="ID", help="one chat's runs only")
+    stats.add_argument("--chat", type=int, default=None, metavar="ID", help="one chat's runs and spend only")
     stats.add_argument("--json", action="store_true", help="print JSON instead of lines")
     stats.add_argument("--plot", type=Path, default=None, metavar="FILE.png", help="draw concurrency over time")
     image = sub.add_parser("image", help="the subagent image", description="Build the Docker image subagents run in.")

@@ -1,7 +1,8 @@
-"""`crewbot stats [--since 7d] [--chat ID] [--json] [--plot FILE.png]`: what runs used, and a cap to set.
+"""`crewbot stats [--since 7d] [--chat ID] [--json] [--plot FILE.png]`: what runs used, and a cap to set;
+what the LLM calls cost, and the daily allowances to set.
 
 Reads the database only (the bot may be running). The cap in force over time comes from the log of live
-changes, so "time at the cap" is right across `crewbot config set`.
+changes, so "time at the cap" is right across `crewbot config set`; the prices and allowances are the live ones.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from core.store.egress import EgressStore
 from core.store.run_files import FileTotals, RunFileStore
 from core.store.runs import RunStore
 from core.store.setting_overrides import SettingChange, SettingOverrideStore
+from core.store.spend import SpendStore
+from crewbot.allowance_advice import AllowanceAdvice, advise_allowances, suggestions_json
 from crewbot.cap_advice import Advice, Host, advise
+from crewbot.spend_stats import DailyUse, Prices, SpendStats, compute_spend, day_of, render_spend, spend_json
 from crewbot.usage_stats import CapAt, Spread, UsageStats, compute
 
 SINCE_UNITS_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -78,6 +82,36 @@ async def gather(settings: Settings, since_seconds: float, chat_id: int | None) 
     return stats, advice
 
 
+async def gather_spend(
+    settings: Settings, since_seconds: float, chat_id: int | None, now: float | None = None
+) -> tuple[SpendStats, AllowanceAdvice]:
+    """The days from the one `since_seconds` ago to today, in TIMEZONE, whole: spend is counted per day."""
+    now = time.time() if now is None else now
+    db = await Database.open(settings.db_path)
+    try:
+        await LiveConfig(settings, SettingOverrideStore(db)).load()  # the live prices and allowances
+        spend = SpendStore(db)
+        since_day, until_day = day_of(now - since_seconds, settings.timezone), day_of(now, settings.timezone)
+        rows = [row for row in await spend.rows(since_day) if row.day <= until_day]
+        own: dict[int, int] = {}
+        for chat in sorted({row.chat_id for row in rows}):
+            allowance = await spend.chat_allowance(chat)
+            if allowance is not None:
+                own[chat] = allowance
+    finally:
+        await db.close()
+    shown = [row for row in rows if chat_id is None or row.chat_id == chat_id]
+    stats = compute_spend(shown, Prices.of(settings), settings.timezone, since_day, until_day)
+    advice = advise_allowances(
+        DailyUse.of(rows),  # every chat's: the bot's daily totals need them all
+        chat_daily_tokens=settings.chat_daily_tokens,
+        daily_tokens=settings.daily_tokens,
+        own_allowances=own,
+        chat_id=chat_id,
+    )
+    return stats, advice
+
+
 def _spread(spread: Spread, unit: str, scale: float = 1.0) -> str:
     if spread.p50 is None or spread.p95 is None:
         return f"unknown ({spread.unknown} runs without the figure)" if spread.unknown else "no runs"
@@ -116,12 +150,15 @@ def render(stats: UsageStats, advice: Advice, chat_id: int | None, current_cap: 
     ]
 
 
-def as_json(stats: UsageStats, advice: Advice, chat_id: int | None) -> str:
+def as_json(
+    stats: UsageStats, advice: Advice, chat_id: int | None, spend: SpendStats, allowances: AllowanceAdvice
+) -> str:
     data = asdict(stats)
     data.pop("timeline")
     data["tokens_by_chat"] = {str(k): v for k, v in stats.tokens_by_chat.items()}
     data["chat_id"] = chat_id
     data["advice"] = asdict(advice)
+    data["spend"] = {**spend_json(spend), "suggestions": suggestions_json(allowances)}
     return json.dumps(data, indent=2, sort_keys=True)
 
 
@@ -129,14 +166,16 @@ async def show_stats(
     settings: Settings, since: str, chat_id: int | None, as_json_output: bool, plot: Path | None
 ) -> int:
     stats, advice = await gather(settings, parse_since(since), chat_id)
+    spend, allowances = await gather_spend(settings, parse_since(since), chat_id)
     if plot is not None:
         from crewbot.stats_plot import draw
 
         draw(stats.timeline, stats.start, stats.end, plot)
     if as_json_output:
-        print(as_json(stats, advice, chat_id))
+        print(as_json(stats, advice, chat_id, spend, allowances))
     else:
-        print("\n".join(render(stats, advice, chat_id, settings.max_concurrent_subagents)))
+        lines = render(stats, advice, chat_id, settings.max_concurrent_subagents)
+        print("\n".join([*lines, *render_spend(spend), *allowances.lines]))
         if plot is not None:
             print(f"plot: {plot}")
     return 0
