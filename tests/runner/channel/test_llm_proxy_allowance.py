@@ -1,0 +1,253 @@
+"""The daily allowances through LlmProxy, with FakeLLM as the provider and real SQLite: each call reserves
+against its run's chat and kind, settles to the usage reported (estimated when none), releases when the
+provider gave no answer; racing runs of one chat overspend by at most one call; a crash holds nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import aiohttp
+import pytest
+
+from bot.schedules.firing import TASK_TURN_PREFIX
+from core.allowances import Allowances
+from core.settings import load_settings
+from core.store.spend import SCHEDULED_TURN_PREFIX, SpendKind, SpendStore, run_spend_kind
+from core.stores import Stores
+from runner.channel.llm_allowance import ALLOWANCE_ERROR, Payer, ProxyAllowance
+from runner.channel.llm_budget import BODY_BYTES_PER_TOKEN
+from runner.channel.llm_policy import RequestPolicy
+from runner.channel.llm_proxy import LlmProxy
+from runner.lifecycle.metrics import RunMetrics
+from tests.fakes.faults import Fault
+from tests.fakes.llm_server import FakeLLM, openai_text
+from tests.runner.llm_proxy_helpers import API_KEY, CHAT, MODEL, PLENTY, Gate, Sink, fake_openai, post
+
+CHAT_ID, OTHER_CHAT_ID = -100, -200
+DAY = "2026-11-26"
+MAX_TOKENS = 40  # each call's output cap
+ASK = {**CHAT, "max_tokens": MAX_TOKENS}
+INPUT_HOLD = max(1, len(json.dumps(ASK).encode()) // BODY_BYTES_PER_TOKEN)  # what the proxy holds for ASK's prompt
+ESTIMATE = INPUT_HOLD + MAX_TOKENS  # a call's whole reservation
+NOON = datetime.fromisoformat(f"{DAY}T12:00").replace(tzinfo=ZoneInfo("UTC")).timestamp()
+
+
+@dataclass
+class Told:
+    """on_spent: the runs the manager was told to stop, with the reason."""
+
+    runs: list[tuple[str, str]] = field(default_factory=list)
+
+    def __call__(self, run_id: str, reason: str) -> None:
+        self.runs.append((run_id, reason))
+
+
+@dataclass
+class Proxied:
+    proxy: LlmProxy
+    allowances: Allowances
+    spend: SpendStore
+    stores: Stores
+    metrics: RunMetrics
+    told: Told
+    gate: Gate
+    tmp_path: Path
+
+    async def open(self, run_id: str, payer: Payer | None) -> Path:
+        self.gate.live.add(run_id)
+        socket = self.tmp_path / f"{run_id}.sock"
+        await self.proxy.open_run(run_id, socket, payer=payer)
+        return socket
+
+    async def rows(self) -> dict[tuple[int, SpendKind], tuple[int, int, int, int]]:
+        return {
+            (row.chat_id, row.kind): (
+                row.spend.input_tokens,
+                row.spend.output_tokens,
+                row.spend.calls,
+                row.spend.estimated_calls,
+            )
+            for row in await self.spend.rows(DAY)
+        }
+
+    def counted(self, kind: SpendKind, direction: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "crewbot_llm_tokens_total", {"kind": kind.value, "direction": direction}
+        )
+        return value or 0.0
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    async with FakeLLM(api_key=API_KEY) as llm:
+        llm.openai.handle_with(lambda body: openai_text("done", prompt_tokens=10, completion_tokens=5))
+        yield llm
+
+
+def allowances_on(stores: Stores, **settings: str) -> Allowances:
+    """The allowances as the bot builds them, at noon on DAY."""
+    return Allowances(load_settings(DATA_DIR="unused", **settings), SpendStore(stores.db), clock=lambda: NOON)
+
+
+@asynccontextmanager
+async def proxied(tmp_path: Path, llm: FakeLLM, **settings: str) -> AsyncIterator[Proxied]:
+    """A proxy whose calls reserve against allowances on real SQLite; `settings` set the allowances."""
+    stores = await Stores.open(load_settings(DATA_DIR=str(tmp_path / "data")))
+    allowances = allowances_on(stores, **settings)
+    metrics, told, gate = RunMetrics(), Told(), Gate()
+    upstream = fake_openai(llm)
+    proxy = LlmProxy(
+        upstream,
+        gate,
+        Sink(),
+        policy=RequestPolicy(upstream.provider, MODEL, allow_provider_tools=False),
+        max_tokens_per_run=PLENTY,
+        gate_poll_seconds=0.05,
+        allowance=ProxyAllowance(allowances, counter=metrics, on_spent=told),
+    )
+    try:
+        yield Proxied(proxy, allowances, SpendStore(stores.db), stores, metrics, told, gate, tmp_path)
+    finally:
+        await proxy.close()
+        await stores.db.close()
+
+
+async def test_a_runs_calls_are_counted_under_its_chat_and_kind(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    async with proxied(tmp_path, fake_llm) as rig:
+        turn = await rig.open("run-turn01", Payer.of_run(CHAT_ID, "turn-1"))
+        scheduled = await rig.open("run-task01", Payer.of_run(CHAT_ID, SCHEDULED_TURN_PREFIX + "abcd1234"))
+        other = await rig.open("run-other1", Payer.of_run(OTHER_CHAT_ID, None))
+
+        for socket in (turn, turn, scheduled, other):
+            assert (await post(socket, "/v1/chat/completions", ASK))[0] == 200
+
+        assert await rig.rows() == {
+            (CHAT_ID, SpendKind.SUBAGENT): (20, 10, 2, 0),
+            (CHAT_ID, SpendKind.SCHEDULED): (10, 5, 1, 0),
+            (OTHER_CHAT_ID, SpendKind.SUBAGENT): (10, 5, 1, 0),
+        }
+        assert (await rig.allowances.status(CHAT_ID)).used == 45  # every kind of the chat's together
+        assert (rig.counted(SpendKind.SUBAGENT, "input"), rig.counted(SpendKind.SUBAGENT, "output")) == (30, 15)
+        assert (rig.counted(SpendKind.SCHEDULED, "input"), rig.counted(SpendKind.SCHEDULED, "output")) == (10, 5)
+        assert rig.counted(SpendKind.MAIN, "input") == 0
+
+
+def test_the_scheduled_prefix_is_the_one_scheduled_tasks_give_their_runs() -> None:
+    assert TASK_TURN_PREFIX == SCHEDULED_TURN_PREFIX
+    assert run_spend_kind(TASK_TURN_PREFIX + "x") is SpendKind.SCHEDULED
+    assert run_spend_kind("turn-abc") is SpendKind.SUBAGENT and run_spend_kind(None) is SpendKind.SUBAGENT
+
+
+async def test_a_provider_that_reports_no_usage_is_counted_estimated(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    answer = openai_text("a" * 200)
+    del answer["usage"]
+    fake_llm.openai.enqueue(answer)
+    async with proxied(tmp_path, fake_llm) as rig:
+        socket = await rig.open("run-nousage", Payer.of_run(CHAT_ID, None))
+        status, body = await post(socket, "/v1/chat/completions", ASK)
+        rows = await rig.rows()
+        counted = rig.counted(SpendKind.SUBAGENT, "input")
+
+    assert status == 200 and "usage" not in body
+    ((key, (input_tokens, output_tokens, calls, estimated)),) = rows.items()
+    assert key == (CHAT_ID, SpendKind.SUBAGENT) and (calls, estimated) == (1, 1)
+    # Input from the request's size (what was held for it); output from the answer's size, at most its cap.
+    assert input_tokens == INPUT_HOLD
+    assert 0 < output_tokens <= MAX_TOKENS
+    assert counted == INPUT_HOLD
+
+
+async def test_a_call_the_provider_did_not_answer_releases_its_hold(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    async with proxied(tmp_path, fake_llm, CHAT_DAILY_TOKENS=str(ESTIMATE)) as made:
+        socket = await made.open("run-failing", Payer.of_run(CHAT_ID, None))
+        fake_llm.fail_next(Fault.server_error())
+        assert (await post(socket, "/v1/chat/completions", ASK))[0] == 500
+        # Nothing counted, nothing held: the whole allowance is there for the next call.
+        assert await made.rows() == {} and made.counted(SpendKind.SUBAGENT, "input") == 0
+        assert (await post(socket, "/v1/chat/completions", ASK))[0] == 200
+
+
+@pytest.mark.parametrize("setting", ["CHAT_DAILY_TOKENS", "DAILY_TOKENS"])
+@pytest.mark.parametrize(("allowance", "admitted"), [(10 * ESTIMATE, 10), (10 * ESTIMATE + ESTIMATE // 2, 11)])
+async def test_fifty_racing_calls_of_several_runs_spend_at_most_the_allowance_plus_one_call(
+    tmp_path: Path, fake_llm: FakeLLM, setting: str, allowance: int, admitted: int
+) -> None:
+    """Five runs at once, ten calls each: of one chat against its allowance, or of two chats (two bots' worth
+    of spawns) against the bot's, racing for the last tokens of the day."""
+
+    async def provider(body: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(random.uniform(0, 0.02))
+        # It uses all it may: the prompt as estimated, the whole output cap.
+        return openai_text("done", prompt_tokens=INPUT_HOLD, completion_tokens=body["max_tokens"])
+
+    fake_llm.openai.handle_with(provider)
+    chats = [CHAT_ID] if setting == "CHAT_DAILY_TOKENS" else [CHAT_ID, OTHER_CHAT_ID]
+    async with proxied(tmp_path, fake_llm, **{setting: str(allowance)}) as made:
+        runs = [f"run-race{n:02d}" for n in range(5)]
+        sockets = [await made.open(run, Payer.of_run(chats[n % len(chats)], None)) for n, run in enumerate(runs)]
+
+        answers = await asyncio.gather(
+            *(post(sockets[n % len(sockets)], "/v1/chat/completions", ASK) for n in range(50))
+        )
+
+        statuses = [status for status, _ in answers]
+        status = await made.allowances.status(CHAT_ID)
+        used = status.used if setting == "CHAT_DAILY_TOKENS" else status.bot_used
+        overshoot = used - allowance
+        print(f"{setting}={allowance}, one call {ESTIMATE}: used {used}, overshoot {overshoot}")
+        assert allowance <= used <= allowance + ESTIMATE  # the rule
+        assert statuses.count(200) == admitted and statuses.count(429) == 50 - admitted
+        assert overshoot == (0 if admitted == 10 else ESTIMATE - ESTIMATE // 2)
+        refused = [body for status, body in answers if status == 429]
+        assert {body["error"]["type"] for body in refused} == {ALLOWANCE_ERROR}
+        whose = "this chat's" if setting == "CHAT_DAILY_TOKENS" else "the bot's"
+        assert f"{whose} daily allowance of {allowance:,} tokens is used up" in refused[0]["error"]["message"]
+        # Each run with a refused call is told to stop, once, whichever of its calls was refused first.
+        told = [run_id for run_id, _ in made.told.runs]
+        assert told and len(told) == len(set(told)) and set(told) <= set(runs)
+        assert await made.allowances.left_for(CHAT_ID) is not None
+
+
+async def test_a_refused_call_is_not_retried_by_the_sdks(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    async with proxied(tmp_path, fake_llm, CHAT_DAILY_TOKENS="15") as made:
+        socket = await made.open("run-spent1", Payer.of_run(CHAT_ID, None))
+        assert (await post(socket, "/v1/chat/completions", ASK))[0] == 200  # holds what is left, uses 15
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(socket))) as session,
+            session.post("http://llm/v1/chat/completions", json=ASK) as response,
+        ):
+            assert response.status == 429 and response.headers["x-should-retry"] == "false"
+        assert made.told.runs == [("run-spent1", made.told.runs[0][1])]
+        assert "resets at 00:00 (UTC)" in made.told.runs[0][1]
+        assert len(fake_llm.requests()) == 1  # the refused one never reached the provider
+
+
+async def test_after_a_crash_nothing_is_held_and_only_what_was_recorded_counts(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    allowance = 10 * ESTIMATE
+    async with proxied(tmp_path, fake_llm, CHAT_DAILY_TOKENS=str(allowance)) as made:
+        socket = await made.open("run-crash01", Payer.of_run(CHAT_ID, None))
+        assert (await post(socket, "/v1/chat/completions", ASK))[0] == 200  # recorded: 15
+        fake_llm.fail_next(Fault.hang())
+        in_flight = asyncio.create_task(post(socket, "/v1/chat/completions", {**ASK, "max_tokens": 10**6}))
+        await fake_llm.wait_for_requests(2)
+        assert await made.allowances.left_for(CHAT_ID) is not None  # the call in flight holds all that is left
+
+        # The process dies here: its holds were in memory only. A new one reads what was recorded.
+        after = allowances_on(made.stores, CHAT_DAILY_TOKENS=str(allowance))
+        status = await after.status(CHAT_ID)
+        assert status.used == 15
+        held = await after.reserve(CHAT_ID, SpendKind.MAIN, allowance)
+        assert held.tokens == allowance - 15  # nothing of the dead call, nor of the dead reservation, is held
+        in_flight.cancel()
+        await asyncio.gather(in_flight, return_exceptions=True)
