@@ -3,11 +3,17 @@ step through the proxy, an announcement) reserves its estimate (prompt size plus
 is left) while its chat and the whole bot have allowance left, and settles to what it really used.
 
 The rule this keeps: a day's use never exceeds an allowance by more than one call's own tokens, however
-many calls race. Calls are admitted one at a time (a lock), each holds at most what is left, and once what
-is left is held, the next call is refused; only the call that took the last of it can overshoot, by what
-it used beyond its hold. Every call is counted (`SpendStore`) whether or not an allowance is set. The day
-is the operator's (`TIMEZONE`) and rolls over at midnight there; reservations live in memory only, so a
-crash leaves none holding anything: what calls used is what was recorded.
+many calls race. Calls are admitted one at a time (a lock) and hold their estimate, which is meant to be an
+upper bound of their use (a prompt's size / 3 plus its output cap), so they cannot overshoot. Only a call
+whose estimate no longer fits may hold less (what is left), and only while no other call holds any of
+that allowance: else it waits for those to settle and decides again (they may leave room, or nothing).
+So at most one call at a time holds a remainder, and only it can overshoot, by what it used beyond its
+hold; once what is left is held, the next call is refused. (Without that wait, every call that took a
+remainder freed by another's settling could overshoot: 13 calls on an allowance of 10, measured.)
+
+Every call is counted (`SpendStore`) whether or not an allowance is set. The day is the operator's
+(`TIMEZONE`) and rolls over at midnight there; reservations live in memory only, so a crash leaves none
+holding anything: what calls used is what was recorded.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from core.store.spend import SpendKind, SpendRow, SpendStore
 log = get_logger(__name__)
 
 NOTICE_SHARE = 0.8  # a chat is told once a day when its use passes this share of its allowance
+REMAINDER_WAIT_SECONDS = 120.0  # a call waiting for others to settle before it may take a remainder, at most
 
 
 class AllowanceSpent(Exception):
@@ -65,6 +72,7 @@ class Allowances:
         self._store = store
         self._clock = clock
         self._lock = asyncio.Lock()
+        self._freed = asyncio.Condition(self._lock)  # a hold was released: a waiting call decides again
         self._day = ""
         self._used: dict[int, int] = {}
         self._used_all = 0
@@ -115,29 +123,49 @@ class Allowances:
 
     async def reserve(self, chat_id: int, kind: SpendKind, estimate: int) -> Reservation:
         """Hold `estimate` tokens (at most what is left) for one call; AllowanceSpent when nothing is left."""
+        estimate = max(1, estimate)
         async with self._lock:
-            day = await self._roll()
-            allowance, _ = await self._chat_allowance(chat_id, day)
-            bot_allowance = self._settings.daily_tokens
-            left = [float("inf")]
-            if allowance > 0:
-                chat_left = allowance - self._used.get(chat_id, 0) - self._held.get(chat_id, 0)
-                if chat_left <= 0:
-                    raise AllowanceSpent(self._spent_text(f"this chat's daily allowance of {allowance:,} tokens"))
-                left.append(chat_left)
-            if bot_allowance > 0:
-                bot_left = bot_allowance - self._used_all - self._held_all
-                if bot_left <= 0:
-                    raise AllowanceSpent(self._spent_text(f"the bot's daily allowance of {bot_allowance:,} tokens"))
-                left.append(bot_left)
-            hold = int(min(max(1, estimate), *left))
+            deadline = asyncio.get_running_loop().time() + REMAINDER_WAIT_SECONDS
+            while True:
+                day, left, others_hold = await self._left(chat_id, estimate)
+                if left >= estimate or not others_hold:
+                    break
+                # Only a remainder is left, and calls in flight hold the rest of it: wait for them.
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await self._freed.wait()
+                except TimeoutError:
+                    raise AllowanceSpent(self._spent_text("what is left of the daily allowance", held=True)) from None
+            hold = int(min(estimate, left))
             self._held[chat_id] = self._held.get(chat_id, 0) + hold
             self._held_all += hold
             return Reservation(chat_id=chat_id, day=day, kind=kind, tokens=hold)
 
-    def _spent_text(self, whose: str) -> str:
+    async def _left(self, chat_id: int, estimate: int) -> tuple[str, float, bool]:
+        """(today, what is left for the chat's call, whether other calls hold some of an allowance that is
+        short of `estimate`); AllowanceSpent when nothing is left. Under the lock."""
+        day = await self._roll()
+        allowance, _ = await self._chat_allowance(chat_id, day)
+        bot_allowance = self._settings.daily_tokens
+        left, others_hold = float("inf"), False
+        if allowance > 0:
+            chat_left = allowance - self._used.get(chat_id, 0) - self._held.get(chat_id, 0)
+            if chat_left <= 0:
+                raise AllowanceSpent(self._spent_text(f"this chat's daily allowance of {allowance:,} tokens"))
+            left = min(left, chat_left)
+            others_hold = chat_left < estimate and self._held.get(chat_id, 0) > 0
+        if bot_allowance > 0:
+            bot_left = bot_allowance - self._used_all - self._held_all
+            if bot_left <= 0:
+                raise AllowanceSpent(self._spent_text(f"the bot's daily allowance of {bot_allowance:,} tokens"))
+            left = min(left, bot_left)
+            others_hold = others_hold or (bot_left < estimate and self._held_all > 0)
+        return day, left, others_hold
+
+    def _spent_text(self, whose: str, *, held: bool = False) -> str:
         resets = datetime.fromtimestamp(self.resets_at(), self.zone).strftime("%H:%M")
-        return f"{whose} is used up for today; it resets at {resets} ({self._settings.timezone})"
+        state = "is held by calls that are taking too long" if held else "is used up for today"
+        return f"{whose} {state}; it resets at {resets} ({self._settings.timezone})"
 
     async def settle(self, reservation: Reservation, input_tokens: int, output_tokens: int, *, estimated: bool) -> None:
         """The call is done: release its hold, count what it used (on the day it was admitted)."""
@@ -166,6 +194,7 @@ class Allowances:
             return  # held on a day that has rolled over: its holds were dropped with it
         self._held[reservation.chat_id] = max(0, self._held.get(reservation.chat_id, 0) - reservation.tokens)
         self._held_all = max(0, self._held_all - reservation.tokens)
+        self._freed.notify_all()
 
     async def _crossed(self, chat_id: int, before: int, after: int) -> BudgetStatus | None:
         allowance, _ = await self._chat_allowance(chat_id, self._day)
