@@ -31,7 +31,7 @@ from core.settings import CancelScope, LLMProvider, ResultMode, Settings
 from core.store.announcements import AnnouncementStore
 from core.store.chats import ChatAddress
 from core.store.runs import RunStore
-from core.store.spend import SpendStore
+from core.store.spend import SpendKind, SpendStore
 from core.store.turns import TurnStatus, TurnStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
@@ -136,6 +136,7 @@ class App:
         model: Model | None = None,
         config: LiveConfig | None = None,
         allowances: Allowances | None = None,
+        count_tokens: Callable[[SpendKind, int, int], None] | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
@@ -191,6 +192,7 @@ class App:
             answered_up_to=stores.turns.answered_up_to,
             abilities=functools.partial(subagent_abilities, settings),
             allowances=self.allowances,
+            on_tokens=count_tokens,  # the main agent's tokens in the metrics (crewbot_llm_tokens_total)
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)

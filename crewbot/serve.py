@@ -135,11 +135,14 @@ def subagent_factory(
     metrics: RunMetrics | None = None,
     config: LiveConfig | None = None,
     file_source: FileSource | None = None,
+    allowances: Allowances | None = None,
 ) -> SubagentFactory:
     from runner.service import SubagentService
 
     def build(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
-        service = SubagentService(settings, stores, delivery, typing, runtime, metrics, file_source)
+        service = SubagentService(
+            settings, stores, delivery, typing, runtime, metrics, file_source, allowances=allowances
+        )
         spawner = CapCheckedSpawner(
             service.spawner,
             service.live.count,
@@ -216,12 +219,21 @@ async def serve(
     try:
         stores = await Stores.open(settings)
         config = await ops.open(stores)  # stored live overrides apply before anything reads the settings
-        # Every LLM call of the process reserves from this one object (the chat side's and, through the App,
-        # the subagents').
+        # Every LLM call of the process reserves from this one object: the main agent's and the subagents'.
         allowances = Allowances(settings, SpendStore(stores.db))
         # The chat channel downloads the files people post when a run needs them.
-        subagents = subagent_factory(settings, stores, runtime, ops.metrics, config, file_source=channel)
-        app = App(settings, channel, stores, subagents, config=config, allowances=allowances)
+        subagents = subagent_factory(
+            settings, stores, runtime, ops.metrics, config, file_source=channel, allowances=allowances
+        )
+        app = App(
+            settings,
+            channel,
+            stores,
+            subagents,
+            config=config,
+            allowances=allowances,
+            count_tokens=ops.metrics.count_llm_tokens,
+        )
     except Exception as exc:
         await runtime.close()
         if stores is not None:

@@ -11,7 +11,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
 from bot.agent.deps import TurnDeps
-from bot.agent.metered import MeteredModel
+from bot.agent.metered import MeteredModel, TokenCounter
 from bot.agent.prompt import instructions_for
 from bot.agent.subagents_tool import subagents
 from bot.agent.task_tools import TASK_TOOLS
@@ -79,6 +79,7 @@ async def run_turn(
     *,
     allowances: Allowances | None = None,
     kind: SpendKind = SpendKind.MAIN,
+    on_tokens: TokenCounter | None = None,
 ) -> str:
     """One turn's run. With `allowances` each of its model requests is metered for the turn's chat and kind
     (and may raise AllowanceSpent when nothing is left)."""
@@ -86,7 +87,7 @@ async def run_turn(
     if allowances is not None:
         if not isinstance(agent.model, Model):
             raise TypeError("a metered turn needs the agent's model object")
-        model = MeteredModel(agent.model, allowances, deps.chat_id, kind)
+        model = MeteredModel(agent.model, allowances, deps.chat_id, kind, on_tokens)
     limits = UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN)
     result = await agent.run(text, deps=deps, model=model, usage_limits=limits)
     return result.output

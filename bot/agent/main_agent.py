@@ -65,6 +65,7 @@ class MainAgent:
         answered_up_to: Callable[[int, int], Awaitable[int | None]] | None = None,
         abilities: Callable[[], str] | None = None,
         allowances: Allowances | None = None,
+        on_tokens: Callable[[SpendKind, int, int], None] | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -75,6 +76,7 @@ class MainAgent:
         self._answered_up_to = answered_up_to  # (chat, trigger) -> the newest trigger a completed turn answered
         self._abilities = abilities  # what subagents can reach and use, read at each turn (settings change live)
         self._allowances = allowances  # daily LLM allowances: each model request is metered; None: not counted
+        self._on_tokens = on_tokens  # each metered request's (kind, input, output): the metrics
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -151,7 +153,9 @@ class MainAgent:
             # An announcement turn (no message asked) is counted as such; any other as the main agent's.
             kind = SpendKind.ANNOUNCE if turn.trigger_id is None else SpendKind.MAIN
             async with asyncio.timeout(self._timeout_seconds):
-                output = await run_turn(agent, text, deps, allowances=self._allowances, kind=kind)
+                output = await run_turn(
+                    agent, text, deps, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens
+                )
             return output.strip() or "(no answer)", "reply"
         except AllowanceSpent as exc:  # used up during the turn (its own requests, or racing chats)
             log.info("turn_stopped_allowance", turn_id=turn.id, chat_id=turn.chat_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,6 +38,8 @@ from core.logging import get_logger
 from core.store.spend import SpendKind
 
 log = get_logger(__name__)
+
+TokenCounter = Callable[[SpendKind, int, int], None]  # (kind, input, output) of each call counted: metrics
 
 CHARS_PER_TOKEN = 3  # a cautious rule of thumb (English runs about 4): estimates err towards holding more
 OUTPUT_CAP_TOKENS = 4_096  # a request's output when the model settings set no max_tokens (a typical default)
@@ -86,11 +88,19 @@ def output_cap(model_settings: ModelSettings | None) -> int:
 class MeteredModel(WrapperModel):
     """Made per turn around the agent's model (passed as `model=` to its run): the chat and kind to count."""
 
-    def __init__(self, wrapped: Model, allowances: Allowances, chat_id: int, kind: SpendKind) -> None:
+    def __init__(
+        self,
+        wrapped: Model,
+        allowances: Allowances,
+        chat_id: int,
+        kind: SpendKind,
+        on_tokens: TokenCounter | None = None,
+    ) -> None:
         super().__init__(wrapped)
         self._allowances = allowances
         self._chat_id = chat_id
         self._kind = kind
+        self._on_tokens = on_tokens
 
     async def _reserve(
         self, messages: list[ModelMessage], model_settings: ModelSettings | None, parameters: ModelRequestParameters
@@ -102,17 +112,22 @@ class MeteredModel(WrapperModel):
 
     async def _settle(self, held: Reservation, response: ModelResponse, prompt: int) -> None:
         usage = response.usage
-        if usage.unmeasured_requests or (usage.input_tokens <= 0 and usage.output_tokens <= 0):
-            output = tokens_of_chars(response_chars(response.parts))
-            log.info("llm_usage_estimated", chat_id=self._chat_id, input_tokens=prompt, output_tokens=output)
-            await self._allowances.settle(held, prompt, output, estimated=True)
-            return
-        await self._allowances.settle(held, usage.input_tokens, usage.output_tokens, estimated=False)
+        estimated = bool(usage.unmeasured_requests) or (usage.input_tokens <= 0 and usage.output_tokens <= 0)
+        used_in, used_out = usage.input_tokens, usage.output_tokens
+        if estimated:
+            used_in, used_out = prompt, tokens_of_chars(response_chars(response.parts))
+            log.info("llm_usage_estimated", chat_id=self._chat_id, input_tokens=used_in, output_tokens=used_out)
+        await self._count(held, used_in, used_out, estimated=estimated)
+
+    async def _count(self, held: Reservation, input_tokens: int, output_tokens: int, *, estimated: bool) -> None:
+        await self._allowances.settle(held, input_tokens, output_tokens, estimated=estimated)
+        if self._on_tokens is not None:
+            self._on_tokens(self._kind, input_tokens, output_tokens)
 
     async def _abandoned(self, held: Reservation, prompt: int, error: BaseException) -> None:
         if isinstance(error, asyncio.CancelledError):
             # Shielded: the settling finishes even if the turn is cancelled again meanwhile.
-            await asyncio.shield(self._allowances.settle(held, prompt, 0, estimated=True))
+            await asyncio.shield(self._count(held, prompt, 0, estimated=True))
         else:
             await self._allowances.release(held)
 
