@@ -210,8 +210,9 @@ def _build_model(spec: TaskSpec, http_client: httpx2.AsyncClient, timeout: httpx
 
 
 def _reason(body: object) -> str:
-    """The message of a provider-style error body ({"error": {"message": ...}}), else the body itself."""
-    error: Any = body.get("error") if isinstance(body, dict) else None
+    """The message of a provider-style error body ({"error": {"message": ...}}, or the `error` object alone, as
+    the OpenAI SDK hands it on), else the body itself."""
+    error: Any = body.get("error", body) if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
     text = message if isinstance(message, str) else json.dumps(body, default=str)
     return text[:MAX_REASON_CHARS]
