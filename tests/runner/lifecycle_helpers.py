@@ -14,10 +14,12 @@ from typing import Any
 from container.channel import RunChannel
 from container.protocol import CHANNEL_DIR, CHANNEL_SOCKET_FILE, SpawnRequest
 from container.task import RunResult
+from core.allowances import Allowances
 from core.delivery import Delivery
 from core.outbox import DeliveryError
 from core.settings import Settings
 from core.store.chats import Chat
+from core.store.spend import SpendStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from runner.ipc.outcome import RequestOutcome
@@ -99,6 +101,7 @@ class Rig:
     service: SubagentService
     chat: Chat
     typing: TypingIndicator
+    allowances: Allowances | None = None
 
     async def spawn(self, task: str = "do it", *, chat_id: int = CHAT_ID, turn_id: str | None = None) -> str:
         run_id = secrets.token_hex(6)
@@ -139,10 +142,16 @@ Prepare = Callable[[Stores, MemoryRuntime, str], Awaitable[None]]
 
 @asynccontextmanager
 async def rig(
-    tmp_path: Path, behaviour: Behaviour, *, prepare: Prepare | None = None, **overrides: Any
+    tmp_path: Path,
+    behaviour: Behaviour,
+    *,
+    prepare: Prepare | None = None,
+    with_allowances: bool = False,
+    **overrides: Any,
 ) -> AsyncIterator[Rig]:
     """`prepare` sets the scene an earlier process left (runs in the store, containers in the engine),
-    given the stores, the runtime and this deployment's instance label, before the service starts."""
+    given the stores, the runtime and this deployment's instance label, before the service starts.
+    `with_allowances`: the service's runs spend daily allowances (CHAT_DAILY_TOKENS, DAILY_TOKENS in `overrides`)."""
     settings = make_settings(tmp_path / "data", **overrides)
     stores = await Stores.open(settings)
     channel = FlakyChannel()
@@ -154,14 +163,15 @@ async def rig(
             return await behaviour(run_channel, container)
 
     runtime = MemoryRuntime(on_start=on_start)
-    service = SubagentService(settings, stores, delivery, typing, runtime, file_source=channel)
+    allowances = Allowances(settings, SpendStore(stores.db)) if with_allowances else None
+    service = SubagentService(settings, stores, delivery, typing, runtime, file_source=channel, allowances=allowances)
     chat = await stores.chats.ensure(CHAT_ID, "group", "main")
     await stores.chats.ensure(OTHER_CHAT_ID, "group", "other")
     if prepare is not None:
         await prepare(stores, runtime, service.paths.instance_id)
     await service.start()
     try:
-        yield Rig(settings, stores, channel, delivery, runtime, service, chat, typing)
+        yield Rig(settings, stores, channel, delivery, runtime, service, chat, typing, allowances)
     finally:
         await service.stop()
         await runtime.stop_behaviours()

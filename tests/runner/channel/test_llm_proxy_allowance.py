@@ -17,16 +17,21 @@ from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
+import structlog
 
 from bot.schedules.firing import TASK_TURN_PREFIX
+from container.protocol import TaskSpec
 from core.allowances import Allowances
 from core.settings import load_settings
 from core.store.spend import SCHEDULED_TURN_PREFIX, SpendKind, SpendStore, run_spend_kind
 from core.stores import Stores
+from runner.channel.conversation_limits import ConversationLimits
 from runner.channel.llm_allowance import ALLOWANCE_ERROR, Payer, ProxyAllowance
 from runner.channel.llm_budget import BODY_BYTES_PER_TOKEN
 from runner.channel.llm_policy import RequestPolicy
 from runner.channel.llm_proxy import LlmProxy
+from runner.channel.model_step import StepFailed, make_step
+from runner.channel.run_endpoint import EXTRA_MODEL_STEPS
 from runner.lifecycle.metrics import RunMetrics
 from tests.fakes.faults import Fault
 from tests.fakes.llm_server import FakeLLM, openai_text
@@ -251,3 +256,24 @@ async def test_after_a_crash_nothing_is_held_and_only_what_was_recorded_counts(
         assert held.tokens == allowance - 15  # nothing of the dead call, nor of the dead reservation, is held
         in_flight.cancel()
         await asyncio.gather(in_flight, return_exceptions=True)
+
+
+async def test_a_model_step_over_the_allowance_fails_once_with_the_reason(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """The run API's model step is made by the host on the run's own socket: the same step, no SDK retry."""
+    spec = TaskSpec(run_id="run-steps1", task="t", label="l")
+    limits = ConversationLimits.for_task(spec, EXTRA_MODEL_STEPS)
+    step = json.dumps({"messages": [{"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "hi"}]}]})
+    async with proxied(tmp_path, fake_llm, CHAT_DAILY_TOKENS="15") as made:
+        socket = await made.open(spec.run_id, Payer.of_run(CHAT_ID, SCHEDULED_TURN_PREFIX + "t1"))
+        await make_step(spec, socket, step.encode(), limits)  # the last of the allowance: used 15
+        with structlog.testing.capture_logs() as logs, pytest.raises(StepFailed) as refused:
+            await make_step(spec, socket, step.encode(), limits)
+
+        assert refused.value.status == 429
+        assert refused.value.reason.startswith(
+            "the LLM answered HTTP 429: this chat's daily allowance of 15 tokens is used up for today; it resets at"
+        )
+        calls = [entry for entry in logs if entry["event"] == "llm_call"]
+        assert [entry["error"] for entry in calls] == [ALLOWANCE_ERROR]  # asked once: the SDK did not retry
+        assert [run_id for run_id, _ in made.told.runs] == [spec.run_id]
+        assert (await made.rows()) == {(CHAT_ID, SpendKind.SCHEDULED): (10, 5, 1, 0)}

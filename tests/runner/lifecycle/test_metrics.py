@@ -17,7 +17,9 @@ from container.task import RunResult
 from core.live_config import LiveConfig
 from core.store.runs import RunStatus
 from core.store.setting_overrides import SettingOverrideStore
+from core.store.spend import SpendKind
 from crewbot.metrics_server import MetricsServer
+from runner.lifecycle.metrics import RunMetrics
 from runner.runtimes.resource_use import ResourceSample
 from tests.fakes.memory_runtime import MemoryContainer
 from tests.runner.lifecycle_helpers import CHAT_ID, Rig, rig
@@ -41,6 +43,9 @@ DOCUMENTED = {
     "crewbot_subagent_cancel_latency_seconds": "histogram",
     "crewbot_subagent_memory_peak_bytes": "histogram",
     "crewbot_subagent_cpu_seconds": "histogram",
+    "crewbot_llm_tokens": "counter",
+    "crewbot_daily_tokens_used": "gauge",
+    "crewbot_daily_tokens_allowance": "gauge",
 }
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -171,3 +176,21 @@ async def test_the_queued_gauge_counts_runs_waiting_for_a_slot(tmp_path: Path) -
         assert value(samples, "crewbot_subagents_queued") == 2
         assert value(samples, "crewbot_subagents_running") == 1
         assert value(samples, "crewbot_subagent_refusals_total", cap="global") == 0
+
+
+def test_llm_tokens_by_kind_and_the_bots_daily_gauges() -> None:
+    metrics = RunMetrics()
+    metrics.count_llm_tokens(SpendKind.MAIN, 100, 20)  # what the main agent's side calls for each turn's call
+    metrics.count_llm_tokens(SpendKind.SCHEDULED, 7, -1)
+    metrics.watch_allowance(used=lambda: 1_234, allowance=lambda: 5_000)
+
+    def get(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    assert (
+        get("crewbot_llm_tokens_total", kind="main", direction="input"),
+        get("crewbot_llm_tokens_total", kind="main", direction="output"),
+    ) == (100, 20)
+    assert get("crewbot_llm_tokens_total", kind="scheduled", direction="output") == 0  # never negative
+    assert get("crewbot_llm_tokens_total", kind="announce", direction="input") == 0  # every series from the start
+    assert (get("crewbot_daily_tokens_used"), get("crewbot_daily_tokens_allowance")) == (1_234, 5_000)
