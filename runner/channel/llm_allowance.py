@@ -55,14 +55,13 @@ SpentCallback = Callable[[str, str], None]  # (run_id, reason): the run is stopp
 
 
 class AllowanceRefused(ProxyError):
-    """No allowance is left for the call: a 429 the SDKs do not retry (it would only be refused again)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(429, ALLOWANCE_ERROR, f"{reason}: no more LLM calls today; finish with what you have")
+    """The call is not admitted: no allowance is left (429, which the SDKs are told not to retry: it would only
+    be refused again), or none could be reserved (503: the store failed)."""
 
     def response(self) -> web.Response:
         answer = super().response()
-        answer.headers["x-should-retry"] = "false"
+        if self.error_type == ALLOWANCE_ERROR:
+            answer.headers["x-should-retry"] = "false"
         return answer
 
 
@@ -109,7 +108,12 @@ class ProxyAllowance:
             if run_id not in self._told and self._on_spent is not None:
                 self._told.add(run_id)
                 self._on_spent(run_id, reason)
-            raise AllowanceRefused(reason) from None
+            message = f"{reason}: no more LLM calls today; finish with what you have"
+            raise AllowanceRefused(429, ALLOWANCE_ERROR, message) from None
+        except Exception:
+            # Not admitted unchecked: the allowances are enforced before spending, or not at all.
+            log.exception("llm_allowance_unavailable", run_id=run_id, chat_id=payer.chat_id)
+            raise AllowanceRefused(503, "allowance_unavailable", "the daily allowance could not be checked") from None
 
     async def _settle(
         self, run_id: str, payer: Payer, reservation: Reservation | None, call: Call, input_hold: int, output_cap: int

@@ -277,3 +277,19 @@ async def test_a_model_step_over_the_allowance_fails_once_with_the_reason(tmp_pa
         assert [entry["error"] for entry in calls] == [ALLOWANCE_ERROR]  # asked once: the SDK did not retry
         assert [run_id for run_id, _ in made.told.runs] == [spec.run_id]
         assert (await made.rows()) == {(CHAT_ID, SpendKind.SCHEDULED): (10, 5, 1, 0)}
+
+
+async def test_a_call_whose_allowance_cannot_be_checked_is_not_forwarded(
+    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with proxied(tmp_path, fake_llm, CHAT_DAILY_TOKENS="1000") as made:
+        socket = await made.open("run-nostore", Payer.of_run(CHAT_ID, None))
+
+        async def broken(chat_id: int, kind: SpendKind, estimate: int) -> None:
+            raise RuntimeError("database is locked")
+
+        monkeypatch.setattr(made.allowances, "reserve", broken)
+        status, body = await post(socket, "/v1/chat/completions", ASK)
+
+        assert (status, body["error"]["type"]) == (503, "allowance_unavailable")
+        assert fake_llm.requests() == [] and made.told.runs == []  # not forwarded, and the run goes on
