@@ -293,3 +293,15 @@ async def test_a_call_whose_allowance_cannot_be_checked_is_not_forwarded(
 
         assert (status, body["error"]["type"]) == (503, "allowance_unavailable")
         assert fake_llm.requests() == [] and made.told.runs == []  # not forwarded, and the run goes on
+
+
+async def test_a_streamed_call_settles_to_the_usage_of_its_last_event(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    async with proxied(tmp_path, fake_llm, CHAT_DAILY_TOKENS="1000") as made:
+        socket = await made.open("run-stream1", Payer.of_run(CHAT_ID, None))
+        status, body = await post(socket, "/v1/chat/completions", {**ASK, "stream": True})
+
+        assert status == 200 and "data: [DONE]" in body
+        assert await made.rows() == {(CHAT_ID, SpendKind.SUBAGENT): (10, 5, 1, 0)}
+        assert (await made.allowances.status(CHAT_ID)).used == 15  # its hold released: only the use counts
+        held = await made.allowances.reserve(CHAT_ID, SpendKind.MAIN, 1000)
+        assert held.tokens == 1000 - 15
