@@ -90,6 +90,7 @@ class Env:
         model_settings: ModelSettings | None = None,
         announcements: Callable[[int], Awaitable[str | None]] | None = None,
         metered: bool = True,
+        timeout_seconds: float = 10.0,
     ) -> MainAgent:
         return MainAgent(
             lambda: FunctionModel(provider, settings=model_settings),
@@ -98,7 +99,7 @@ class Env:
             self.spawner,
             assistant_name=NAME,
             history_window=50,
-            timeout_seconds=10.0,
+            timeout_seconds=timeout_seconds,
             announcements=announcements,
             allowances=self.allowances if metered else None,
         )
@@ -204,6 +205,24 @@ async def test_allowance_used_up_during_a_turn_ends_it_with_the_notice(env: Env)
     (notice,) = await env.bot_said()
     assert (notice.kind, notice.content) == ("notice", SPENT.format(n=3000))
     assert (await env.spend())[SpendKind.MAIN] == Spend(input_tokens=2800, output_tokens=200, calls=1)
+
+
+async def test_a_request_cut_off_in_flight_is_counted_at_its_input_estimate_and_frees_its_hold(env: Env) -> None:
+    env = Env(env.db, env.chats, env.messages, CHAT_DAILY_TOKENS="100000")
+    sizes: list[int] = []
+
+    def sized(messages: list[ModelMessage], info: AgentInfo) -> RequestUsage:
+        sizes.append(chars_of(messages, info))
+        return RequestUsage(input_tokens=10, output_tokens=10)
+
+    provider = Provider(usage=sized, delay=lambda: 30.0)  # never answers within the turn's timeout
+    await env.agent(provider, timeout_seconds=0.2)(await env.ask("@crew slow"))
+    (apology,) = await env.bot_said()
+    assert apology.kind == "notice" and apology.content.startswith("Sorry")
+    spend = (await env.spend())[SpendKind.MAIN]
+    assert spend.calls == spend.estimated_calls == 1 and spend.output_tokens == 0 and spend.input_tokens > 0
+    held = await env.allowances.reserve(CHAT, SpendKind.MAIN, 100000 - spend.input_tokens)
+    assert held.tokens == 100000 - spend.input_tokens  # nothing is still held by the cut-off request
 
 
 def realistic(messages: list[ModelMessage], info: AgentInfo) -> RequestUsage:
