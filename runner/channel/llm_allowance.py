@@ -2,19 +2,21 @@
 
 Every call the proxy forwards for a run (a model step the host makes on the run's socket, or a request of the
 container's own) is spent by the run's `Payer`: its chat, as a scheduled task's work or a turn's. Before it is
-forwarded it holds a reservation of its estimate, the input held from the body's size plus the output cap the
-policy gave it (at most what is left); while its chat or the whole bot has nothing left it is refused, 429
+forwarded it holds a reservation of its estimate, meant as an upper bound of its use (what the allowances'
+rule needs): its body's size / 3, as for the main agent's calls (bot/agent/metered.py), plus the output cap
+the policy gave it, at most what is left. While its chat or the whole bot has nothing left it is refused, 429
 `daily_allowance` with the reason the agent sees (the SDKs are told not to retry it), and the run is stopped
 through `on_spent`, once. When the call is over it settles to the usage the provider reported; an answer that
 reported none is counted estimated (input from the request's size, output from the answer's, at most its cap);
 a call that got no answer (a provider error, a time-out, a run closed first) releases its hold, counting nothing.
 
-The run's own budget (runner/channel/llm_budget.py, SUBAGENT_MAX_TOKENS) applies as well, unchanged.
+The run's own budget (runner/channel/llm_budget.py, SUBAGENT_MAX_TOKENS, which holds size / 4) applies as well.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,13 +27,17 @@ from aiohttp import web
 from core.allowances import Allowances, AllowanceSpent, Reservation
 from core.logging import get_logger
 from core.store.spend import SpendKind, run_spend_kind
-from runner.channel.llm_budget import BODY_BYTES_PER_TOKEN
 from runner.channel.llm_upstream import Call
 from runner.channel.proxy_error import ProxyError
 
 log = get_logger(__name__)
 
 ALLOWANCE_ERROR = "daily_allowance"
+BYTES_PER_TOKEN = 3  # a cautious rule of thumb (English JSON runs about 4): the estimate errs towards holding more
+
+
+def tokens_of(size_bytes: int) -> int:
+    return math.ceil(size_bytes / BYTES_PER_TOKEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +87,14 @@ class ProxyAllowance:
         self._told: set[str] = set()  # runs whose stop was asked for
 
     @asynccontextmanager
-    async def call(self, run_id: str, payer: Payer | None, input_hold: int, output_cap: int) -> AsyncIterator[Call]:
-        """Around one forwarded call: reserves first (AllowanceRefused when nothing is left), and settles or
-        releases when the body is done with the `Call` it fills, however it ends (a cancel included)."""
+    async def call(self, run_id: str, payer: Payer | None, body_bytes: int, output_cap: int) -> AsyncIterator[Call]:
+        """Around one forwarded call of a body of `body_bytes`: reserves first (AllowanceRefused when nothing is
+        left), and settles or releases when the body is done with the `Call` it fills, however it ends."""
         call = Call()
         if payer is None:  # a socket opened without its chat (tests of the proxy alone)
             yield call
             return
+        input_hold = max(1, tokens_of(body_bytes))
         reservation = await self._reserve(run_id, payer, input_hold + output_cap)
         try:
             yield call
@@ -122,7 +129,7 @@ class ProxyAllowance:
         if usage.reported:
             spent = (usage.input_tokens, usage.output_tokens)
         elif call.answered:
-            spent = (input_hold, min(output_cap, call.answer_bytes // BODY_BYTES_PER_TOKEN))
+            spent = (input_hold, min(output_cap, tokens_of(call.answer_bytes)))
             log.warning("llm_usage_estimated", run_id=run_id, input_tokens=spent[0], output_tokens=spent[1])
         else:
             spent = (0, 0)  # no answer: nothing to count, and its hold is freed

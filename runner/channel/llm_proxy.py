@@ -278,7 +278,7 @@ class LlmProxy:
         run.reserved += sanitized.output_cap
         try:
             # The day's allowance of its chat and of the bot: reserved here, settled once the call is recorded.
-            async with self._allowance.call(run.run_id, run.payer, held, sanitized.output_cap) as call:
+            async with self._allowance.call(run.run_id, run.payer, len(body), sanitized.output_cap) as call:
                 payload = with_followups(sanitized.payload, self._gate.followups(run.run_id))
                 return await self._call(run, request, target, payload, started, call)
         except AllowanceRefused as exc:

@@ -26,8 +26,7 @@ from core.settings import load_settings
 from core.store.spend import SCHEDULED_TURN_PREFIX, SpendKind, SpendStore, run_spend_kind
 from core.stores import Stores
 from runner.channel.conversation_limits import ConversationLimits
-from runner.channel.llm_allowance import ALLOWANCE_ERROR, Payer, ProxyAllowance
-from runner.channel.llm_budget import BODY_BYTES_PER_TOKEN
+from runner.channel.llm_allowance import ALLOWANCE_ERROR, Payer, ProxyAllowance, tokens_of
 from runner.channel.llm_policy import RequestPolicy
 from runner.channel.llm_proxy import LlmProxy
 from runner.channel.model_step import StepFailed, make_step
@@ -41,7 +40,7 @@ CHAT_ID, OTHER_CHAT_ID = -100, -200
 DAY = "2026-11-26"
 MAX_TOKENS = 40  # each call's output cap
 ASK = {**CHAT, "max_tokens": MAX_TOKENS}
-INPUT_HOLD = max(1, len(json.dumps(ASK).encode()) // BODY_BYTES_PER_TOKEN)  # what the proxy holds for ASK's prompt
+INPUT_HOLD = tokens_of(len(json.dumps(ASK).encode()))  # what the proxy holds for ASK's prompt: its size / 3
 ESTIMATE = INPUT_HOLD + MAX_TOKENS  # a call's whole reservation
 NOON = datetime.fromisoformat(f"{DAY}T12:00").replace(tzinfo=ZoneInfo("UTC")).timestamp()
 
