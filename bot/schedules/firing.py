@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from bot.ports.spawner import AllowanceRefused, Spawner, SpawnRefused
 from core.logging import get_logger
 from core.store.schedules import PENDING_FIRES, Fire, FireStatus, ScheduleStore, TaskMode, TaskRecord, TaskStatus
+from core.store.spend import SCHEDULED_TURN_PREFIX
 
 log = get_logger(__name__)
 
@@ -22,7 +23,9 @@ WAIT_RETRY_SECONDS = 5.0  # a due task over the subagent caps tries again this o
 SETTLE_POLL_SECONDS = 2.0  # how often finished runs of scheduled tasks are looked up (one indexed query)
 BACKOFF_BASE_SECONDS = 60.0  # after the n-th failure in a row, due times within base * 2^(n-1) are skipped
 BACKOFF_MAX_SECONDS = 86_400.0
-TASK_TURN_PREFIX = "task-"  # the turn id of a scheduled spawn: no main-agent turn stands behind it
+# The turn id of a scheduled spawn (no main-agent turn stands behind it); the spend counts its runs' calls
+# as scheduled by it.
+TASK_TURN_PREFIX = SCHEDULED_TURN_PREFIX
 _FAILED_RUNS = frozenset({"failed", "timed_out"})
 _NOT_RUN = frozenset({"cancelled", "interrupted"})
 
