@@ -39,6 +39,7 @@ from runner.runtimes.image_tools import (
 # Under /tmp: the empty mount point the commit keeps is hidden by the tmpfs runs mount there.
 MOUNT_POINT = "/tmp/crewbot-tools"
 VENV = "/opt/venv"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # for a base that sets no PATH
 CACHE_KEY_CHARS = 16
 WAIT_SECONDS = "14400"  # the install container's life: fetches and installs take minutes, not hours
 # Run in the base by its own python3: what pip and apt need to know to fetch for it.
@@ -90,6 +91,15 @@ def apt_install_command(debs: Sequence[str]) -> list[str]:
     return [*head, "-o", "Dpkg::Use-Pty=0", "--", *files]
 
 
+def venv_first_env(env: Sequence[str] | None) -> list[str]:
+    """The base's environment with the venv's bin folder first on PATH: the subagent's `python3` and `python`
+    are then the venv's, which holds SUBAGENT_IMAGE_PACKAGES (the base's own python3 does not)."""
+    entries = [entry for entry in env or () if not entry.startswith("PATH=")]
+    path = next((entry.removeprefix("PATH=") for entry in env or () if entry.startswith("PATH=")), DEFAULT_PATH)
+    rest = [folder for folder in path.split(":") if folder and folder != f"{VENV}/bin"]
+    return [f"PATH={':'.join([f'{VENV}/bin', *rest])}", *entries]
+
+
 def pip_install_command(pip_wheel: str, requirements: Sequence[str]) -> list[str]:
     """pip from its wheel, by the venv's python (so into the venv), from the fetched wheels only."""
     pip = [f"{VENV}/bin/python", f"{MOUNT_POINT}/{pip_wheel}/pip", "install", "--disable-pip-version-check"]
@@ -130,6 +140,8 @@ def ensure_tools_image(
         repository, _, tag = name.rpartition(":")
         # The image keeps the base's command and entrypoint, not the container's `sleep`.
         conf = {"Labels": labels, "Cmd": config.get("Cmd") or ["/bin/sh"], "Entrypoint": config.get("Entrypoint")}
+        if tools.pip:
+            conf["Env"] = venv_first_env(config.get("Env"))
         try:
             container.commit(repository=repository, tag=tag, conf=conf)
         except docker.errors.DockerException as exc:

@@ -27,7 +27,8 @@ LABEL_TOOLS_KEY = "crewbot.image.tools.key"
 LABEL_PIP = "crewbot.image.tools.pip"
 LABEL_APT = "crewbot.image.tools.apt"
 # Changing how tools are fetched or installed changes every key, so no old tools image is reused.
-TOOLS_FORMAT = 1
+# 2: the venv's bin folder comes first on the image's PATH.
+TOOLS_FORMAT = 2
 SPEC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 SETTINGS_FIX = "correct it in .env or the environment"
 

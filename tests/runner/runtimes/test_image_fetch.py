@@ -24,7 +24,12 @@ from runner.runtimes.image_fetch import (
     run_fetch,
     sources_list,
 )
-from runner.runtimes.image_install import apt_install_command, pip_install_command, tools_image_name
+from runner.runtimes.image_install import (
+    apt_install_command,
+    pip_install_command,
+    tools_image_name,
+    venv_first_env,
+)
 from runner.runtimes.image_tools import ImageTools, ToolsError
 
 BOOKWORM = BaseFacts(
@@ -120,6 +125,14 @@ def test_install_commands_in_the_container_take_the_fetched_files_after_double_d
         pip.index("--find-links") + 1
     ] == "/tmp/crewbot-tools/wheels"
     assert pip[-3:] == ["--", "six", "idna>=3"]
+
+
+def test_a_tools_image_puts_its_venv_first_on_the_path() -> None:
+    # The subagent's `python3` and `python` are then the venv's, which holds SUBAGENT_IMAGE_PACKAGES.
+    base = ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"]
+    assert venv_first_env(base) == ["PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"]
+    assert venv_first_env(venv_first_env(base)) == venv_first_env(base)
+    assert venv_first_env(None) == ["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
 
 
 def test_tools_image_names() -> None:
