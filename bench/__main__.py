@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, str] = {
     "hostile": "bench.hostile_channel",
     "files": "bench.files",
     "egress": "bench.egress",
+    "allowance": "bench.allowance",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOGS_DIR = RESULTS_DIR / "logs"
