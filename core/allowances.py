@@ -14,6 +14,10 @@ remainder freed by another's settling could overshoot: 13 calls on an allowance 
 Every call is counted (`SpendStore`) whether or not an allowance is set. The day is the operator's
 (`TIMEZONE`) and rolls over at midnight there; reservations live in memory only, so a crash leaves none
 holding anything: what calls used is what was recorded.
+
+A chat's own allowance and its top-ups for the day are read from the store once and then kept in memory:
+only this object changes them (/budget, through `set_allowance` and `add`), and it updates what it keeps as
+it writes. Reading them at every reserve and settle was six queries a turn, about 1 ms (bench: allowance).
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class Allowances:
         self._used_all = 0
         self._held: dict[int, int] = {}
         self._held_all = 0
+        self._own: dict[int, int | None] = {}  # each chat's own allowance as stored (None: the setting's)
+        self._added: dict[int, int] = {}  # each chat's top-ups on `_day`
         self._notice: Notice | None = None
 
     def on_notice(self, notice: Notice) -> None:
@@ -103,6 +109,7 @@ class Allowances:
             used = await self._store.day_by_chat(day)
             self._day, self._used, self._used_all = day, used, sum(used.values())
             self._held, self._held_all = {}, 0  # yesterday's holds settle into yesterday
+            self._added = {}
         return day
 
     async def load(self) -> None:
@@ -114,11 +121,15 @@ class Allowances:
         """The whole bot's tokens today as counted so far (the metrics read it when scraped; it must not block)."""
         return self._used_all if self._day == self.today() else 0
 
-    async def _chat_allowance(self, chat_id: int, day: str) -> tuple[int, int]:
-        """(allowance, of which top-ups) for the chat that day; 0: no allowance (only the bot's applies)."""
-        own = await self._store.chat_allowance(chat_id)
+    async def _chat_allowance(self, chat_id: int) -> tuple[int, int]:
+        """(allowance, of which top-ups) for the chat today (`_day`); 0: no allowance (only the bot's applies).
+        Under the lock: each is read from the store the first time only."""
+        if chat_id not in self._own:
+            self._own[chat_id] = await self._store.chat_allowance(chat_id)
+        if chat_id not in self._added:
+            self._added[chat_id] = await self._store.topup(chat_id, self._day)
+        own, added = self._own[chat_id], self._added[chat_id]
         base = self._settings.chat_daily_tokens if own is None else own
-        added = await self._store.topup(chat_id, day)
         return (base + added if base > 0 else 0), added
 
     async def reserve(self, chat_id: int, kind: SpendKind, estimate: int) -> Reservation:
@@ -145,7 +156,7 @@ class Allowances:
         """(today, what is left for the chat's call, whether other calls hold some of an allowance that is
         short of `estimate`); AllowanceSpent when nothing is left. Under the lock."""
         day = await self._roll()
-        allowance, _ = await self._chat_allowance(chat_id, day)
+        allowance, _ = await self._chat_allowance(chat_id)
         bot_allowance = self._settings.daily_tokens
         left, others_hold = float("inf"), False
         if allowance > 0:
@@ -197,7 +208,7 @@ class Allowances:
         self._freed.notify_all()
 
     async def _crossed(self, chat_id: int, before: int, after: int) -> BudgetStatus | None:
-        allowance, _ = await self._chat_allowance(chat_id, self._day)
+        allowance, _ = await self._chat_allowance(chat_id)
         if allowance <= 0 or not before < NOTICE_SHARE * allowance <= after:
             return None
         if not await self._store.first_notice(chat_id, self._day):
@@ -219,7 +230,7 @@ class Allowances:
             return await self._status(chat_id)
 
     async def _status(self, chat_id: int) -> BudgetStatus:
-        allowance, added = await self._chat_allowance(chat_id, self._day)
+        allowance, added = await self._chat_allowance(chat_id)
         return BudgetStatus(
             day=self._day,
             used=self._used.get(chat_id, 0),
@@ -237,10 +248,14 @@ class Allowances:
 
     async def set_allowance(self, chat_id: int, tokens: int | None, set_by: int | None) -> BudgetStatus:
         """The chat's own daily allowance from now on (None: back to CHAT_DAILY_TOKENS)."""
-        await self._store.set_chat_allowance(chat_id, tokens, set_by)
+        async with self._lock:  # so no reserve keeps a value read before this write
+            await self._store.set_chat_allowance(chat_id, tokens, set_by)
+            self._own[chat_id] = tokens
         return await self.status(chat_id)
 
     async def add(self, chat_id: int, tokens: int) -> BudgetStatus:
         """More allowance for the chat today only."""
-        await self._store.add_topup(chat_id, self.today(), tokens)
+        async with self._lock:
+            day = await self._roll()
+            self._added[chat_id] = await self._store.add_topup(chat_id, day, tokens)
         return await self.status(chat_id)

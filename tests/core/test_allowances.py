@@ -131,3 +131,41 @@ async def test_admins_set_a_chats_allowance_and_top_it_up_for_the_day(stores: St
     assert status.allowance == 2500  # its own 500, and today's top-up
     await made.set_allowance(CHAT, None, set_by=7)
     assert (await made.status(CHAT)).allowance == 3000  # back to the setting
+
+
+class CountingStore(SpendStore):
+    """The real store, counting the reads of a chat's own allowance and of its top-ups."""
+
+    reads = 0
+
+    async def chat_allowance(self, chat_id: int) -> int | None:
+        self.reads += 1
+        return await super().chat_allowance(chat_id)
+
+    async def topup(self, chat_id: int, day: str) -> int:
+        self.reads += 1
+        return await super().topup(chat_id, day)
+
+
+async def test_a_chats_allowance_is_read_once_and_kept_current_as_budget_changes_it(stores: Stores) -> None:
+    config = load_settings(DATA_DIR="unused", CHAT_DAILY_TOKENS="1000")
+    clock = Clock("2026-11-26T12:00", config.timezone)
+    store = CountingStore(stores.db)
+    made = Allowances(config, store, clock=clock)
+    assert await call(made, CHAT, 300, 300)
+    reads = store.reads
+    assert reads == 2  # the chat's own allowance and today's top-ups, once each
+    assert await call(made, CHAT, 300, 300) and await call(made, CHAT, 300, 300)
+    assert await made.left_for(CHAT) is None and store.reads == reads  # nothing read again: 900 of 1,000
+
+    assert (await made.add(CHAT, 500)).allowance == 1500  # /budget add applies at once
+    assert await call(made, CHAT, 300, 300)  # 1,200 of 1,500
+    assert (await made.set_allowance(CHAT, 700, set_by=7)).allowance == 1200  # its own 700 and the 500
+    assert await made.left_for(CHAT) is not None
+    again, _ = allowances(stores, clock)  # another start reads what was written
+    assert (await again.status(CHAT)).allowance == 1200
+
+    clock.now += 86_400  # the next day: the top-up was for yesterday only
+    assert (await made.status(CHAT)).allowance == 700
+    await made.set_allowance(CHAT, None, set_by=7)
+    assert (await made.status(CHAT)).allowance == 1000  # back to the setting
