@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from tests.fakes.telegram_chat_methods import find_chat
+from tests.fakes.telegram_keyboards import KeyboardError, check_inline_keyboard
 from tests.fakes.telegram_params import Handler, Params, bad_request
 from tests.fakes.telegram_parsed import MAX_MESSAGE_TEXT_CHARS, EntityParseError, ParsedText
 from tests.fakes.telegram_state import ChatAction, JsonDict, SentMessage, TelegramData
@@ -50,6 +51,14 @@ def reply_target(data: TelegramData, chat_id: int, params: Params) -> JsonDict |
     if target is None and not allow_missing:
         raise bad_request("message to be replied not found")
     return target
+
+
+def inline_keyboard(params: Params) -> JsonDict | None:
+    """The inline keyboard `reply_markup` gives a message, as Telegram checks it (400 when it refuses one)."""
+    try:
+        return check_inline_keyboard(params.json("reply_markup"))
+    except KeyboardError as exc:
+        raise bad_request(str(exc)) from None
 
 
 def topic_thread(chat: JsonDict, params: Params) -> int | None:
@@ -115,8 +124,9 @@ class MessageMethods:
             if thread is not None:
                 message.update(message_thread_id=thread, is_topic_message=True)
             markup = params.json("reply_markup")
-            if isinstance(markup, dict) and "inline_keyboard" in markup:
-                message["reply_markup"] = markup  # Telegram echoes inline keyboards only
+            keyboard = inline_keyboard(params)
+            if keyboard is not None:
+                message["reply_markup"] = keyboard  # Telegram echoes inline keyboards only
             self._data.store(message)
             self._data.sent.append(
                 SentMessage(
@@ -165,7 +175,7 @@ class MessageMethods:
             if message["from"]["id"] != self._data.bot_id:
                 raise bad_request("message can't be edited")
             parsed = self._parse(params)
-            markup = params.json("reply_markup")
+            markup = inline_keyboard(params)
             if (
                 parsed.text == message.get("text")
                 and parsed.entities == message.get("entities", [])
@@ -177,7 +187,8 @@ class MessageMethods:
             message.pop("entities", None)
             if parsed.entities:
                 message["entities"] = parsed.entities
-            if isinstance(markup, dict) and "inline_keyboard" in markup:
+            message.pop("reply_markup", None)  # an edit without a keyboard takes the buttons away
+            if markup is not None:
                 message["reply_markup"] = markup
             self._data.store(message)
             self._watch.notify()

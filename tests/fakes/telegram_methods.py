@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tests.fakes.telegram_callback_methods import CallbackMethods
 from tests.fakes.telegram_chat_methods import ChatMethods
 from tests.fakes.telegram_file_methods import FileMethods
 from tests.fakes.telegram_message_methods import MessageMethods
@@ -55,8 +56,10 @@ class BotApi:
         chats = ChatMethods(data, lock).handlers()
         messages = MessageMethods(data, lock, watch, strict_html=strict_html).handlers()
         files = FileMethods(data, lock, watch, strict_html=strict_html).handlers()
+        callbacks = CallbackMethods(data, lock, watch).handlers()
         self._handlers: dict[str, tuple[str, Handler]] = {
-            name.lower(): (name, handler) for name, handler in {**own, **chats, **messages, **files}.items()
+            name.lower(): (name, handler)
+            for name, handler in {**own, **chats, **messages, **files, **callbacks}.items()
         }
 
     def canonical(self, method: str) -> str | None:

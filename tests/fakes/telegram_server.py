@@ -6,6 +6,9 @@
         [reply] = await tg.wait_for_messages(-100123, 1)
         tg.push_media_message(-100123, "document", b"...", file_name="notes.txt", caption="for @crew_test_bot")
         [sent] = await tg.wait_for_files(-100123, 1)   # what the bot sent with sendDocument / sendPhoto
+        query = tg.push_callback_query(-100123, reply.message_id, "data", user_id=1001)  # a button pressed
+        answer = await tg.wait_for_answer(query)       # answerCallbackQuery: text, show_alert
+        tg.buttons(-100123, reply.message_id)          # its inline keyboard now (editMessageReplyMarkup too)
 
     with FakeTelegram() as tg:                     # on its own thread, e.g. for a bot subprocess
         ...
@@ -30,9 +33,11 @@ from aiohttp import web
 
 from tests.fakes.faults import Fault, FaultQueue
 from tests.fakes.loopback_server import LoopbackServer
+from tests.fakes.telegram_callback_methods import CallbackSide
 from tests.fakes.telegram_files import MAX_UPLOAD_BYTES, FileDownload, MediaKind, SentFile
 from tests.fakes.telegram_holds import Holds
 from tests.fakes.telegram_http import UploadedFile, answer, chat_param, read_params, serve_truncated
+from tests.fakes.telegram_keyboards import CallbackAnswer, CallbackQuery
 from tests.fakes.telegram_methods import BotApi
 from tests.fakes.telegram_params import ApiError, Params
 from tests.fakes.telegram_pushes import DEFAULT_USER_FIRST_NAME, DEFAULT_USER_ID, UserSide
@@ -44,6 +49,8 @@ __all__ = [
     "DEFAULT_USER_FIRST_NAME",
     "DEFAULT_USER_ID",
     "ApiCall",
+    "CallbackAnswer",
+    "CallbackQuery",
     "ChatAction",
     "FakeTelegram",
     "Fault",
@@ -67,7 +74,7 @@ _FILE_PATH = re.compile(r"^/file/bot(?P<token>[^/]+)/(?P<path>.+)$")
 _DOWNLOAD_FAULT_PREFIX = "file:"  # FaultQueue keys of download faults: "file:<file_id>"
 
 
-class FakeTelegram(LoopbackServer, UserSide):
+class FakeTelegram(LoopbackServer, UserSide, CallbackSide):
     """The Bot API for one bot (its token and identity), with test controls to drive it."""
 
     def __init__(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tests.fakes.telegram_files import FileStore
+from tests.fakes.telegram_keyboards import CallbackBook
 
 JsonDict = dict[str, Any]
 ChatType = Literal["private", "group", "supergroup"]
@@ -79,6 +80,7 @@ class TelegramData:
     sent: list[SentMessage] = field(default_factory=list)  # sendMessage only; files are in files.sent
     files: FileStore = field(default_factory=FileStore)
     actions: list[ChatAction] = field(default_factory=list)
+    callbacks: CallbackBook = field(default_factory=CallbackBook)  # buttons pressed, and the bot's answers
     calls: list[ApiCall] = field(default_factory=list)
     call_counts: Counter[str] = field(default_factory=Counter)
 
