@@ -16,6 +16,7 @@ from bot.channels.formatting import (
     markdown_to_telegram_html,
     split_message,
     utf16_len,
+    visible_text,
 )
 from bot.channels.inbound import InboundMessage
 from bot.channels.polling import Poller, PollingTask, ReadableUpdatesRequest
@@ -305,7 +306,7 @@ class TelegramChannel:
         bot = self._bot().bot
         target, thread = address.platform_chat_id, address.thread_id
         html_text = markdown_to_telegram_html(chunk)
-        if utf16_len(html_text) <= TELEGRAM_MESSAGE_LIMIT_UNITS:
+        if utf16_len(visible_text(html_text)) <= TELEGRAM_MESSAGE_LIMIT_UNITS:  # the limit counts the text, not tags
             try:
                 sent = await bot.send_message(
                     target, html_text, parse_mode=ParseMode.HTML, message_thread_id=thread, reply_parameters=reply

@@ -139,7 +139,8 @@ async def test_commands_with_odd_arguments_are_answered_or_ignored(env: tuple[Fa
         ("/cancel a b c", "Crew: Usage: /cancel <run id>, /cancel all, or /cancel all chat"),
         (f"/cancel {huge}", f"Crew: No run {'Z' * 64} in this chat. /subagents lists them."),
         ("/cancel ../../etc/passwd", "Crew: No run ../../etc/passwd in this chat. /subagents lists them."),
-        ("/cancel <b>x</b>&amp;", "Crew: No run <b>x</b>&amp; in this chat. /subagents lists them."),
+        # Tags stay text; "&amp;" reads as "&": replies are CommonMark, where it is a character reference.
+        ("/cancel <b>x</b>&amp;", "Crew: No run <b>x</b>& in this chat. /subagents lists them."),
         ("/cancel \u202eabc\u200d", "Crew: No run \u202eabc\u200d in this chat. /subagents lists them."),
         ("/subagents@other_bot", None),  # another bot's command: stored, not answered
         ("/cancel@other_bot all", None),

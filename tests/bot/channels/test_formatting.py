@@ -1,7 +1,8 @@
-"""Splitting at Telegram's limit (UTF-16 units, code fences kept whole) and Markdown to Telegram HTML."""
+"""Splitting at Telegram's limit (UTF-16 units, code fences kept whole) and Markdown to Telegram HTML (pyromark)."""
 
 from __future__ import annotations
 
+import html
 from html.parser import HTMLParser
 
 import pytest
@@ -218,16 +219,30 @@ def test_links_keep_an_escaped_href() -> None:
     assert checker.tags == [("a", [("href", "https://example.com/a?b=1&c=2")])]
 
 
-def test_non_web_links_stay_text() -> None:
-    assert markdown_to_telegram_html("[x](javascript:alert(1))") == "[x](javascript:alert(1))"
+def test_links_elsewhere_than_the_web_are_text_with_their_address() -> None:
+    assert markdown_to_telegram_html("[x](javascript:alert(1))") == "x (javascript:alert(1))"
+    assert markdown_to_telegram_html("[docs](/docs) <me@example.org>") == "docs (/docs) me@example.org"
+
+
+@pytest.mark.parametrize("text", ["snake_case_variable", "a * b * c", "price: 5 * 3", "**", "`", "1 < 2 > 0"])
+def test_plain_text_that_only_looks_like_markdown_is_left_alone(text: str) -> None:
+    assert markdown_to_telegram_html(text) == html.escape(text, quote=False)
 
 
 @pytest.mark.parametrize(
-    "text",
-    ["snake_case_variable and __dunder__", "2*3*4 = 24", "a * b * c", "* a list item", "price: 5 * 3", "**", "`"],
+    ("text", "expected"),
+    [
+        ("__dunder__", "<b>dunder</b>"),  # the hand-written converter left these as typed; CommonMark (and
+        ("2*3*4 = 24", "2<i>3</i>4 = 24"),  # GitHub, and the model's training) reads them as markup
+        ("* a list item", "• a list item"),
+        ("# Title\ntext", "<b>Title</b>\ntext"),
+        ("1. one\n2. two\n\n- a\n  - b", "1. one\n2. two\n\n• a\n  • b"),
+        ("> quoted **text**\n\nafter", "<blockquote>quoted <b>text</b></blockquote>\n\nafter"),
+    ],
 )
-def test_plain_text_that_only_looks_like_markdown_is_left_alone(text: str) -> None:
-    assert markdown_to_telegram_html(text) == text
+def test_commonmark_markup_becomes_telegram_html(text: str, expected: str) -> None:
+    assert markdown_to_telegram_html(text) == expected
+    parse(expected)
 
 
 def test_nested_styles_nest_properly() -> None:
