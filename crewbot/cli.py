@@ -105,6 +105,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if settings.telegram_bot_token is None:
         return _console(settings, NO_TOKEN_NOTE)
     from bot.channels.telegram import TelegramChannel
+    from bot.channels.webhook import WebhookConfig
     from crewbot.serve import docker_runtime, serve
 
     lock = _prepare(settings)
@@ -114,7 +115,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         settings.log_format.value, settings.log_level, secrets_of(settings), log_file=log_file, hold_stream=True
     )
     _quiet_pydantic_ai()
-    channel = TelegramChannel(settings.telegram_bot_token.get_secret_value(), settings.telegram_api_base_url)
+    channel = TelegramChannel(
+        settings.telegram_bot_token.get_secret_value(),
+        settings.telegram_api_base_url,
+        webhook=WebhookConfig.of(settings),  # None: long polling
+    )
 
     def started() -> None:
         release_held_logs()

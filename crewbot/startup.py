@@ -56,7 +56,7 @@ class StartupError(Exception):
 def secrets_of(settings: Settings | None) -> list[str]:
     if settings is None:
         return []
-    values = [settings.telegram_bot_token, settings.llm_api_key]
+    values = [settings.telegram_bot_token, settings.llm_api_key, settings.telegram_webhook_secret]
     return [v.get_secret_value() for v in values if v is not None]
 
 
@@ -193,8 +193,10 @@ def telegram_problem(exc: BaseException, base_url: str) -> tuple[str, str] | Non
 
 def explain(exc: BaseException, settings: Settings | None, log_file: Path | None = None) -> str:
     """One line, `cause: fix`, for any exception that stopped start-up; secrets replaced."""
+    from bot.channels.webhook import WebhookProblem
+
     problem: tuple[str, str] | None = None
-    if isinstance(exc, StartupError):
+    if isinstance(exc, StartupError | WebhookProblem):
         problem = exc.cause, exc.fix
     elif settings is not None:
         problem = telegram_problem(exc, settings.telegram_api_base_url)

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic_ai.models import Model
 
 from bot.channels.telegram import TelegramChannel
+from bot.channels.webhook import WebhookConfig
 from core.settings import Settings, load_settings
 from core.stores import Stores
 from crewbot.app import App
@@ -48,6 +49,7 @@ async def telegram_app(
         settings.telegram_bot_token.get_secret_value(),
         settings.telegram_api_base_url,
         poll_timeout_seconds=POLL_TIMEOUT_SECONDS,
+        webhook=WebhookConfig.of(settings),
     )
     factory = None
     if with_subagents:

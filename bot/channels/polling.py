@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from telegram import Bot, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
@@ -55,6 +55,16 @@ class ReadableUpdatesRequest(HTTPXRequest):
         return data
 
 
+def why_unreadable(fields: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """What is logged of an update PTB cannot read: the error, and what kind of update it was, not what it
+    said (its content is the chat's, not the log's)."""
+    return {
+        "error_type": type(exc).__name__,
+        "error": str(exc)[:MAX_ERROR_CHARS],
+        "kinds": sorted(str(key) for key in fields if key != "update_id"),
+    }
+
+
 def _readable(item: object) -> dict[str, Any] | None:
     """The update as it came when PTB can read it, else its stand-in; None when it has no id to stand in by."""
     try:
@@ -64,12 +74,7 @@ def _readable(item: object) -> dict[str, Any] | None:
         return item
     except Exception as exc:
         fields: dict[str, Any] = item if isinstance(item, dict) else {}
-        why = {
-            "error_type": type(exc).__name__,
-            "error": str(exc)[:MAX_ERROR_CHARS],
-            # What kind of update it was, not what it said: its content is the chat's, not the log's.
-            "kinds": sorted(str(key) for key in fields if key != "update_id"),
-        }
+        why = why_unreadable(fields, exc)
         update_id = fields.get("update_id")
         if isinstance(update_id, int) and not isinstance(update_id, bool):
             return {"update_id": update_id, UNREADABLE_KEY: why}
@@ -145,11 +150,18 @@ class Poller:
                 return
 
 
-class PollingTask:
-    """The poller running in the background, and what ended it by itself (a revoked token, a bug), if
-    anything: a stop is not a failure. The failure is logged once, when it happens; a stop does not raise it."""
+class Receiver(Protocol):
+    async def run(self) -> None:
+        """Loops until cancelled; returning or raising is a failure."""
 
-    def __init__(self, poller: Poller, name: str) -> None:
+
+class PollingTask:
+    """The poller (or the webhook's watch) running in the background, and what ended it by itself (a revoked
+    token, a bug), if anything: a stop is not a failure. The failure is logged once, when it happens, as
+    `event`; a stop does not raise it."""
+
+    def __init__(self, poller: Receiver, name: str, event: str = "polling_stopped") -> None:
+        self._event = event
         self._failure: BaseException | None = None
         self._failed = asyncio.Event()
         self._task = asyncio.create_task(poller.run(), name=name)
@@ -174,7 +186,7 @@ class PollingTask:
             return
         self._failure = task.exception() or RuntimeError("polling returned")  # run() loops until cancelled
         log.critical(
-            "polling_stopped", task=task.get_name(), error=str(self._failure), error_type=type(self._failure).__name__
+            self._event, task=task.get_name(), error=str(self._failure), error_type=type(self._failure).__name__
         )
         self._failed.set()
 

@@ -23,6 +23,8 @@ from bot.channels.polling import Poller, PollingTask, ReadableUpdatesRequest
 from bot.channels.telegram_files import download, file_of, send_file
 from bot.channels.telegram_limits import MessageRateLimiter, delivery_error
 from bot.channels.telegram_routing import SameIds, migration_of, thread_of
+from bot.channels.webhook import WebhookConfig
+from bot.channels.webhook_watch import WebhookReceiving, start_webhook
 from core.logging import get_logger
 from core.store.outbox import OutgoingFile
 
@@ -90,8 +92,16 @@ def _sender_name(message: Message) -> tuple[int | None, str]:
 class TelegramChannel:
     name = "telegram"
 
-    def __init__(self, token: str, base_url: str, *, poll_timeout_seconds: int = POLL_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        token: str,
+        base_url: str,
+        *,
+        poll_timeout_seconds: int = POLL_TIMEOUT_SECONDS,
+        webhook: WebhookConfig | None = None,  # set: webhook mode (Telegram POSTs updates), else long polling
+    ) -> None:
         self._token = token
+        self._webhook = webhook
         self._base_url = base_url
         self._poll_timeout_seconds = poll_timeout_seconds
         self._app: Application | None = None  # type: ignore[type-arg]
@@ -100,7 +110,7 @@ class TelegramChannel:
         self._directory: ChatDirectory = SameIds()
         self._bot_id: int | None = None
         self._bot_username: str | None = None
-        self._polling: PollingTask | None = None
+        self._polling: PollingTask | WebhookReceiving | None = None
 
     def _build(self) -> Application:  # type: ignore[type-arg]
         return (
@@ -130,12 +140,17 @@ class TelegramChannel:
         self._app = app
         self._bot_id = app.bot.id
         self._bot_username = app.bot.username
-        await app.bot.delete_webhook()  # long polling and a webhook exclude each other
-        poller = Poller(
-            app.bot, self._on_update, timeout_seconds=self._poll_timeout_seconds, allowed_updates=ALLOWED_UPDATES
-        )
-        self._polling = PollingTask(poller, name="telegram-polling")
-        log.info("telegram_started", bot_username=self._bot_username)
+        if self._webhook is not None:  # updates handled as polling's are: stored before Telegram gets its 200
+            self._polling = await start_webhook(app.bot, self._webhook, self._on_update, ALLOWED_UPDATES)
+        else:
+            # Long polling and a webhook exclude each other; what is pending stays, for getUpdates.
+            await app.bot.delete_webhook()
+            poller = Poller(
+                app.bot, self._on_update, timeout_seconds=self._poll_timeout_seconds, allowed_updates=ALLOWED_UPDATES
+            )
+            self._polling = PollingTask(poller, name="telegram-polling")
+        mode = "polling" if self._webhook is None else "webhook"
+        log.info("telegram_started", bot_username=self._bot_username, mode=mode)
 
     async def stop_receiving(self) -> None:
         polling, self._polling = self._polling, None

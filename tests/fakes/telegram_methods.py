@@ -1,6 +1,6 @@
 """The Bot API methods the fake serves, with Telegram's validation and error descriptions: BotApi dispatches
-every method and serves the bot's own (getMe, webhook, commands) and getUpdates; chats and messages are served
-by telegram_chat_methods, telegram_message_methods and telegram_file_methods."""
+every method and serves the bot's own (getMe, commands) and getUpdates; the webhook, chats and messages are
+served by telegram_webhook, telegram_chat_methods, telegram_message_methods and telegram_file_methods."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tests.fakes.telegram_file_methods import FileMethods
 from tests.fakes.telegram_message_methods import MessageMethods
 from tests.fakes.telegram_params import ApiError, Handler, Params, bad_request
 from tests.fakes.telegram_state import MAX_UPDATES_PER_POLL, ApiCall, JsonDict, TelegramData
+from tests.fakes.telegram_webhook import WebhookMethods
 from tests.fakes.waiting import Watch
 
 CONFLICT_DESCRIPTION = (
@@ -44,11 +45,11 @@ class BotApi:
         self._lock = lock
         self._watch = watch
         self._closing = closing
+        self._webhook = WebhookMethods(data, lock)
         own: dict[str, Handler] = {
+            **self._webhook.handlers(),  # setWebhook, deleteWebhook, getWebhookInfo
             "getMe": self.get_me,
             "getUpdates": self.get_updates,
-            "deleteWebhook": self.delete_webhook,
-            "getWebhookInfo": self.get_webhook_info,
             "setMyCommands": self.set_my_commands,
             "getMyCommands": self.get_my_commands,
             "deleteMyCommands": self.delete_my_commands,
@@ -83,17 +84,6 @@ class BotApi:
 
     async def get_me(self, params: Params) -> Any:
         return copy.deepcopy(self._data.bot_user)
-
-    async def delete_webhook(self, params: Params) -> Any:
-        if params.flag("drop_pending_updates"):
-            with self._lock:
-                self._data.updates.clear()
-        return True
-
-    async def get_webhook_info(self, params: Params) -> Any:
-        with self._lock:
-            pending = len(self._data.updates)
-        return {"url": "", "has_custom_certificate": False, "pending_update_count": pending}
 
     async def set_my_commands(self, params: Params) -> Any:
         commands = params.json("commands")
@@ -131,6 +121,7 @@ class BotApi:
         limit = min(max(params.integer("limit") or MAX_UPDATES_PER_POLL, 1), MAX_UPDATES_PER_POLL)
         timeout_seconds = max(params.number("timeout") or 0.0, 0.0)
         with self._lock:
+            self._webhook.refuse_polling()
             self._data.confirm(offset)
             self._data.poll_generation += 1
             generation = self._data.poll_generation

@@ -42,6 +42,7 @@ from tests.fakes.telegram_methods import BotApi
 from tests.fakes.telegram_params import ApiError, Params
 from tests.fakes.telegram_pushes import DEFAULT_USER_FIRST_NAME, DEFAULT_USER_ID, UserSide
 from tests.fakes.telegram_state import ApiCall, ChatAction, JsonDict, SentMessage, TelegramData, chat_type_for
+from tests.fakes.telegram_webhook import WebhookSide
 from tests.fakes.waiting import Watch
 
 __all__ = [
@@ -74,7 +75,7 @@ _FILE_PATH = re.compile(r"^/file/bot(?P<token>[^/]+)/(?P<path>.+)$")
 _DOWNLOAD_FAULT_PREFIX = "file:"  # FaultQueue keys of download faults: "file:<file_id>"
 
 
-class FakeTelegram(LoopbackServer, UserSide, CallbackSide):
+class FakeTelegram(LoopbackServer, UserSide, CallbackSide, WebhookSide):
     """The Bot API for one bot (its token and identity), with test controls to drive it."""
 
     def __init__(

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from tests.fakes.telegram_files import FileStore
 from tests.fakes.telegram_keyboards import CallbackBook
+from tests.fakes.telegram_webhook_state import WebhookState
 
 JsonDict = dict[str, Any]
 ChatType = Literal["private", "group", "supergroup"]
@@ -81,6 +82,7 @@ class TelegramData:
     files: FileStore = field(default_factory=FileStore)
     actions: list[ChatAction] = field(default_factory=list)
     callbacks: CallbackBook = field(default_factory=CallbackBook)  # buttons pressed, and the bot's answers
+    webhook: WebhookState = field(default_factory=WebhookState)  # as setWebhook left it ("" url: none)
     calls: list[ApiCall] = field(default_factory=list)
     call_counts: Counter[str] = field(default_factory=Counter)
 
