@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from core.store.db import Database
 
+MAX_ASKERS = 20  # a turn that answers more triggers than this is an odd one: its newest askers count
+
 
 class TurnStatus(StrEnum):
     """A main-agent turn's state: running until it completes, fails or is aborted (merge, /stop, restart)."""
@@ -61,3 +63,23 @@ class TurnStore:
                 "UPDATE turns SET status = 'aborted', ended_at = ? WHERE status = 'running'", (time.time(),)
             )
         return cursor.rowcount
+
+    async def askers(self, turn_id: str, limit: int = MAX_ASKERS) -> list[tuple[int, str]]:
+        """Who asked for the turn, newest first, as (user id, name): the senders of the triggering messages it
+        answers, its own and those merged into it (after the newest trigger a completed turn of the chat
+        answered before it). [] for a turn no member asked for (an announcement, a scheduled task)."""
+        async with self._db.conn.execute(
+            "SELECT m.sender_id, m.sender_name FROM turns AS t "
+            "JOIN messages AS q ON q.id = t.trigger_message_id "
+            "JOIN messages AS m ON m.chat_id = q.chat_id AND m.id <= q.id "
+            "WHERE t.id = ? AND m.is_trigger = 1 AND m.is_bot = 0 AND m.sender_id IS NOT NULL "
+            "AND m.id > COALESCE((SELECT MAX(p.trigger_message_id) FROM turns AS p WHERE p.chat_id = t.chat_id "
+            "AND p.status = 'completed' AND p.trigger_message_id < q.id), 0) "
+            "ORDER BY m.id DESC LIMIT ?",
+            (turn_id, limit),
+        ) as cursor:
+            rows = await cursor.fetchall()
+        names: dict[int, str] = {}
+        for row in rows:
+            names.setdefault(int(row[0]), str(row[1]))
+        return list(names.items())
