@@ -4,6 +4,10 @@ The first run of a turn posts the card as a reply to the bot's answer of that tu
 (queued, running, ended) edits it, at most once every STATUS_CARD_EDIT_INTERVAL_SECONDS per chat (a
 group takes about 20 bot messages a minute), with the latest state always shown last; when every run
 of the turn has ended it shows the final totals. Results still arrive as their own messages.
+
+Each live (queued or running) run has a Cancel button under the card, and the card a Cancel all while more
+than one is live; an ended run's button goes with the edit that shows it ended (what a press does: see
+bot/card_presses.py).
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.channels.base import CardChannel, CardGone
+from bot.channels.buttons import CardAction, CardButton
 from bot.schedules.firing import TASK_TURN_PREFIX as SCHEDULED_TURN_PREFIX
 from core.logging import get_logger
 from core.outbox import DeliveryError
 from core.store.chat_files import size_text
-from core.store.runs import FINAL_STATUSES, RunRecord, RunStatus, RunStore
+from core.store.runs import FINAL_STATUSES, LIVE_STATUSES, RunRecord, RunStatus, RunStore
 
 log = get_logger(__name__)
 
@@ -27,6 +32,7 @@ STATUS_CARD_EDIT_INTERVAL_SECONDS = 3.0  # at most one card post or edit per cha
 ANSWER_WAIT_SECONDS = 30.0  # a new card waits this long for its turn's answer to reply to
 MAX_EDIT_ATTEMPTS = 3  # a card edit refused this often (429s, network) waits for the next change
 MAX_REMEMBERED_ANSWERS = 200  # answers of recent turns kept for their cards to reply to (most turns spawn none)
+MAX_BUTTON_LABEL_CHARS = 40  # "Cancel <label>": a phone shows about this much of a full-width button
 
 
 def _elapsed(seconds: float) -> str:
@@ -65,12 +71,28 @@ def render(runs: list[RunRecord], now: float) -> str:
     return "\n".join(lines)
 
 
+def buttons(runs: list[RunRecord]) -> list[CardButton]:
+    """The card's buttons: Cancel for each live run, in the card's order, then Cancel all when more than one
+    is live; none once every run has ended."""
+    live = [run for run in runs if run.status in LIVE_STATUSES]
+    shown = [
+        CardButton(CardAction.CANCEL, run.id, _shortened(f"Cancel {run.label}", MAX_BUTTON_LABEL_CHARS)) for run in live
+    ]
+    if len(live) > 1:
+        shown.append(CardButton(CardAction.CANCEL_ALL, live[0].id, "Cancel all"))
+    return shown
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
 @dataclass(slots=True)
 class _Card:
     chat_id: int
     turn_id: str
     message_id: int | None = None
-    shown: str | None = None
+    shown: tuple[str, tuple[CardButton, ...]] | None = None
 
 
 class StatusCards:
@@ -154,22 +176,23 @@ class StatusCards:
         runs = await self._runs.for_turn(card.turn_id)
         if not runs:
             return
-        text = render(runs, time.time())
+        view = render(runs, time.time()), tuple(buttons(runs))
         done = all(r.status in FINAL_STATUSES for r in runs)
-        if text != card.shown and await self._send(card, text):
-            card.shown = text
+        if view != card.shown and await self._send(card, *view):
+            card.shown = view
         if done:
             self._cards.pop(card.turn_id, None)
             self._answers.pop(card.turn_id, None)
 
-    async def _send(self, card: _Card, text: str) -> bool:
+    async def _send(self, card: _Card, text: str, shown: tuple[CardButton, ...]) -> bool:
         for _ in range(MAX_EDIT_ATTEMPTS):
             self._last_edit[card.chat_id] = self._clock()
             try:
                 if card.message_id is None:
-                    card.message_id = await self._channel.post_card(card.chat_id, text, self._reply_to(card))
+                    reply_to = self._reply_to(card)
+                    card.message_id = await self._channel.post_card(card.chat_id, text, reply_to, shown)
                 else:
-                    await self._channel.edit_card(card.chat_id, card.message_id, text)
+                    await self._channel.edit_card(card.chat_id, card.message_id, text, shown)
                 return True
             except CardGone:
                 log.info("status_card_gone", chat_id=card.chat_id, turn_id=card.turn_id)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from bot.channels.buttons import CardButton
 from bot.channels.inbound import InboundMessage
 from core.outbox import DeliveryError
 from core.store.chats import ChatAddress
@@ -88,11 +89,15 @@ class CardGone(Exception):
 class CardChannel(Protocol):
     """A channel that can keep one message up to date (the subagents' status card)."""
 
-    async def post_card(self, chat_id: int, text: str, reply_to: int | None) -> int | None:
-        """Post plain text, as a reply to `reply_to` when given; its platform message id if it has one."""
+    async def post_card(
+        self, chat_id: int, text: str, reply_to: int | None, buttons: Sequence[CardButton] = ()
+    ) -> int | None:
+        """Post plain text with its buttons, as a reply to `reply_to` when given; its platform message id if
+        it has one."""
 
-    async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
-        """Replace its text; "not modified" is success. Raises CardGone, or DeliveryError (429: retry_after)."""
+    async def edit_card(self, chat_id: int, message_id: int, text: str, buttons: Sequence[CardButton] = ()) -> None:
+        """Replace its text and buttons (none: the card has none left); "not modified" is success. Raises
+        CardGone, or DeliveryError (429: retry_after)."""
 
 
 @runtime_checkable

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.channels.base import ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
+from bot.channels.buttons import CardAction, CardButton
 from bot.channels.console_files import FILE_COMMAND, AttachError, attach, read_local, save_copy
 from bot.channels.inbound import InboundMessage
 from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain
@@ -163,12 +164,14 @@ class ConsoleChannel:
         self.say(plain(part))
         return None
 
-    async def post_card(self, chat_id: int, text: str, reply_to: int | None) -> int | None:
-        self.say(text)
+    async def post_card(
+        self, chat_id: int, text: str, reply_to: int | None, buttons: Sequence[CardButton] = ()
+    ) -> int | None:
+        self.say(card_text(text, buttons))
         return None  # nothing to edit on a terminal: each change prints the card again
 
-    async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
-        self.say(text)
+    async def edit_card(self, chat_id: int, message_id: int, text: str, buttons: Sequence[CardButton] = ()) -> None:
+        self.say(card_text(text, buttons))
 
     async def send_text(self, chat_id: int, text: str) -> list[int]:
         await self.send_part(chat_id, text)
@@ -203,6 +206,17 @@ class ConsoleChannel:
 
     async def is_chat_admin(self, chat_id: int, user_id: int) -> bool:
         return True
+
+
+def card_text(text: str, buttons: Sequence[CardButton]) -> str:
+    """The card with its buttons as the commands that do the same: a terminal has nothing to press."""
+    lines = [text]
+    for button in buttons:
+        if button.action is CardAction.CANCEL:
+            lines.append(f"  /cancel {button.run_id} – {button.label}")
+        else:  # the console is one chat: its runs are this card's and those of any other turn
+            lines.append("  /cancel all – cancel every run of this chat")
+    return "\n".join(lines)
 
 
 def _is_file_command(text: str) -> bool:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 
 from telegram import ChatMemberUpdated, Message, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
 from telegram.error import BadRequest, ChatMigrated, TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
-from bot.channels.base import CardGone, ChatAddress, ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
+from bot.channels.base import ChatAddress, ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
+from bot.channels.buttons import CardButton, PressHandler
 from bot.channels.formatting import (
     TELEGRAM_MESSAGE_LIMIT_UNITS,
     markdown_to_telegram_html,
@@ -20,6 +22,7 @@ from bot.channels.formatting import (
 )
 from bot.channels.inbound import InboundMessage
 from bot.channels.polling import Poller, PollingTask, ReadableUpdatesRequest
+from bot.channels.telegram_cards import Presses, edit_card, send_card
 from bot.channels.telegram_files import download, file_of, send_file
 from bot.channels.telegram_limits import MessageRateLimiter, delivery_error
 from bot.channels.telegram_routing import SameIds, migration_of, thread_of
@@ -35,7 +38,7 @@ POLL_TIMEOUT_SECONDS = 10  # long-poll hold time; Telegram answers at once when 
 # retries would sleep with every other request of the bot (all chats' sends, admin checks) held back.
 RATE_LIMIT_MAX_RETRIES = 0
 SPLIT_MARGIN_UNITS = 300  # HTML tags and escapes lengthen a chunk; leave room so it still fits
-ALLOWED_UPDATES = [Update.MESSAGE, Update.EDITED_MESSAGE, Update.MY_CHAT_MEMBER]
+ALLOWED_UPDATES = [Update.MESSAGE, Update.EDITED_MESSAGE, Update.MY_CHAT_MEMBER, Update.CALLBACK_QUERY]
 _MEDIA_KINDS = (
     "photo",
     "video",
@@ -110,6 +113,7 @@ class TelegramChannel:
         self._directory: ChatDirectory = SameIds()
         self._bot_id: int | None = None
         self._bot_username: str | None = None
+        self._presses = Presses()  # the status card's buttons pressed (telegram_cards)
         self._polling: PollingTask | WebhookReceiving | None = None
 
     def _build(self) -> Application:  # type: ignore[type-arg]
@@ -171,7 +175,13 @@ class TelegramChannel:
         if app is not None:
             await app.shutdown()
 
+    def on_press(self, handler: PressHandler) -> None:
+        self._presses.handler = handler
+
     async def _on_update(self, update: Update) -> None:
+        if update.callback_query is not None:  # a card's button: answered always, acted on by the handler
+            await self._presses.handle(self._bot().bot, update.callback_query, self._directory)
+            return
         if update.my_chat_member is not None:
             await self._membership_changed(update.my_chat_member)
             return
@@ -348,30 +358,11 @@ class TelegramChannel:
         """A posted file's bytes (FileUnavailable says why not): for a run that needs it."""
         return await download(self._bot().bot, file_id, max_bytes)
 
-    async def post_card(self, chat_id: int, text: str, reply_to: int | None) -> int:
-        address = await self._directory.address(chat_id)
-        reply = None if reply_to is None else ReplyParameters(reply_to, allow_sending_without_reply=True)
-        try:
-            sent = await self._bot().bot.send_message(
-                address.platform_chat_id, text, message_thread_id=address.thread_id, reply_parameters=reply
-            )
-        except TelegramError as exc:
-            raise delivery_error(exc) from exc
-        return int(sent.message_id)
+    async def post_card(self, chat_id: int, text: str, reply_to: int | None, buttons: Sequence[CardButton] = ()) -> int:
+        return await send_card(self._bot().bot, await self._directory.address(chat_id), text, reply_to, buttons)
 
-    async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
-        address = await self._directory.address(chat_id)
-        try:
-            await self._bot().bot.edit_message_text(text, chat_id=address.platform_chat_id, message_id=message_id)
-        except BadRequest as exc:
-            reason = str(exc).lower()
-            if "not modified" in reason:
-                return  # it already shows this text
-            if "not found" in reason:
-                raise CardGone(str(exc)) from exc
-            raise delivery_error(exc) from exc
-        except TelegramError as exc:
-            raise delivery_error(exc) from exc
+    async def edit_card(self, chat_id: int, message_id: int, text: str, buttons: Sequence[CardButton] = ()) -> None:
+        await edit_card(self._bot().bot, await self._directory.address(chat_id), message_id, text, buttons)
 
     async def send_typing(self, chat_id: int) -> None:
         address = await self._directory.address(chat_id)

@@ -1,6 +1,7 @@
 """The status card through the real PTB channel and the fake Bot API: one card per turn, a reply to the
 turn's answer, edited as its runs change (never faster than the throttle), ending with the totals, and
-recovering from the edit errors Telegram gives (message deleted, not modified, 429)."""
+recovering from the edit errors Telegram gives (message deleted, not modified, 429); a Cancel button for
+each live run, Cancel all while more than one is live (what pressing them does: tests/crewbot/test_card_presses.py)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,9 @@ class Scene:
 
     async def until_text(self, message_id: int, part: str) -> None:
         await until(lambda: part in self.text(message_id))
+
+    def buttons(self, message_id: int) -> list[tuple[str, str]]:
+        return [(b["text"], b["callback_data"]) for b in self.tg.buttons(GROUP_ID, message_id)]
 
 
 @pytest.fixture
@@ -158,3 +162,28 @@ async def test_edit_errors_are_recovered_from(scene: Scene) -> None:
     await until(lambda: len(scene.cards_sent()) == 2)
     new_card = scene.cards_sent()[1]
     await scene.until_text(new_card, "Done: 1 completed, 1 failed")
+
+
+async def test_live_runs_have_cancel_buttons_that_go_with_their_lines(scene: Scene) -> None:
+    await scene.answer("turn-1")
+    await scene.spawn("run-dddd01", "turn-1", "report")
+    await scene.spawn("run-dddd02", "turn-1", "a scraper with a label far too long for a button")
+    await until(lambda: len(scene.cards_sent()) == 1)
+    [card] = scene.cards_sent()
+    [posted] = [m for m in scene.tg.sent_messages(GROUP_ID) if m.message_id == card]
+    assert posted.reply_markup is not None  # posted with its buttons
+    assert scene.buttons(card) == [
+        ("Cancel report", "c:run-dddd01"),
+        ("Cancel a scraper with a label far too l…", "c:run-dddd02"),
+        ("Cancel all", "a:run-dddd01"),
+    ]
+
+    await scene.runs.mark_running("run-dddd02", None)
+    await scene.runs.finish("run-dddd01", RunStatus.COMPLETED, result="ok")
+    await scene.until_text(card, "report: completed")
+    # The ended run's button went with the edit that shows it ended; one live run needs no Cancel all.
+    assert scene.buttons(card) == [("Cancel a scraper with a label far too l…", "c:run-dddd02")]
+
+    await scene.runs.finish("run-dddd02", RunStatus.CANCELLED, error="stop")
+    await scene.until_text(card, "Done: 1 completed, 1 cancelled")
+    assert scene.buttons(card) == []  # the fake refuses callback_data over 64 bytes: every one sent fit

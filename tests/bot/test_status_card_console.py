@@ -1,4 +1,5 @@
-"""The console shows the status card too: printed when the turn's first run appears and at each change."""
+"""The console shows the status card too: printed when the turn's first run appears and at each change, with
+its buttons' actions as the commands that do the same."""
 
 from __future__ import annotations
 
@@ -46,9 +47,23 @@ async def test_the_console_prints_the_card_at_each_change(db: Database, chats: C
             status=RunStatus.QUEUED,
         )
         await until_printed(out, "tidy: queued")
+        assert "/cancel run-000001 – Cancel tidy" in out.getvalue()
+        await runs.create(
+            "run-000002",
+            chat_id=CHAT,
+            turn_id="turn-1",
+            task="t",
+            label="sweep",
+            include_context=False,
+            status=RunStatus.QUEUED,
+        )
+        await until_printed(out, "/cancel all – cancel every run of this chat")
+        await runs.finish("run-000002", RunStatus.CANCELLED, error="no")
         await runs.mark_running("run-000001", None)
         await until_printed(out, "tidy: running")
         await runs.finish("run-000001", RunStatus.COMPLETED, result="ok")
         await until_printed(out, "Done: 1 completed")
+        final = out.getvalue().rsplit("Subagents of this request:", 1)[1]
+        assert "/cancel" not in final  # nothing left to cancel: no commands under the final card
     finally:
         await cards.close()

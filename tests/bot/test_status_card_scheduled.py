@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
+from bot.channels.buttons import CardButton
 from bot.schedules.firing import TASK_TURN_PREFIX
 from bot.status_card import StatusCards
 from core.store import ChatStore
@@ -22,12 +24,12 @@ class Cards:
         self.posted: list[str] = []
         self.shown: dict[int, str] = {}
 
-    async def post_card(self, chat_id: int, text: str, reply_to: int | None) -> int:
+    async def post_card(self, chat_id: int, text: str, reply_to: int | None, buttons: Sequence[CardButton] = ()) -> int:
         self.posted.append(text)
         self.shown[len(self.posted)] = text
         return len(self.posted)
 
-    async def edit_card(self, chat_id: int, message_id: int, text: str) -> None:
+    async def edit_card(self, chat_id: int, message_id: int, text: str, buttons: Sequence[CardButton] = ()) -> None:
         self.shown[message_id] = text
 
 
