@@ -1,7 +1,15 @@
-"""Inbound path: allow-list, store every visible message, then commands or a turn for triggering ones."""
+"""Inbound path: allow-list, store every visible message, then commands or a turn for triggering ones.
+
+A press of a status card's button takes the same path, but is no chat message: nothing of it enters the
+history the model reads. After the allow-list it is recorded (the `card_pressed` log line: chat, run,
+action, who, the platform's press id) before anything is decided or done; what it does is recorded where it
+happens (a cancelled run's status in the run store). The channel acknowledges the update only after this.
+"""
 
 from __future__ import annotations
 
+from bot.card_presses import CardPresses
+from bot.channels.buttons import CardAnswer, CardPress
 from bot.channels.inbound import InboundMessage
 from bot.commands import Commands
 from bot.flood import FLOOD_NOTICE, FloodGuard
@@ -28,6 +36,7 @@ class InboundRouter:
         commands: Commands,
         delivery: Delivery,
         flood: FloodGuard,
+        presses: CardPresses | None = None,
     ) -> None:
         self._settings = settings
         self._chats = chats
@@ -36,12 +45,31 @@ class InboundRouter:
         self._commands = commands
         self._delivery = delivery
         self._flood = flood
+        self._presses = presses  # None: no subagents, so no runs to act on
 
-    async def _allowed(self, message: InboundMessage) -> bool:
+    async def _allowed(self, message: InboundMessage | CardPress) -> bool:
         # Any of its ids counts: a topic is allowed by its chat, an upgraded group by its old or its new id.
         if message.chat_kind == "console" or self._settings.chat_allowed(message.platform_id):
             return True
         return await self._chats.allowed(message.chat_id, self._settings.chat_allowed)
+
+    async def press(self, press: CardPress) -> CardAnswer:
+        """A card's button pressed: its answer, shown to the presser alone (see the module's docstring)."""
+        if not await self._allowed(press):
+            log.info("card_press_not_allowed", chat_id=press.platform_id, press_id=press.press_id)
+            return CardAnswer(f"This chat is not enabled for {self._settings.assistant_name}.")
+        log.info(
+            "card_pressed",
+            chat_id=press.chat_id,
+            run_id=press.run_id,
+            action=str(press.action),
+            user_id=press.user_id,
+            message_id=press.message_id,
+            press_id=press.press_id,
+        )
+        if self._presses is None:
+            return CardAnswer("Subagents are not enabled here.")
+        return await self._presses.press(press)
 
     async def handle(self, message: InboundMessage) -> None:
         if not await self._allowed(message):

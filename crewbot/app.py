@@ -14,7 +14,9 @@ from bot.agent.llm import build_main_model
 from bot.agent.main_agent import MainAgent
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
+from bot.card_presses import CardPresses
 from bot.channels.base import CardChannel, Channel
+from bot.channels.buttons import PressChannel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.flood import FloodGuard
 from bot.ports.spawner import Spawner
@@ -217,6 +219,8 @@ class App:
             commands=self.commands,
             delivery=self.delivery,
             flood=FloodGuard(),
+            # The card's buttons (a card of before a restart too): by who asked for the run, or _is_admin.
+            presses=CardPresses(RunStore(stores.db), stores.turns, control, self._is_admin) if control else None,
         )
 
     def _allowance_notice(self, chat_id: int, status: BudgetStatus) -> None:
@@ -253,6 +257,8 @@ class App:
         interrupted = await self.stores.turns.close_interrupted()
         if interrupted:
             log.info("turns_interrupted_by_restart", count=interrupted)
+        if isinstance(self.channel, PressChannel):
+            self.channel.on_press(self.router.press)
         # The channel first: re-attached runs show typing at once. Spawn requests that new turns write
         # meanwhile wait in their folders until recovery is done and the watcher starts.
         await self.channel.start(

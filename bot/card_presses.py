@@ -1,0 +1,100 @@
+"""What pressing a status card's button does: every press is decided again from the store, never from the
+button, so a forged, replayed or stale one does nothing.
+
+A button names an action and a run. The run must be one of the chat the card is in; the presser must be
+one who asked for the run's turn, an admin of the chat, or in ADMIN_USER_IDS (the check /cancel and the main
+agent use: `is_admin`); anyone else gets an alert saying who may, and nothing changes. Cancel ends one run,
+Cancel all every live run of the card's turn. A run that has already ended is said to have; a card whose
+runs have all ended (one from before a restart, say) loses its buttons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from bot.channels.buttons import CardAction, CardAnswer, CardPress
+from bot.ports.runs import RunCancels
+from core.logging import get_logger
+from core.store.runs import FINAL_STATUSES, LIVE_STATUSES, RunRecord, RunStatus, RunStore
+from core.store.turns import TurnStore
+
+log = get_logger(__name__)
+
+AdminCheck = Callable[[int, int], Awaitable[bool]]  # (chat id, user id): an admin of that chat, or an operator
+NO_SUCH_RUN = "No such run in this chat. /subagents lists them."
+MAX_NAMES_SHOWN = 3  # of the people who asked, in a refusal
+
+
+class CardPresses:
+    def __init__(self, runs: RunStore, turns: TurnStore, control: RunCancels, is_admin: AdminCheck) -> None:
+        self._runs = runs
+        self._turns = turns
+        self._control = control
+        self._is_admin = is_admin
+
+    async def press(self, press: CardPress) -> CardAnswer:
+        run = await self._runs.get(press.run_id)
+        if run is None or run.chat_id != press.chat_id:
+            # Another chat's run does not exist for this one: the answer says no more than for none at all.
+            self._refused(press, "no such run in this chat")
+            return CardAnswer(NO_SUCH_RUN)
+        askers = await self._turns.askers(run.turn_id) if run.turn_id is not None else []
+        if press.user_id not in dict(askers) and not await self._is_admin(press.chat_id, press.user_id):
+            self._refused(press, "neither the asker nor an admin")
+            return CardAnswer(_who_may(askers), alert=True)
+        if press.action is CardAction.CANCEL_ALL and run.turn_id is not None:
+            return await self._cancel_turn(press, run.turn_id)
+        return await self._cancel_run(press, run)
+
+    async def _cancel_run(self, press: CardPress, run: RunRecord) -> CardAnswer:
+        if run.status in FINAL_STATUSES:
+            return CardAnswer(
+                f"{run.label} had already ended ({_status(run.status)}).", clear_buttons=await self._all_ended(run)
+            )
+        outcome = await self._control.cancel_run(press.chat_id, run.id)
+        log.info("card_cancelled_run", chat_id=press.chat_id, run_id=run.id, user_id=press.user_id, outcome=outcome)
+        if outcome is RunStatus.CANCELLED:
+            return CardAnswer(f"Cancelled {run.label}.")
+        return CardAnswer(
+            f"{run.label} had already ended ({_status(outcome)}).", clear_buttons=await self._all_ended(run)
+        )
+
+    async def _cancel_turn(self, press: CardPress, turn_id: str) -> CardAnswer:
+        live = [r for r in await self._runs.for_turn(turn_id) if r.status in LIVE_STATUSES]
+        if not live:
+            return CardAnswer("Every run of this card had already ended.", clear_buttons=True)
+        count = await self._control.cancel_turn(turn_id, f"cancelled from the status card by {press.user_name}")
+        log.info("card_cancelled_turn", chat_id=press.chat_id, turn_id=turn_id, user_id=press.user_id, count=count)
+        return CardAnswer(f"Cancelled {count} run(s)." if count else "Every run of this card had already ended.")
+
+    async def _all_ended(self, run: RunRecord) -> bool:
+        """Whether the card of the run's turn has nothing live left to press for."""
+        if run.turn_id is None:
+            return True
+        return all(r.status in FINAL_STATUSES for r in await self._runs.for_turn(run.turn_id))
+
+    @staticmethod
+    def _refused(press: CardPress, reason: str) -> None:
+        log.info(
+            "card_press_refused",
+            chat_id=press.chat_id,
+            run_id=press.run_id,
+            action=str(press.action),
+            user_id=press.user_id,
+            reason=reason,
+        )
+
+
+def _status(status: str | None) -> str:
+    return str(status or "unknown").replace("_", " ")
+
+
+def _who_may(askers: list[tuple[int, str]]) -> str:
+    """The alert for anyone else: who may cancel this run (at most 200 characters, Telegram's limit)."""
+    if not askers:
+        return "Only a chat admin can cancel this run."
+    names = [name[:40] for _, name in askers[:MAX_NAMES_SHOWN]]
+    if len(askers) > MAX_NAMES_SHOWN:
+        names.append("others")
+    who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    return f"Only {who} (who asked for it) or a chat admin can cancel this run."
