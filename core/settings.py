@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -51,6 +50,7 @@ from core.setting_bounds import (
     host_memory_bytes,
 )
 from core.setting_lists import allow_entries, apt_packages, pip_requirements, split_ids
+from core.setting_webhook import DEFAULT_WEBHOOK_LISTEN, WebhookListen, WebhookSecret, WebhookUrl
 
 MAX_TCP_PORT = 65535
 MAX_SUBAGENTS_CEILING = 100  # the highest cap a setting accepts (the Docker runtime's pool is sized for it)
@@ -61,11 +61,6 @@ MEMORY_UNIT_BYTES = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 MIN_MEMORY_BYTES = 6 * 1024**2  # the engine refuses a limit below 6 MB
 BOT_TOKEN_SHAPE = re.compile(r"^\d+:[A-Za-z0-9_-]+$")  # <bot id>:<secret>, as @BotFather gives it
 SECRET_SETTINGS = frozenset({"TELEGRAM_BOT_TOKEN", "LLM_API_KEY", "TELEGRAM_WEBHOOK_SECRET"})  # never echoed
-DEFAULT_WEBHOOK_LISTEN = "127.0.0.1:8443"
-WEBHOOK_PORTS = (443, 80, 88, 8443)  # the only ports Telegram delivers webhooks to
-# Telegram's shape for secret_token (1-256 of these); at least 16 here: it is all that tells Telegram's POSTs
-# from anyone else's, and the log redactor leaves secrets under 6 characters alone.
-WEBHOOK_SECRET_SHAPE = re.compile(r"^[A-Za-z0-9_-]{16,256}$")
 DEFAULT_REJECT_MESSAGE = (
     "All subagent slots are busy ({running} running, limit {limit}): {not_started} not started. Please try again later."
 )
@@ -114,28 +109,6 @@ def memory_limit_bytes(value: str, max_bytes: int = MAX_INT64) -> int:
     return size
 
 
-def check_webhook_url(url: str) -> None:
-    """A URL Telegram accepts for a webhook: https (it delivers over TLS only), a host, one of its ports."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        parts, port = None, None
-    if parts is None or parts.scheme != "https" or not parts.hostname or parts.fragment:
-        raise ValueError("must be the public https:// URL Telegram posts to, e.g. https://bot.example.com/telegram")
-    if port is not None and port not in WEBHOOK_PORTS:
-        raise ValueError(f"must use port 443, 80, 88 or 8443 (the ones Telegram delivers to), not {port}")
-
-
-def host_port(value: str) -> tuple[str, int]:
-    """`HOST:PORT` (an IPv6 host in brackets) as (host, port); ValueError naming the form otherwise."""
-    host, colon, port = value.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not colon or not host or not port.isdigit() or not 1 <= int(port) <= MAX_TCP_PORT:
-        raise ValueError("must be HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:8443")
-    return host, int(port)
-
-
 class Settings(BaseSettings):
     """Every setting crewbot reads. `.env.example` documents each one."""
 
@@ -144,9 +117,9 @@ class Settings(BaseSettings):
     telegram_bot_token: SecretStr | None = Field(default=None, alias="TELEGRAM_BOT_TOKEN")
     telegram_api_base_url: str = Field(default=DEFAULT_TELEGRAM_API_BASE_URL, alias="TELEGRAM_API_BASE_URL")
     # Webhook mode (README "Operating it"): Telegram POSTs updates to this public HTTPS URL; empty: long polling.
-    telegram_webhook_url: str | None = Field(default=None, alias="TELEGRAM_WEBHOOK_URL")
-    telegram_webhook_listen: str = Field(default=DEFAULT_WEBHOOK_LISTEN, alias="TELEGRAM_WEBHOOK_LISTEN")
-    telegram_webhook_secret: SecretStr | None = Field(default=None, alias="TELEGRAM_WEBHOOK_SECRET")
+    telegram_webhook_url: WebhookUrl = Field(default=None, alias="TELEGRAM_WEBHOOK_URL")
+    telegram_webhook_listen: WebhookListen = Field(default=DEFAULT_WEBHOOK_LISTEN, alias="TELEGRAM_WEBHOOK_LISTEN")
+    telegram_webhook_secret: WebhookSecret = Field(None, alias="TELEGRAM_WEBHOOK_SECRET", validate_default=True)
     allowed_chat_ids: Annotated[list[int], NoDecode] = Field(default_factory=list, alias="ALLOWED_CHAT_IDS")
     allow_all_chats: bool = Field(default=False, alias="ALLOW_ALL_CHATS")
     admin_user_ids: Annotated[list[int], NoDecode] = Field(default_factory=list, alias="ADMIN_USER_IDS")
@@ -322,31 +295,6 @@ class Settings(BaseSettings):
             raise ValueError("must start with http:// or https://")
         return value
 
-    @field_validator("telegram_webhook_url", "telegram_webhook_secret", mode="before")
-    @classmethod
-    def _blank_webhook_is_none(cls, value: object) -> object:
-        return (value.strip() or None) if isinstance(value, str) else value
-
-    @field_validator("telegram_webhook_url")
-    @classmethod
-    def _check_webhook_url(cls, value: str | None) -> str | None:
-        if value is not None:
-            check_webhook_url(value)
-        return value
-
-    @field_validator("telegram_webhook_listen")
-    @classmethod
-    def _check_webhook_listen(cls, value: str) -> str:
-        host_port(value.strip())
-        return value.strip()
-
-    @field_validator("telegram_webhook_secret")
-    @classmethod
-    def _check_webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not WEBHOOK_SECRET_SHAPE.match(value.get_secret_value()):
-            raise ValueError("must be 16 to 256 letters, digits, _ or - (e.g. the output of `openssl rand -hex 32`)")
-        return value
-
     @field_validator("telegram_bot_token")
     @classmethod
     def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
@@ -388,15 +336,6 @@ class Settings(BaseSettings):
             problems.append(f"LLM_API_KEY: required when LLM_PROVIDER={self.llm_provider.value}")
         if problems:
             raise ValueError("\n".join(problems))
-        return self
-
-    @model_validator(mode="after")
-    def _check_webhook(self) -> Settings:
-        if self.telegram_webhook_url is not None and self.telegram_webhook_secret is None:
-            raise ValueError(
-                "TELEGRAM_WEBHOOK_SECRET: required when TELEGRAM_WEBHOOK_URL is set (Telegram sends it with every "
-                "update; e.g. `openssl rand -hex 32`)"
-            )
         return self
 
     @property

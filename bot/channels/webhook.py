@@ -77,7 +77,7 @@ class WebhookConfig:
     @classmethod
     def of(cls, settings: Settings) -> WebhookConfig | None:
         """Webhook mode's configuration; None in polling mode (TELEGRAM_WEBHOOK_URL empty)."""
-        from core.settings import host_port
+        from core.setting_webhook import host_port
 
         if settings.telegram_webhook_url is None or settings.telegram_webhook_secret is None:
             return None

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from core.settings import DEFAULT_WEBHOOK_LISTEN, SettingsError, host_port, load_settings
+from core.setting_webhook import DEFAULT_WEBHOOK_LISTEN, host_port
+from core.settings import SettingsError, load_settings
 
 SECRET = "0123456789abcdef_-XYZ"
 
