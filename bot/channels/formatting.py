@@ -291,17 +291,17 @@ def _fences_open_after(text: str, lines: list[str]) -> list[str | None]:
     open_after: list[str | None] = [None] * len(lines)
     block: tuple[int, int] | None = None  # the fenced block being read: its range (the fences included)
     content_end = 0
-    for event, span in pyromark.events_with_range(text, options=_OPTIONS):
+    for event, span in pyromark.events_with_range(text, options=_OPTIONS, merge_text=True):
         if isinstance(event, str):
             continue
-        if "Start" in event:
-            tag = event["Start"]
-            if isinstance(tag, dict) and "CodeBlock" in tag and isinstance(tag["CodeBlock"], dict):
+        if block is None:
+            tag = event.get("Start")
+            if isinstance(tag, dict) and isinstance(tag.get("CodeBlock"), dict):  # a fenced one
                 block = span["start"], span["end"]
                 content_end = _line_end(source, block[0])
-        elif block is not None and "Text" in event:
+        elif "Text" in event:  # inside a block come its text and then its end
             content_end = span["end"]
-        elif block is not None and event == {"End": "CodeBlock"}:
+        else:
             first = bisect.bisect_right(starts, block[0]) - 1
             last = bisect.bisect_right(starts, max(block[1] - 1, block[0])) - 1
             opening = source[block[0] : _line_end(source, block[0])].decode().strip()
