@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, str] = {
     "files": "bench.files",
     "egress": "bench.egress",
     "allowance": "bench.allowance",
+    "markdown": "bench.markdown",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOGS_DIR = RESULTS_DIR / "logs"
