@@ -1,4 +1,5 @@
-"""`crewbot doctor`: one line per check (settings, database, Telegram, LLM, Docker), non-zero on failure.
+"""`crewbot doctor`: one line per check (settings, database, Telegram and its webhook, LLM, Docker), non-zero on
+failure.
 
 A failing line says what was tried (the URL, the engine's address) and ends in `fix: …`; a check that
 cannot run because an earlier one failed is shown as `skip` with the reason, never left out.
@@ -26,6 +27,7 @@ from crewbot.startup import (
     telegram_problem,
 )
 from crewbot.startup import check_database as check_database_file
+from crewbot.webhook_doctor import WebhookFacts, webhook_verdict
 
 if TYPE_CHECKING:
     from runner.runtimes.runtime import ContainerRuntime
@@ -94,6 +96,24 @@ async def check_telegram(settings: Settings) -> CheckResult:
             return fail(f"getMe at {url} failed ({_reason(exc)})", "check TELEGRAM_BOT_TOKEN and TELEGRAM_API_BASE_URL")
         return fail(*problem)
     return CheckResult("ok", f"getMe answered: @{username}")
+
+
+async def check_webhook(settings: Settings) -> CheckResult:
+    """getWebhookInfo against the mode the settings ask for (webhook_doctor says what is wrong and the fix)."""
+    if settings.telegram_bot_token is None:
+        return CheckResult("skip", "TELEGRAM_BOT_TOKEN is not set")
+    from telegram import Bot
+
+    bot = Bot(settings.telegram_bot_token.get_secret_value(), base_url=settings.telegram_api_base_url)
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS), bot:
+            info = await bot.get_webhook_info()
+    except Exception as exc:
+        url = f"{settings.telegram_api_base_url}<token>/getWebhookInfo"
+        return fail(f"{url} failed ({_reason(exc) if str(exc) else 'no answer'})", "check the network or proxy")
+    error_at = info.last_error_date.timestamp() if info.last_error_date is not None else None
+    facts = WebhookFacts(info.url, info.pending_update_count, error_at, info.last_error_message)
+    return CheckResult(*webhook_verdict(facts, settings.telegram_webhook_url, settings.telegram_webhook_listen))
 
 
 def _models_request(settings: Settings) -> tuple[str, dict[str, str]]:
@@ -273,6 +293,10 @@ async def run_doctor(
     ]
     results.append(await _guard("database", lambda: check_database(settings)))
     results.append(await _guard("telegram", lambda: check_telegram(settings)))
+    if results[-1][1].status == "FAIL":
+        results.append(("webhook", CheckResult("skip", "not checked: the Telegram check failed")))
+    else:
+        results.append(await _guard("webhook", lambda: check_webhook(settings)))
     results.append(await _guard("llm", lambda: check_llm(settings)))
     if runtime is None:
         from runner.runtimes.docker_runtime import DockerRuntime

@@ -28,7 +28,7 @@ async def test_all_checks_pass_against_working_services(tmp_path: Path, subagent
         code = await run_doctor(settings, out=lines.append)
     assert code == 0, lines
     names = [line.split()[1] for line in lines]
-    assert names == ["settings", "database", "telegram", "llm", "docker", "image", "container"]
+    assert names == ["settings", "database", "telegram", "webhook", "llm", "docker", "image", "container"]
     assert all(line.startswith("ok") for line in lines)
     assert "@crew_test_bot" in lines[2]
     assert not any("sk-test-doctor" in line for line in lines)

@@ -58,7 +58,7 @@ async def test_everything_answering_is_all_ok(tmp_path: Path) -> None:
         lines = await doctor(tmp_path, runtime, TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url)
 
     assert [line.split()[:2] for line in lines] == [
-        ["ok", name] for name in ("settings", "database", "telegram", "llm", "docker", "image", "container")
+        ["ok", name] for name in ("settings", "database", "telegram", "webhook", "llm", "docker", "image", "container")
     ]
 
 
