@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, str] = {
     "egress": "bench.egress",
     "allowance": "bench.allowance",
     "markdown": "bench.markdown",
+    "webhook": "bench.webhook",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOGS_DIR = RESULTS_DIR / "logs"

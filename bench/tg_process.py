@@ -7,6 +7,9 @@ its stdin closes; `/control/push` takes `{"messages": [{"chat_id": .., "text": .
 the bot has sent. `/control/post` posts one message, a document (read from a local path) with the text as its
 caption when it names a file, and answers when it was posted (`time.time()`); `/control/files` lists the
 files the bot sent to a chat with when each was accepted (`time.time()`), and their sha256 if asked.
+`/control/deliver` does what Telegram does in webhook mode: it POSTs users' messages as updates to a webhook
+`url` with its `secret`, all at once over at most WEBHOOK_CONNECTIONS connections (Telegram's default
+max_connections), and answers when each was sent and answered (`time.time()`) and the status.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from bench.common import stop_child
 from tests.fakes.telegram_server import DEFAULT_BOT_USERNAME, DEFAULT_TOKEN, FakeTelegram
 
 CONTROL_PREFIX = "/control/"
+WEBHOOK_CONNECTIONS = 40
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 START_TIMEOUT_SECONDS = 30.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -34,6 +39,32 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class ControlledFakeTelegram(FakeTelegram):
     """The tests' fake, plus control routes ahead of the Bot API ones."""
+
+    _deliveries: aiohttp.ClientSession | None = None  # webhook POSTs, over kept-alive connections as Telegram's
+
+    async def close_deliveries(self) -> None:
+        if self._deliveries is not None:
+            await self._deliveries.close()
+
+    async def _deliver(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        for message in body["messages"]:
+            self.push_message(int(message["chat_id"]), str(message["text"]))
+        if self._deliveries is None:
+            self._deliveries = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=WEBHOOK_CONNECTIONS))
+        session, url, headers = self._deliveries, str(body["url"]), {SECRET_HEADER: str(body["secret"])}
+
+        async def one(update: dict[str, Any]) -> dict[str, Any]:
+            sent_at = time.time()
+            async with session.post(url, json=update, headers=headers) as response:
+                await response.read()
+                return {
+                    "text": update["message"]["text"],
+                    "sent_at": sent_at,
+                    "answered_at": time.time(),
+                    "status": response.status,
+                }
+
+        return list(await asyncio.gather(*(one(update) for update in self.take_pending_updates())))
 
     def _build_app(self) -> web.Application:
         app = super()._build_app()
@@ -47,9 +78,12 @@ class ControlledFakeTelegram(FakeTelegram):
         action = request.path.removeprefix(CONTROL_PREFIX)
         if action == "push":
             body = await request.json()
+            pushed_at = time.time()
             for message in body["messages"]:
                 self.push_message(int(message["chat_id"]), str(message["text"]))
-            return web.json_response({"pushed": len(body["messages"])})
+            return web.json_response({"pushed": len(body["messages"]), "pushed_at": pushed_at})
+        if action == "deliver":
+            return web.json_response({"deliveries": await self._deliver(await request.json())})
         if action == "chats":
             body = await request.json()
             for chat_id in body["chat_ids"]:
@@ -90,6 +124,7 @@ async def _serve() -> None:
     async with ControlledFakeTelegram() as tg:
         print(f"PORT {tg.port}", flush=True)
         await asyncio.to_thread(sys.stdin.read)  # until the parent closes our stdin (or dies)
+        await tg.close_deliveries()
 
 
 class TelegramProcess:
@@ -133,8 +168,16 @@ class TelegramProcess:
             data: dict[str, Any] = await response.json()
             return data
 
-    async def push(self, messages: list[tuple[int, str]]) -> None:
-        await self._call("POST", "push", {"messages": [{"chat_id": c, "text": t} for c, t in messages]})
+    async def push(self, messages: list[tuple[int, str]]) -> float:
+        """Queued for getUpdates; when the first was (time.time())."""
+        answer = await self._call("POST", "push", {"messages": [{"chat_id": c, "text": t} for c, t in messages]})
+        return float(answer["pushed_at"])
+
+    async def deliver(self, url: str, secret: str, messages: list[tuple[int, str]]) -> list[dict[str, Any]]:
+        """POSTed to the webhook as Telegram does, all at once: per update its text, sent_at, answered_at, status."""
+        payload = {"url": url, "secret": secret, "messages": [{"chat_id": c, "text": t} for c, t in messages]}
+        deliveries: list[dict[str, Any]] = (await self._call("POST", "deliver", payload))["deliveries"]
+        return deliveries
 
     async def add_chats(self, chat_ids: list[int]) -> None:
         await self._call("POST", "chats", {"chat_ids": chat_ids})
