@@ -36,30 +36,27 @@ class Replies:
 
 async def test_hard_markdown_goes_out_as_html_that_telegram_accepts(tmp_path: Path) -> None:
     model = FunctionModel(Replies([reply for reply, _, _ in REPLIES]))
-    async with FakeTelegram() as tg:
-        async with telegram_app(make_settings(tmp_path, tg), model=model):
-            for count, (_, shown, entities) in enumerate(REPLIES, 1):
-                tg.push_message(GROUP_ID, f"@{tg.bot_username} once more")
-                sent = (await tg.wait_for_messages(GROUP_ID, count))[-1]
-                assert sent.parse_mode == "HTML", sent.text
-                assert sent.plain_text == f"Crew: {shown}"
-                assert sorted(e["type"] for e in sent.entities) == sorted(entities)
+    async with FakeTelegram() as tg, telegram_app(make_settings(tmp_path, tg), model=model):
+        for count, (_, shown, entities) in enumerate(REPLIES, 1):
+            tg.push_message(GROUP_ID, f"@{tg.bot_username} once more")
+            sent = (await tg.wait_for_messages(GROUP_ID, count))[-1]
+            assert sent.parse_mode == "HTML", sent.text
+            assert sent.plain_text == f"Crew: {shown}"
+            assert sorted(e["type"] for e in sent.entities) == sorted(entities)
 
 
 async def test_five_thousand_characters_of_code_go_out_as_code_blocks(tmp_path: Path) -> None:
     reply = f"Here:\n```cpp\n{LONG_CODE}\n```\nDone & dusted."
-    async with FakeTelegram() as tg:
-        async with telegram_app(make_settings(tmp_path, tg), model=FunctionModel(Replies([reply]))):
-            tg.push_message(GROUP_ID, f"@{tg.bot_username} the whole file please")
-            await tg.wait_until(
-                lambda: any("Done & dusted." in m.plain_text for m in tg.sent_messages(GROUP_ID)) or None
-            )
-            sent = tg.sent_messages(GROUP_ID)
-            assert len(sent) == 2
-            # The first one's HTML is over 4,096 characters, what users see of it is not: it still went out as HTML.
-            assert all(m.parse_mode == "HTML" for m in sent)
-            assert len(sent[0].text) > 4096 >= len(sent[0].plain_text)
-            blocks = [m.plain_text[e["offset"] : e["offset"] + e["length"]] for m in sent for e in m.entities]
-            assert [e["type"] for m in sent for e in m.entities] == ["pre", "pre"]
-            assert [e["language"] for m in sent for e in m.entities] == ["cpp", "cpp"]
-            assert "\n".join(blocks) == LONG_CODE
+    model = FunctionModel(Replies([reply]))
+    async with FakeTelegram() as tg, telegram_app(make_settings(tmp_path, tg), model=model):
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} the whole file please")
+        await tg.wait_until(lambda: any("Done & dusted." in m.plain_text for m in tg.sent_messages(GROUP_ID)) or None)
+        sent = tg.sent_messages(GROUP_ID)
+        assert len(sent) == 2
+        # The first one's HTML is over 4,096 characters, what users see of it is not: it still went out as HTML.
+        assert all(m.parse_mode == "HTML" for m in sent)
+        assert len(sent[0].text) > 4096 >= len(sent[0].plain_text)
+        blocks = [m.plain_text[e["offset"] : e["offset"] + e["length"]] for m in sent for e in m.entities]
+        assert [e["type"] for m in sent for e in m.entities] == ["pre", "pre"]
+        assert [e["language"] for m in sent for e in m.entities] == ["cpp", "cpp"]
+        assert "\n".join(blocks) == LONG_CODE
