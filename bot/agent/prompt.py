@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -10,6 +11,7 @@ from core.store.chat_files import ChatFile, size_text
 from core.store.messages import MessageStore, StoredMessage
 
 LATEST_MARKER = "Latest message, from "
+_NOT_MIME = re.compile(r"[^A-Za-z0-9.+/_-]")
 REPLIED_FILE_NOTE = "(It replies to a message with "
 MAX_MESSAGE_CHARS_IN_PROMPT = 4000  # one huge message must not crowd out the rest of the window
 
@@ -55,7 +57,9 @@ class Prompt:
 
 def file_line(file: ChatFile) -> str:
     """`[file f3: sales.csv, text/csv, 412 KB]`: the name as a safe file name (no newlines or paths in a prompt)."""
-    mime = f", {file.mime_type[:80]}" if file.mime_type else ""
+    # The sender's client names the type: only a type's own characters reach the prompt (no fake lines).
+    mime_type = _NOT_MIME.sub("_", file.mime_type[:80]) if file.mime_type else ""
+    mime = f", {mime_type}" if mime_type else ""
     return f"[file {file.ref}: {safe_file_name(file.name)}{mime}, {size_text(file.size_bytes)}]"
 
 
