@@ -94,9 +94,12 @@ def literal_address(host: str) -> IpAddress | None:
     pattern matches, and which resolve (on the host, in open mode) to addresses that are checked."""
     text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
-        return ipaddress.ip_address(text)
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
+    # A zone (`fe80::1%eth0`, `2a01::5%0`) is no standard form: it makes the address unequal to the same one
+    # without it (the host's own addresses were missed), and getaddrinfo drops it. Refused as no host at all.
+    return None if getattr(address, "scope_id", None) is not None else address
 
 
 def valid_name(name: str) -> bool:
@@ -148,6 +151,8 @@ def address_refusal(
     address: IpAddress, port: int, allow: tuple[AllowEntry, ...], own: frozenset[IpAddress] = frozenset()
 ) -> str | None:
     """Why connecting to this resolved address is refused; None: it is public, or listed with its port."""
+    if getattr(address, "scope_id", None) is not None:
+        return f"{address} has a zone: a standard address is needed"
     plain = unwrapped(address)
     listed = any(
         entry.address is not None and unwrapped(entry.address) == plain and port in entry.ports for entry in allow

@@ -7,7 +7,15 @@ import ipaddress
 
 import pytest
 
-from core.egress_rules import address_refusal, entry_allows, parse_entry, unwrapped
+from core.egress_rules import (
+    EgressMode,
+    address_refusal,
+    entry_allows,
+    literal_address,
+    parse_entry,
+    request_refusal,
+    unwrapped,
+)
 
 LISTED = (parse_entry("127.0.0.1:8080"), parse_entry("10.0.0.5:80"))
 
@@ -55,4 +63,20 @@ def test_refusals_read_as_sentences() -> None:
     )
     assert address_refusal(ipaddress.ip_address("169.254.169.254"), 80, ()) == (
         "169.254.169.254 is a cloud metadata address"
+    )
+
+
+@pytest.mark.parametrize("host", ["2a01:4f8:1:2::5%0", "[2a01:4f8:1:2::5%0]", "[2a01:4f8:1:2::5%25]", "fe80::1%eth0"])
+def test_an_address_with_a_zone_is_no_host_at_all(host: str) -> None:
+    # A zone made the host's own 2a01:4f8:1:2::5 unequal to itself, past the own-address check (review finding).
+    assert literal_address(host) is None
+    assert request_refusal(EgressMode.OPEN, (), host, 443) is not None
+
+
+def test_a_resolved_address_with_a_zone_is_refused_even_if_public() -> None:
+    own = frozenset({ipaddress.ip_address("2a01:4f8:1:2::5")})
+    assert address_refusal(ipaddress.ip_address("2a01:4f8:1:2::5%0"), 443, (), own) is not None
+    assert (
+        address_refusal(ipaddress.ip_address("2a01:4f8:1:2::5"), 443, (), own)
+        == "2a01:4f8:1:2::5 is this host's own address"
     )
