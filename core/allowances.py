@@ -4,7 +4,7 @@ is left) while its chat and the whole bot have allowance left, and settles to wh
 
 The rule this keeps: a day's use never exceeds an allowance by more than one call's own tokens, however
 many calls race. Calls are admitted one at a time (a lock) and hold their estimate, which is meant to be an
-upper bound of their use (a prompt's size / 3 plus its output cap), so they cannot overshoot. Only a call
+upper bound of their use (a token per byte of the prompt, plus its output cap), so they cannot overshoot. Only a call
 whose estimate no longer fits may hold less (what is left), and only while no other call holds any of
 that allowance: else it waits for those to settle and decides again (they may leave room, or nothing).
 So at most one call at a time holds a remainder, and only it can overshoot, by what it used beyond its

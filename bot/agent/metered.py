@@ -1,8 +1,9 @@
 """Each model request of a main-agent turn, metered: admitted only while the turn's chat and the whole bot
 have allowance left, holding its estimate until it settles to what the provider says it used.
 
-The estimate is the request's size (its messages, instructions and tool definitions) in characters / 3,
-rounded up, plus its output cap: the model settings' `max_tokens`, else OUTPUT_CAP_TOKENS. A provider that
+The estimate is the request's size (its messages, instructions and tool definitions) in UTF-8 bytes, a token
+each (a token covers at least one byte: a true upper bound however dense the text, which strangers write),
+plus its output cap: the model settings' `max_tokens`, else OUTPUT_CAP_TOKENS. A provider that
 reports no usage is counted at the estimate of what was sent and received, marked estimated. A request
 that fails is released (nothing counted); one cancelled in flight (a merge, the turn's timeout, /stop)
 is counted at its input estimate, estimated: the provider has likely read the prompt by then.
@@ -41,42 +42,46 @@ log = get_logger(__name__)
 
 TokenCounter = Callable[[SpendKind, int, int], None]  # (kind, input, output) of each call counted: metrics
 
-CHARS_PER_TOKEN = 3  # a cautious rule of thumb (English runs about 4): estimates err towards holding more
+BYTES_PER_TOKEN = 1  # an upper bound, not an average (English runs about 4): the allowance rule needs a bound
 OUTPUT_CAP_TOKENS = 4_096  # a request's output when the model settings set no max_tokens (a typical default)
 
 
-def tokens_of_chars(chars: int) -> int:
-    return math.ceil(chars / CHARS_PER_TOKEN)
+def tokens_of_size(size_bytes: int) -> int:
+    return math.ceil(size_bytes / BYTES_PER_TOKEN)
 
 
-def _part_chars(part: Any) -> int:
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", errors="replace"))
+
+
+def _part_size(part: Any) -> int:
     if isinstance(part, ToolCallPart):
-        return len(part.tool_name) + len(part.args_as_json_str())
+        return _size(part.tool_name) + _size(part.args_as_json_str())
     if isinstance(part, ToolReturnPart):
-        return len(part.tool_name) + len(part.model_response_str())
+        return _size(part.tool_name) + _size(part.model_response_str())
     if isinstance(part, RetryPromptPart):
-        return len(part.model_response())
+        return _size(part.model_response())
     content = getattr(part, "content", "")
     if isinstance(content, str):
-        return len(content)
+        return _size(content)
     if isinstance(content, Iterable):  # a user prompt's list: its text counts (files are not sized here)
-        return sum(len(item) for item in content if isinstance(item, str))
+        return sum(_size(item) for item in content if isinstance(item, str))
     return 0
 
 
-def response_chars(parts: Iterable[ModelResponsePart]) -> int:
-    return sum(_part_chars(part) for part in parts)
+def response_size(parts: Iterable[ModelResponsePart]) -> int:
+    return sum(_part_size(part) for part in parts)
 
 
-def request_chars(messages: list[ModelMessage], parameters: ModelRequestParameters) -> int:
-    """What a request sends, in characters: every message's parts, the instructions and the tools."""
+def request_size(messages: list[ModelMessage], parameters: ModelRequestParameters) -> int:
+    """What a request sends, in UTF-8 bytes: every message's parts, the instructions and the tools."""
     total = 0
     for message in messages:
         if isinstance(message, ModelRequest):
-            total += len(message.instructions or "")
-        total += sum(_part_chars(part) for part in message.parts)
+            total += _size(message.instructions or "")
+        total += sum(_part_size(part) for part in message.parts)
     for tool in [*parameters.function_tools, *parameters.output_tools]:
-        total += len(tool.name) + len(tool.description or "") + len(json.dumps(tool.parameters_json_schema))
+        total += _size(tool.name) + _size(tool.description or "") + _size(json.dumps(tool.parameters_json_schema))
     return total
 
 
@@ -106,7 +111,7 @@ class MeteredModel(WrapperModel):
         self, messages: list[ModelMessage], model_settings: ModelSettings | None, parameters: ModelRequestParameters
     ) -> tuple[Reservation, int]:
         """Raises AllowanceSpent when nothing is left; else the hold and the request's input estimate."""
-        prompt = tokens_of_chars(request_chars(messages, parameters))
+        prompt = tokens_of_size(request_size(messages, parameters))
         held = await self._allowances.reserve(self._chat_id, self._kind, prompt + output_cap(model_settings))
         return held, prompt
 
@@ -115,7 +120,7 @@ class MeteredModel(WrapperModel):
         estimated = bool(usage.unmeasured_requests) or (usage.input_tokens <= 0 and usage.output_tokens <= 0)
         used_in, used_out = usage.input_tokens, usage.output_tokens
         if estimated:
-            used_in, used_out = prompt, tokens_of_chars(response_chars(response.parts))
+            used_in, used_out = prompt, tokens_of_size(response_size(response.parts))
             log.info("llm_usage_estimated", chat_id=self._chat_id, input_tokens=used_in, output_tokens=used_out)
         await self._count(held, used_in, used_out, estimated=estimated)
 

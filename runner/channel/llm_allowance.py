@@ -3,7 +3,7 @@
 Every call the proxy forwards for a run (a model step the host makes on the run's socket, or a request of the
 container's own) is spent by the run's `Payer`: its chat, as a scheduled task's work or a turn's. Before it is
 forwarded it holds a reservation of its estimate, meant as an upper bound of its use (what the allowances'
-rule needs): its body's size / 3, as for the main agent's calls (bot/agent/metered.py), plus the output cap
+rule needs): a token per byte of its body, as for the main agent's calls (bot/agent/metered.py), plus the output cap
 the policy gave it, at most what is left. While its chat or the whole bot has nothing left it is refused, 429
 `daily_allowance` with the reason the agent sees (the SDKs are told not to retry it), and the run is stopped
 through `on_spent`, once. When the call is over it settles to the usage the provider reported; an answer that
@@ -33,7 +33,10 @@ from runner.channel.proxy_error import ProxyError
 log = get_logger(__name__)
 
 ALLOWANCE_ERROR = "daily_allowance"
-BYTES_PER_TOKEN = 3  # a cautious rule of thumb (English JSON runs about 4): the estimate errs towards holding more
+# An upper bound, not an average (English JSON runs about 4 bytes a token): a token covers at least one byte
+# of the body, however dense the text a hostile run sends, and the allowance rule needs a bound. A base64
+# image's bytes outnumber the tokens it is billed at.
+BYTES_PER_TOKEN = 1
 
 
 def tokens_of(size_bytes: int) -> int:

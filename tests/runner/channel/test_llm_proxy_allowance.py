@@ -40,7 +40,7 @@ CHAT_ID, OTHER_CHAT_ID = -100, -200
 DAY = "2026-11-26"
 MAX_TOKENS = 40  # each call's output cap
 ASK = {**CHAT, "max_tokens": MAX_TOKENS}
-INPUT_HOLD = tokens_of(len(json.dumps(ASK).encode()))  # what the proxy holds for ASK's prompt: its size / 3
+INPUT_HOLD = tokens_of(len(json.dumps(ASK).encode()))  # what the proxy holds for ASK's prompt: a token a byte
 ESTIMATE = INPUT_HOLD + MAX_TOKENS  # a call's whole reservation
 NOON = datetime.fromisoformat(f"{DAY}T12:00").replace(tzinfo=ZoneInfo("UTC")).timestamp()
 
