@@ -26,7 +26,14 @@ from core.logging import get_logger
 from runner.egress.records import EgressEvent, EgressRules, budget_reason
 from runner.egress.refusal import FORBIDDEN, TIMEOUT, TOO_MANY, Refused, answer
 from runner.egress.request_head import MAX_HEAD_BYTES, HeadUnfinished, ProxyRequest, parse_head, read_head
-from runner.egress.resolve import RESOLVE_SECONDS, Resolver, checked_addresses, request_check, system_resolver
+from runner.egress.resolve import (
+    LOOKUPS_PER_DOOR,
+    RESOLVE_SECONDS,
+    Resolver,
+    SystemLookups,
+    checked_addresses,
+    request_check,
+)
 from runner.egress.tunnel import CONNECT_SECONDS, ByteBudget, Tunnel, connect
 
 HEAD_SECONDS = 10.0  # for the whole request head: a client sending it a byte at a time is cut
@@ -81,7 +88,12 @@ class EgressDoor:
         self._path = socket_path
         self._rules = rules
         self._on_event = on_event
-        self._resolver = resolver or system_resolver
+        # Without a resolver of its caller's (RunDoors shares one pool among every door), a pool of its own.
+        self._own_lookups: SystemLookups | None = None
+        if resolver is None:
+            self._own_lookups = SystemLookups(threads=LOOKUPS_PER_DOOR)
+            resolver = self._own_lookups.for_door()
+        self._resolver = resolver
         self._own = own_addresses
         self._head_seconds = head_seconds
         self._resolve_seconds = resolve_seconds
@@ -143,6 +155,8 @@ class EgressDoor:
                 attempt.tunnel.cut(DOOR_CLOSED)
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._own_lookups is not None:
+            self._own_lookups.close()
 
     # -- accepting -----------------------------------------------------------------------------------
 

@@ -16,9 +16,10 @@ import ipaddress
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from core.egress_rules import IpAddress, address_refusal, literal_address, request_refusal, unwrapped
 from runner.egress.records import EgressRules
@@ -31,7 +32,7 @@ MAX_ADDRESSES = 16  # of one answer: a name with hundreds of addresses is checke
 # Lookups run in threads of their own: a slow name server (or a run asking for thousands of slow names)
 # then holds these, never the default executor the rest of the bot reads and writes files with.
 DNS_THREADS = 8
-_dns_pool: ThreadPoolExecutor | None = None
+LOOKUPS_PER_DOOR = 2  # a run's lookups at once: it cannot hold more than its share of the threads
 
 SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
 IF_INET6 = Path("/proc/net/if_inet6")
@@ -77,13 +78,45 @@ async def checked_addresses(
     return passing
 
 
-async def system_resolver(host: str, port: int) -> list[IpAddress]:
-    """The host's own lookup (getaddrinfo, TCP), in the door's DNS threads; its addresses in its order."""
-    global _dns_pool
-    if _dns_pool is None:
-        _dns_pool = ThreadPoolExecutor(max_workers=DNS_THREADS, thread_name_prefix="egress-dns")
-    lookup = partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    infos = await asyncio.get_running_loop().run_in_executor(_dns_pool, lookup)
+class SystemLookups:
+    """The host's own lookups (getaddrinfo, TCP) in threads of their own, shared by every door; each door gets
+    a resolver of its own (`for_door`) that holds at most LOOKUPS_PER_DOOR lookups at once. A lookup the door
+    stopped waiting for (its deadline) keeps its place until its thread returns: a run that asks for names no
+    server answers fills only its own places, never the threads every other run resolves with."""
+
+    def __init__(self, threads: int = DNS_THREADS) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="egress-dns")
+
+    def for_door(self, max_in_flight: int = LOOKUPS_PER_DOOR) -> Resolver:
+        places = asyncio.Semaphore(max_in_flight)
+
+        async def resolve(host: str, port: int) -> list[IpAddress]:
+            loop = asyncio.get_running_loop()
+            await places.acquire()
+            lookup = partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+            try:
+                pending: Future[list[Any]] = self._pool.submit(lookup)
+            except BaseException:
+                places.release()
+                raise
+            # Released when the thread is done, not when the door stops waiting for it.
+            pending.add_done_callback(lambda _: _call_soon(loop, places.release))
+            infos: list[Any] = await asyncio.wrap_future(pending)
+            return _addresses(infos)
+
+        return resolve
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for the place any more
+        loop.call_soon_threadsafe(callback)
+
+
+def _addresses(infos: Iterable[tuple[Any, ...]]) -> list[IpAddress]:
+    """getaddrinfo's answer as addresses, in its order, each once."""
     found: list[IpAddress] = []
     for family, _, _, _, sockaddr in infos:
         if family not in (socket.AF_INET, socket.AF_INET6):

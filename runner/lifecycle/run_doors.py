@@ -13,7 +13,7 @@ from core.logging import get_logger
 from core.settings import Settings
 from runner.egress.door import EgressDoor
 from runner.egress.records import EgressRules
-from runner.egress.resolve import own_addresses
+from runner.egress.resolve import SystemLookups, own_addresses
 from runner.lifecycle.egress_log import EgressLog
 
 log = get_logger(__name__)
@@ -27,6 +27,7 @@ class RunDoors:
         self._log = egress_log
         self._doors: dict[str, EgressDoor] = {}
         self._own: frozenset[IpAddress] | None = None  # this host's addresses, found once
+        self._lookups = SystemLookups()  # one pool of lookup threads; each door holds at most its share
 
     def rules(self) -> EgressRules | None:
         """The rules a run starting now gets; None: no egress."""
@@ -52,6 +53,7 @@ class RunDoors:
             channel_dir / EGRESS_SOCKET_FILE,
             rules,
             on_event=self._log.listener(run_id, chat_id),
+            resolver=self._lookups.for_door(),
             own_addresses=self._own or frozenset(),
         )
         await door.start()
@@ -72,3 +74,4 @@ class RunDoors:
     async def close_all(self) -> None:
         for run_id in list(self._doors):
             await self.close(run_id)
+        self._lookups.close()

@@ -32,7 +32,7 @@ from core.egress_rules import IpAddress
 from core.store.egress import EgressRecord, EgressStore
 from core.store.runs import RunStore
 from runner.egress import door as door_module
-from runner.egress.resolve import system_resolver
+from runner.egress.resolve import LOOKUPS_PER_DOOR, Resolver, SystemLookups
 from runner.egress.tunnel import CONNECT_SECONDS
 from runner.egress.tunnel import connect as real_connect
 from runner.runtimes.image import build_image
@@ -165,9 +165,16 @@ class DoorSpy:
 def door_spy(monkeypatch: pytest.MonkeyPatch) -> DoorSpy:
     spy = DoorSpy()
 
-    async def resolver(host: str, port: int) -> list[IpAddress]:
-        spy.resolved.append(f"{host}:{port}")
-        return await system_resolver(host, port)
+    real_for_door = SystemLookups.for_door
+
+    def for_door(lookups: SystemLookups, max_in_flight: int = LOOKUPS_PER_DOOR) -> Resolver:
+        inner = real_for_door(lookups, max_in_flight)
+
+        async def resolver(host: str, port: int) -> list[IpAddress]:
+            spy.resolved.append(f"{host}:{port}")
+            return await inner(host, port)
+
+        return resolver
 
     async def connect(
         addresses: list[IpAddress], port: int, *, seconds: float = CONNECT_SECONDS
@@ -175,7 +182,7 @@ def door_spy(monkeypatch: pytest.MonkeyPatch) -> DoorSpy:
         spy.connected.extend(f"{address}:{port}" for address in addresses)
         return await real_connect(addresses, port, seconds=seconds)
 
-    monkeypatch.setattr(door_module, "system_resolver", resolver)
+    monkeypatch.setattr(SystemLookups, "for_door", for_door)
     monkeypatch.setattr(door_module, "connect", connect)
     return spy
 

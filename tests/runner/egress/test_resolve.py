@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import threading
 
 import pytest
 
 from core.egress_rules import EgressMode, IpAddress
 from runner.egress.refusal import BAD_GATEWAY, FORBIDDEN, GATEWAY_TIMEOUT, Refused
-from runner.egress.resolve import checked_addresses, own_addresses, request_check, system_resolver
+from runner.egress.resolve import SystemLookups, checked_addresses, own_addresses, request_check
 from tests.runner.egress.door_rig import FakeResolver, rules
 
 PUBLIC = "93.184.215.14"  # never connected to: these tests stop at the decision
@@ -116,8 +117,42 @@ def test_a_name_is_matched_by_name_patterns_only() -> None:
 
 
 async def test_the_system_resolver_answers_localhost_with_loopback() -> None:
-    found = await system_resolver("localhost", 80)
+    lookups = SystemLookups(threads=1)
+    try:
+        found = await lookups.for_door()("localhost", 80)
+    finally:
+        lookups.close()
     assert found and all(address.is_loopback for address in found)
+
+
+async def test_a_run_asking_for_names_nobody_answers_holds_only_its_own_lookups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Guard: SystemLookups.for_door's places, held until the thread returns (review finding: 8 slow names of
+    # one run held every lookup thread, and every other chat's egress failed with 504).
+    answered = threading.Event()
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: str, port: object, *args: object, **kwargs: object) -> object:
+        if str(host).startswith("slow"):
+            answered.wait(30)  # a name server that never answers (until the test is over)
+            raise socket.gaierror(socket.EAI_AGAIN, "no answer")
+        return real("127.0.0.1", port, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    lookups = SystemLookups(threads=4)
+    hostile, other = lookups.for_door(), lookups.for_door()
+    try:
+        for n in range(8):
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await hostile(f"slow{n}.attacker.test", 443)
+        async with asyncio.timeout(5):
+            found = await other("pypi.org", 443)  # another run's door still resolves at once
+        assert found == [ip("127.0.0.1")]
+    finally:
+        answered.set()
+        lookups.close()
 
 
 async def test_own_addresses_include_loopback() -> None:
