@@ -18,7 +18,7 @@ MAX_TCP_PORT = 65535
 WEBHOOK_PORTS = (443, 80, 88, 8443)  # the only ports Telegram delivers webhooks to
 # Telegram's shape for secret_token is 1-256 of these; at least 16 here: the log redactor leaves secrets under
 # 6 characters alone, and a short one is guessed.
-WEBHOOK_SECRET_SHAPE = re.compile(r"^[A-Za-z0-9_-]{16,256}$")
+WEBHOOK_SECRET_SHAPE = re.compile(r"[A-Za-z0-9_-]{16,256}")
 URL_FIELD = "telegram_webhook_url"
 
 
@@ -65,7 +65,7 @@ def _check_secret(value: SecretStr | None, info: ValidationInfo) -> SecretStr | 
                 "e.g. `openssl rand -hex 32`)"
             )
         return None
-    if not WEBHOOK_SECRET_SHAPE.match(value.get_secret_value()):
+    if not WEBHOOK_SECRET_SHAPE.fullmatch(value.get_secret_value()):
         raise ValueError("must be 16 to 256 letters, digits, _ or - (e.g. the output of `openssl rand -hex 32`)")
     return value
 
