@@ -3,6 +3,7 @@ that carried them. The main agent's prompt names each `f<id>`; a run that needs 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -76,6 +77,15 @@ def size_text(size_bytes: int | None) -> str:
 def file_ref(file_row_id: int) -> str:
     """How the prompt, spawn requests and scheduled tasks name a chat file: `f3`."""
     return f"{REF_PREFIX}{file_row_id}"
+
+
+def stored_refs(stored: str) -> tuple[str, ...]:
+    """The refs a run or a scheduled task keeps as a JSON list (its `files` column); none if unreadable."""
+    try:
+        refs = json.loads(stored)
+    except ValueError:
+        return ()
+    return tuple(str(ref) for ref in refs) if isinstance(refs, list) else ()
 
 
 def parse_ref(ref: str) -> int | None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from enum import StrEnum
 
 import aiosqlite
+
+from core.store.chat_files import stored_refs
 
 
 class RunStatus(StrEnum):
@@ -81,15 +82,7 @@ def run_from_row(row: aiosqlite.Row) -> RunRecord:
         memory_peak_bytes=row["memory_peak_bytes"],
         cpu_seconds=row["cpu_seconds"],
         resource_samples=row["resource_samples"],
-        files=tuple(_refs(row["files"])),
+        files=stored_refs(row["files"]),
         egress_bytes=row["egress_bytes_up"] + row["egress_bytes_down"],
         egress_connections=row["egress_connections"],
     )
-
-
-def _refs(stored: str) -> list[str]:
-    try:
-        refs = json.loads(stored)
-    except ValueError:
-        return []
-    return [str(ref) for ref in refs] if isinstance(refs, list) else []

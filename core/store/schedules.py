@@ -11,6 +11,7 @@ from enum import StrEnum
 
 import aiosqlite
 
+from core.store.chat_files import stored_refs
 from core.store.db import Database
 
 TASK_ID_BYTES = 4  # 8 hex characters: short enough to type in /tasks cancel <id>
@@ -113,16 +114,8 @@ def _task(row: aiosqlite.Row) -> TaskRecord:
         backoff_until=row["backoff_until"],
         created_at=row["created_at"],
         last_outcome=outcome,
-        files=tuple(_refs(row["files"])),
+        files=stored_refs(row["files"]),
     )
-
-
-def _refs(stored: str) -> list[str]:
-    try:
-        refs = json.loads(stored)
-    except ValueError:
-        return []
-    return [str(ref) for ref in refs] if isinstance(refs, list) else []
 
 
 def _fire(row: aiosqlite.Row) -> Fire:
