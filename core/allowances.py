@@ -23,6 +23,7 @@ it writes. Reading them at every reserve and settle was six queries a turn, abou
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,8 +36,17 @@ from core.store.spend import SpendKind, SpendRow, SpendStore
 
 log = get_logger(__name__)
 
+# A call's estimate counts a token for each byte it sends: an upper bound, not an average (English runs about
+# 4 bytes a token), since a token covers at least one byte however dense the text strangers or a hostile run
+# write, and the rule above needs a bound. A base64 image's bytes outnumber the tokens it is billed at.
+BYTES_PER_TOKEN = 1
 NOTICE_SHARE = 0.8  # a chat is told once a day when its use passes this share of its allowance
 REMAINDER_WAIT_SECONDS = 120.0  # a call waiting for others to settle before it may take a remainder, at most
+
+
+def tokens_of_bytes(size_bytes: int) -> int:
+    """The tokens an estimate holds for `size_bytes` sent (or received, when a provider reports no usage)."""
+    return math.ceil(size_bytes / BYTES_PER_TOKEN)
 
 
 class AllowanceSpent(Exception):

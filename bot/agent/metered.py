@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -34,7 +33,7 @@ from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
-from core.allowances import Allowances, Reservation
+from core.allowances import Allowances, Reservation, tokens_of_bytes
 from core.logging import get_logger
 from core.store.spend import SpendKind
 
@@ -42,12 +41,7 @@ log = get_logger(__name__)
 
 TokenCounter = Callable[[SpendKind, int, int], None]  # (kind, input, output) of each call counted: metrics
 
-BYTES_PER_TOKEN = 1  # an upper bound, not an average (English runs about 4): the allowance rule needs a bound
 OUTPUT_CAP_TOKENS = 4_096  # a request's output when the model settings set no max_tokens (a typical default)
-
-
-def tokens_of_size(size_bytes: int) -> int:
-    return math.ceil(size_bytes / BYTES_PER_TOKEN)
 
 
 def _size(text: str) -> int:
@@ -111,7 +105,7 @@ class MeteredModel(WrapperModel):
         self, messages: list[ModelMessage], model_settings: ModelSettings | None, parameters: ModelRequestParameters
     ) -> tuple[Reservation, int]:
         """Raises AllowanceSpent when nothing is left; else the hold and the request's input estimate."""
-        prompt = tokens_of_size(request_size(messages, parameters))
+        prompt = tokens_of_bytes(request_size(messages, parameters))
         held = await self._allowances.reserve(self._chat_id, self._kind, prompt + output_cap(model_settings))
         return held, prompt
 
@@ -120,7 +114,7 @@ class MeteredModel(WrapperModel):
         estimated = bool(usage.unmeasured_requests) or (usage.input_tokens <= 0 and usage.output_tokens <= 0)
         used_in, used_out = usage.input_tokens, usage.output_tokens
         if estimated:
-            used_in, used_out = prompt, tokens_of_size(response_size(response.parts))
+            used_in, used_out = prompt, tokens_of_bytes(response_size(response.parts))
             log.info("llm_usage_estimated", chat_id=self._chat_id, input_tokens=used_in, output_tokens=used_out)
         await self._count(held, used_in, used_out, estimated=estimated)
 

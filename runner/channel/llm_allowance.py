@@ -16,7 +16,6 @@ The run's own budget (runner/channel/llm_budget.py, SUBAGENT_MAX_TOKENS, which h
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from core.allowances import Allowances, AllowanceSpent, Reservation
+from core.allowances import Allowances, AllowanceSpent, Reservation, tokens_of_bytes
 from core.logging import get_logger
 from core.store.spend import SpendKind, run_spend_kind
 from runner.channel.llm_upstream import Call
@@ -33,14 +32,6 @@ from runner.channel.proxy_error import ProxyError
 log = get_logger(__name__)
 
 ALLOWANCE_ERROR = "daily_allowance"
-# An upper bound, not an average (English JSON runs about 4 bytes a token): a token covers at least one byte
-# of the body, however dense the text a hostile run sends, and the allowance rule needs a bound. A base64
-# image's bytes outnumber the tokens it is billed at.
-BYTES_PER_TOKEN = 1
-
-
-def tokens_of(size_bytes: int) -> int:
-    return math.ceil(size_bytes / BYTES_PER_TOKEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +88,7 @@ class ProxyAllowance:
         if payer is None:  # a socket opened without its chat (tests of the proxy alone)
             yield call
             return
-        input_hold = max(1, tokens_of(body_bytes))
+        input_hold = max(1, tokens_of_bytes(body_bytes))
         reservation = await self._reserve(run_id, payer, input_hold + output_cap)
         try:
             yield call
@@ -132,7 +123,7 @@ class ProxyAllowance:
         if usage.reported:
             spent = (usage.input_tokens, usage.output_tokens)
         elif call.answered:
-            spent = (input_hold, min(output_cap, tokens_of(call.answer_bytes)))
+            spent = (input_hold, min(output_cap, tokens_of_bytes(call.answer_bytes)))
             log.warning("llm_usage_estimated", run_id=run_id, input_tokens=spent[0], output_tokens=spent[1])
         else:
             spent = (0, 0)  # no answer: nothing to count, and its hold is freed

@@ -18,9 +18,9 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 
 from bot.agent.main_agent import UNANNOUNCED, MainAgent
-from bot.agent.metered import OUTPUT_CAP_TOKENS, request_size, tokens_of_size
+from bot.agent.metered import OUTPUT_CAP_TOKENS, request_size
 from bot.turns.engine import Turn
-from core.allowances import Allowances, Reservation
+from core.allowances import Allowances, Reservation, tokens_of_bytes
 from core.settings import load_settings
 from core.store import ChatStore, MessageStore, NewMessage, StoredMessage
 from core.store.db import Database
@@ -153,7 +153,7 @@ async def test_a_provider_reporting_no_usage_is_counted_estimated_from_the_reque
     await env.agent(provider)(await env.ask("@crew hello"))
     (size,) = sizes
     assert (await env.spend())[SpendKind.MAIN] == Spend(
-        input_tokens=tokens_of_size(size), output_tokens=tokens_of_size(300), calls=1, estimated_calls=1
+        input_tokens=tokens_of_bytes(size), output_tokens=tokens_of_bytes(300), calls=1, estimated_calls=1
     )
     (said,) = await env.bot_said()
     assert (said.kind, said.content) == ("reply", "x" * 300)
@@ -169,8 +169,8 @@ async def test_each_request_reserves_its_size_plus_its_output_cap(env: Env) -> N
     await env.agent(Provider(usage=sized))(await env.ask("@crew one"))
     await env.agent(Provider(usage=sized), model_settings={"max_tokens": 256})(await env.ask("@crew two"))
     assert env.allowances.estimates == [
-        tokens_of_size(sizes[0]) + OUTPUT_CAP_TOKENS,
-        tokens_of_size(sizes[1]) + 256,
+        tokens_of_bytes(sizes[0]) + OUTPUT_CAP_TOKENS,
+        tokens_of_bytes(sizes[1]) + 256,
     ]
 
 

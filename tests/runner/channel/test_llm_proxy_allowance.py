@@ -21,12 +21,12 @@ import structlog
 
 from bot.schedules.firing import TASK_TURN_PREFIX
 from container.protocol import TaskSpec
-from core.allowances import Allowances
+from core.allowances import Allowances, tokens_of_bytes
 from core.settings import load_settings
 from core.store.spend import SCHEDULED_TURN_PREFIX, SpendKind, SpendStore, run_spend_kind
 from core.stores import Stores
 from runner.channel.conversation_limits import ConversationLimits
-from runner.channel.llm_allowance import ALLOWANCE_ERROR, Payer, ProxyAllowance, tokens_of
+from runner.channel.llm_allowance import ALLOWANCE_ERROR, Payer, ProxyAllowance
 from runner.channel.llm_policy import RequestPolicy
 from runner.channel.llm_proxy import LlmProxy
 from runner.channel.model_step import StepFailed, make_step
@@ -40,7 +40,7 @@ CHAT_ID, OTHER_CHAT_ID = -100, -200
 DAY = "2026-11-26"
 MAX_TOKENS = 40  # each call's output cap
 ASK = {**CHAT, "max_tokens": MAX_TOKENS}
-INPUT_HOLD = tokens_of(len(json.dumps(ASK).encode()))  # what the proxy holds for ASK's prompt: a token a byte
+INPUT_HOLD = tokens_of_bytes(len(json.dumps(ASK).encode()))  # what the proxy holds for ASK's prompt: a token a byte
 ESTIMATE = INPUT_HOLD + MAX_TOKENS  # a call's whole reservation
 NOON = datetime.fromisoformat(f"{DAY}T12:00").replace(tzinfo=ZoneInfo("UTC")).timestamp()
 
