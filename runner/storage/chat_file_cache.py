@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.logging import get_logger
@@ -24,21 +25,30 @@ FILE_MODE = 0o600
 KEY_CHARS = 40  # of a sha256: a file name that no platform id can turn into a path
 
 
+@dataclass(frozen=True, slots=True)
+class LocalCopy:
+    """A chat file's host-side copy, and its size as measured or written (no second look at the disk)."""
+
+    path: Path
+    size_bytes: int
+
+
 class ChatFileCache:
     def __init__(self, files_dir: Path, source: FileSource | None) -> None:
         self._dir = files_dir
         self._source = source  # None: this process has no channel to download from (a tool, a test)
-        self._downloads: dict[str, asyncio.Task[Path]] = {}
+        self._downloads: dict[str, asyncio.Task[LocalCopy]] = {}
 
     def path_for(self, file: ChatFile) -> Path:
         return self._dir / copy_name(file.file_unique_id)
 
-    async def local_copy(self, file: ChatFile, max_bytes: int) -> Path:
-        """The file's host-side copy, downloading it first if there is none; FileUnavailable says why not."""
+    async def local_copy(self, file: ChatFile, max_bytes: int) -> LocalCopy:
+        """The file's host-side copy and its size, downloading it first if there is none; FileUnavailable says
+        why not."""
         path = self.path_for(file)
         size = await asyncio.to_thread(_touch_size, path)
         if size is not None and size <= max_bytes:
-            return path
+            return LocalCopy(path, size)
         running = self._downloads.get(path.name)
         if running is None:
             running = asyncio.create_task(self._download(file, path, max_bytes), name=f"download-{file.ref}")
@@ -47,12 +57,12 @@ class ChatFileCache:
         # Shielded: a run cancelled while it waits does not cancel another run's download of the same file.
         return await asyncio.shield(running)
 
-    def _finished(self, key: str, done: asyncio.Task[Path]) -> None:
+    def _finished(self, key: str, done: asyncio.Task[LocalCopy]) -> None:
         self._downloads.pop(key, None)
         if not done.cancelled():
             done.exception()  # retrieved: every run that waited for it was cancelled meanwhile
 
-    async def _download(self, file: ChatFile, path: Path, max_bytes: int) -> Path:
+    async def _download(self, file: ChatFile, path: Path, max_bytes: int) -> LocalCopy:
         if self._source is None:
             raise FileUnavailable("files cannot be downloaded in this process")
         data = await self._source.download_file(file.file_id, max_bytes)
@@ -60,7 +70,7 @@ class ChatFileCache:
             raise FileUnavailable(f"it has {len(data)} bytes, over the limit of {max_bytes}")
         await asyncio.to_thread(_write_atomic, path, data)
         log.info("chat_file_downloaded", file=file.ref, chat_id=file.chat_id, size_bytes=len(data))
-        return path
+        return LocalCopy(path, len(data))
 
 
 def copy_name(file_unique_id: str) -> str:

@@ -7,7 +7,6 @@ the platform) is never a reason to fail the run: it becomes a line in the task s
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,8 +60,8 @@ class RunInputsBuilder:
             reason = self._refusal(file, chat_id, total)
             if reason is None and file is not None:
                 try:
-                    path = await self._cache.local_copy(file, self._max_file_bytes)
-                    size = await _size(path)
+                    copy = await self._cache.local_copy(file, self._max_file_bytes)
+                    path, size = copy.path, copy.size_bytes
                 except FileUnavailable as exc:
                     reason = str(exc) or type(exc).__name__
                 except OSError as exc:
@@ -103,7 +102,3 @@ class RunInputsBuilder:
     def _over_total(self, total: int) -> str:
         mb = self._run_bytes // BYTES_PER_MB
         return f"the run's files would be over {mb} MB together (SUBAGENT_RUN_FILES_MB); {total} bytes are given"
-
-
-async def _size(path: Path) -> int:
-    return (await asyncio.to_thread(path.stat)).st_size

@@ -137,7 +137,9 @@ async def test_a_copy_touched_again_is_kept(db: Database, paths: DataPaths, rete
     copy = await given_copy(db, paths, "run-done", "data.csv", OLD)
     await finish(db, "run-done", OLD)
     cache = ChatFileCache(paths.files_in_dir, None)
-    assert await cache.local_copy(await chat_file_of(db, "run-done", "data.csv"), 100) == copy  # a later run uses it
+    assert (
+        await cache.local_copy(await chat_file_of(db, "run-done", "data.csv"), 100)
+    ).path == copy  # a later run uses it
 
     assert (await retention.prune()).files_in == 0
     assert copy.exists()
