@@ -30,7 +30,7 @@ from bench.engine import EngineEvents, bare_start, engine_client, kill_container
 from bench.report import Measure, Row
 from bot.agent.offline import BACKGROUND_PHRASE, SPAWN_TOOL
 from bot.agent.prompt import LATEST_MARKER
-from runner.runtimes.docker_runtime import container_name
+from runner.runtimes.runtime import container_name
 from runner.storage.paths import container_user
 from tests.fakes.telegram_server import FakeTelegram
 

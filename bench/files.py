@@ -39,7 +39,7 @@ from bench.report import Measure, Row
 from bench.tg_process import TelegramProcess
 from core.store.run_files import Direction
 from core.store.run_record import RunRecord
-from runner.runtimes.docker_runtime import container_name
+from runner.runtimes.runtime import container_name
 from runner.service import SubagentService
 
 NAME = "files"

@@ -35,7 +35,7 @@ from bench.engine import BareMount, bare_start, engine_client, image_interpreter
 from bench.report import Measure, Row
 from container.protocol import SpawnRequest
 from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
-from runner.runtimes.docker_runtime import container_name
+from runner.runtimes.runtime import container_name
 from runner.storage.paths import CONTAINER_GID, CONTAINER_UID, container_user
 from tests.fakes.telegram_server import FakeTelegram
 

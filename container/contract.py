@@ -47,3 +47,16 @@ MAX_OFFERED_FILES = 10  # files one run may be given
 MAX_FILE_NOTES = 20  # lines saying which named files were not given to the run, and why
 MAX_FILE_NOTE_CHARS = 300
 MAX_EGRESS_ENTRIES = 200  # allowlist entries a task lists (the host's check uses all of them)
+
+# Backends whose containers share no folder with the host (Kubernetes): the host starts `python -m
+# container.bridge` inside the running container, which listens on the channel folder's sockets and carries
+# each connection to the host over its own stdin and stdout (container/mux.py). Set in the container's
+# environment by such a backend; nothing secret (the bridge's stream is the identity, as the socket is).
+CHANNEL_BRIDGED_ENV = "CREWBOT_CHANNEL_BRIDGED"
+BRIDGE_MODULE = "container.bridge"
+BRIDGE_TARGET_RUN = "run"  # a connection to the run socket
+BRIDGE_TARGET_EGRESS = "egress"  # a connection to the door to the web
+# The same backends keep a chat's workspace on the host as one opaque archive (tar) the host never opens:
+# `GET` it at the start into an empty /workspace, `PUT` it back before the result, up to WORKSPACE_QUOTA_MB.
+WORKSPACE_SYNC_ENV = "CREWBOT_WORKSPACE_SYNC"
+WORKSPACE_PATH = "/run/workspace"

@@ -10,7 +10,7 @@ from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from core.egress_rules import EgressMode
 from core.setting_bounds import (
@@ -50,6 +50,7 @@ from core.setting_bounds import (
     host_memory_bytes,
 )
 from core.setting_lists import allow_entries, apt_packages, pip_requirements, split_ids
+from core.setting_runtime import RuntimeSettings
 from core.setting_webhook import DEFAULT_WEBHOOK_LISTEN, WebhookListen, WebhookSecret, WebhookUrl
 
 MAX_TCP_PORT = 65535
@@ -109,7 +110,7 @@ def memory_limit_bytes(value: str, max_bytes: int = MAX_INT64) -> int:
     return size
 
 
-class Settings(BaseSettings):
+class Settings(RuntimeSettings):
     """Every setting crewbot reads. `.env.example` documents each one."""
 
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False)

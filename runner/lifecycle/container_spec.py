@@ -11,8 +11,15 @@ from pathlib import Path
 
 from container.protocol import CHANNEL_DIR, WORKSPACE_DIR
 from core.settings import Settings
-from runner.runtimes.docker_runtime import container_name
-from runner.runtimes.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID, ContainerSpec, Mount
+from runner.runtimes.runtime import (
+    LABEL_APP,
+    LABEL_CHAT_ID,
+    LABEL_INSTANCE,
+    LABEL_RUN_ID,
+    ContainerSpec,
+    Mount,
+    container_name,
+)
 from runner.storage.paths import container_user
 
 
@@ -39,4 +46,5 @@ def run_container_spec(
         cpus=settings.subagent_cpus,
         pids=settings.subagent_pids,
         workdir=WORKSPACE_DIR,
+        runtime_class=settings.subagent_runtime_class,
     )

@@ -14,9 +14,8 @@ from collections.abc import Awaitable, Callable
 
 from core.logging import get_logger
 from runner.runs.live_runs import LiveRun, StopReason
-from runner.runtimes.docker_runtime import ContainerGone
 from runner.runtimes.resource_use import RESOURCE_SAMPLE_SECONDS
-from runner.runtimes.runtime import ContainerRuntime, RuntimeUnavailable
+from runner.runtimes.runtime import ContainerGone, ContainerRuntime, RuntimeUnavailable
 
 log = get_logger(__name__)
 

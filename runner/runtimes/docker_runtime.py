@@ -27,6 +27,7 @@ from docker.types import Mount as DockerMount
 from runner.runtimes.resource_use import ResourceSample, cgroup_sample, sample_from_engine_stats
 from runner.runtimes.runtime import (
     LABEL_APP,
+    ContainerGone,
     ContainerInfo,
     ContainerSpec,
     ContainerStartError,
@@ -36,7 +37,6 @@ from runner.runtimes.runtime import (
 T = TypeVar("T")
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-CONTAINER_NAME_PREFIX = "crewbot-run-"
 TMPFS_MOUNTPOINT = "/tmp"
 # Docker adds noexec to a tmpfs unless told `exec`; said here so the engine's record shows it. The tmpfs
 # takes the mode of the image's /tmp (1777 in Debian), so any uid can write there.
@@ -53,19 +53,6 @@ HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 # Docker reports "never started" as the zero time.
 _ZERO_TIME_PREFIX = "0001-01-01"
-
-
-class ContainerGone(LookupError):
-    """The container no longer exists (removed outside crewbot); its exit code cannot be known.
-
-    Raised by `wait()`: the engine forgets a removed container's exit code, and inventing one would
-    report a failure as a success or the reverse. The caller treats the run as failed.
-    """
-
-
-def container_name(run_id: str) -> str:
-    """The engine-side name of a run's container: unique per run, recognisable in `docker ps`."""
-    return f"{CONTAINER_NAME_PREFIX}{run_id}"
 
 
 def security_options(spec: ContainerSpec) -> dict[str, Any]:

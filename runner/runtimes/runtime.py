@@ -14,6 +14,22 @@ LABEL_CHAT_ID = "crewbot.chat_id"
 LABEL_INSTANCE = "crewbot.instance"  # which deployment (data dir) owns it: recovery touches only its own
 
 
+CONTAINER_NAME_PREFIX = "crewbot-run-"
+
+
+def container_name(run_id: str) -> str:
+    """The engine-side name of a run's container (a Job's on Kubernetes): unique per run, recognisable."""
+    return f"{CONTAINER_NAME_PREFIX}{run_id}"
+
+
+class ContainerGone(LookupError):
+    """The container no longer exists (removed outside crewbot); its exit code cannot be known.
+
+    Raised by `wait()`: the engine forgets a removed container's exit code, and inventing one would
+    report a failure as a success or the reverse. The caller treats the run as failed.
+    """
+
+
 class RuntimeUnavailable(Exception):
     """The engine cannot be reached (daemon down, socket missing); the message says which and how."""
 
@@ -44,6 +60,8 @@ class ContainerSpec:
     environment: dict[str, str] = field(default_factory=dict)
     workdir: str = "/workspace"
     entrypoint: list[str] | None = None  # None: the image's own (the subagent's agent loop)
+    # A second kernel boundary: Docker's --runtime (e.g. runsc) or Kubernetes' runtimeClassName (e.g. gvisor).
+    runtime_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ RANGES = {
     "LLM_PRICE_OUTPUT_PER_MTOK": "a number from 0 to 10000",
     "SUBAGENT_EGRESS_MAX_CONNECTIONS": "a whole number from 1 to 256",
     "WORKSPACE_QUOTA_MB": "a whole number from 1 to 1048576",
+    "KUBE_JOB_TTL_SECONDS": "a whole number from 0 to 604800",
     "DATA_RETENTION_DAYS": "a number from 0.01 to 3650",
     "IPC_RESCAN_SECONDS": "a number from 0.5 to 300",
     "IPC_MAX_FILE_BYTES": "a whole number from 1024 to 16777216",

@@ -15,15 +15,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runner.runtimes.docker_runtime import ContainerGone, container_name
 from runner.runtimes.resource_use import ResourceSample
 from runner.runtimes.runtime import (
     LABEL_APP,
     LABEL_RUN_ID,
+    ContainerGone,
     ContainerInfo,
     ContainerSpec,
     ContainerStartError,
     RuntimeUnavailable,
+    container_name,
 )
 
 SIGKILL_EXIT_CODE = 137  # what Docker reports for a container ended by kill() or a forced remove()

@@ -14,15 +14,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from runner.runtimes.docker_runtime import ContainerGone, DockerRuntime, container_name
+from runner.runtimes.docker_runtime import DockerRuntime
 from runner.runtimes.runtime import (
     LABEL_APP,
     LABEL_INSTANCE,
     LABEL_RUN_ID,
+    ContainerGone,
     ContainerRuntime,
     ContainerSpec,
     ContainerStartError,
     RuntimeUnavailable,
+    container_name,
 )
 from tests.fakes.memory_runtime import SIGKILL_EXIT_CODE, MemoryContainer, MemoryRuntime
 

@@ -15,14 +15,16 @@ import docker
 import docker.errors
 import pytest
 
-from runner.runtimes.docker_runtime import (
-    TMPFS_MOUNTPOINT,
+from runner.runtimes.docker_runtime import TMPFS_MOUNTPOINT, DockerRuntime, parse_docker_time
+from runner.runtimes.runtime import (
+    LABEL_APP,
     ContainerGone,
-    DockerRuntime,
+    ContainerSpec,
+    ContainerStartError,
+    Mount,
+    RuntimeUnavailable,
     container_name,
-    parse_docker_time,
 )
-from runner.runtimes.runtime import LABEL_APP, ContainerSpec, ContainerStartError, Mount, RuntimeUnavailable
 from tests.runner.docker_helpers import TEST_LABEL
 
 TEST_IMAGE = "crewbot-test-busybox:latest"
