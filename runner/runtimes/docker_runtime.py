@@ -53,6 +53,14 @@ HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 # Docker reports "never started" as the zero time.
 _ZERO_TIME_PREFIX = "0001-01-01"
+# How engines word a --runtime they do not know: 20.10 "Unknown runtime specified X", later "unknown or
+# invalid runtime name: X".
+_UNKNOWN_RUNTIME_MARKERS = ("unknown runtime", "unknown or invalid runtime")
+RUNTIME_CLASS_FIX = (
+    "register it with the engine (`make engine` installs gVisor's runsc and adds it to /etc/docker/daemon.json "
+    "as runtime `runsc`; reload the engine afterwards: `systemctl reload docker` or SIGHUP to dockerd), "
+    "or unset SUBAGENT_RUNTIME_CLASS"
+)
 
 
 def security_options(spec: ContainerSpec) -> dict[str, Any]:
@@ -92,6 +100,8 @@ def create_options(spec: ContainerSpec) -> dict[str, Any]:
         "working_dir": spec.workdir,
         **({"entrypoint": spec.entrypoint} if spec.entrypoint is not None else {}),
         "detach": True,
+        # A second kernel boundary (gVisor's runsc); absent, the engine's default runtime (runc).
+        **({"runtime": spec.runtime_class} if spec.runtime_class is not None else {}),
         "log_config": LogConfig(type=LogConfig.types.JSON, config={"max-size": LOG_MAX_SIZE, "max-file": "1"}),
         **security_options(spec),
     }
@@ -128,6 +138,17 @@ def _is_engine_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, requests.exceptions.ConnectionError | FileNotFoundError | ConnectionRefusedError):
         return True
     return isinstance(exc, docker.errors.DockerException) and "Error while fetching server API version" in str(exc)
+
+
+def _create_refused(spec: ContainerSpec, exc: docker.errors.APIError) -> ContainerStartError:
+    """Why create failed, in words an operator can act on; an unknown runtime class names its fix."""
+    explanation = str(exc.explanation or exc)
+    if spec.runtime_class is not None and any(marker in explanation.lower() for marker in _UNKNOWN_RUNTIME_MARKERS):
+        return ContainerStartError(
+            f"the engine has no runtime {spec.runtime_class!r} (SUBAGENT_RUNTIME_CLASS={spec.runtime_class}); "
+            f"{RUNTIME_CLASS_FIX}"
+        )
+    return ContainerStartError(f"engine refused to create container {spec.name!r}: {explanation}")
 
 
 def _status_code(exc: docker.errors.APIError) -> int | None:
@@ -231,9 +252,7 @@ class DockerRuntime:
                     f"or set SUBAGENT_IMAGE: {exc.explanation or exc}"
                 ) from exc
             except docker.errors.APIError as exc:
-                raise ContainerStartError(
-                    f"engine refused to create container {spec.name!r}: {exc.explanation or exc}"
-                ) from exc
+                raise _create_refused(spec, exc) from exc
             try:
                 container.start()
             except docker.errors.APIError as exc:
