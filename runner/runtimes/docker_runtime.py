@@ -53,12 +53,11 @@ HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 # Docker reports "never started" as the zero time.
 _ZERO_TIME_PREFIX = "0001-01-01"
-# How engines word a --runtime they do not know: 20.10 "Unknown runtime specified X", later "unknown or
-# invalid runtime name: X".
+# An unknown --runtime: "Unknown runtime specified X" (20.10), "unknown or invalid runtime name: X" (later).
 _UNKNOWN_RUNTIME_MARKERS = ("unknown runtime", "unknown or invalid runtime")
 RUNTIME_CLASS_FIX = (
-    "register it with the engine (`make engine` installs gVisor's runsc and adds it to /etc/docker/daemon.json "
-    "as runtime `runsc`; reload the engine afterwards: `systemctl reload docker` or SIGHUP to dockerd), "
+    "register it with the engine (`make engine` installs gVisor's runsc and adds it to /etc/docker/daemon.json as "
+    "runtime `runsc`; then reload the engine: `systemctl reload docker` or SIGHUP dockerd), "
     "or unset SUBAGENT_RUNTIME_CLASS"
 )
 
@@ -140,13 +139,17 @@ def _is_engine_unreachable(exc: BaseException) -> bool:
     return isinstance(exc, docker.errors.DockerException) and "Error while fetching server API version" in str(exc)
 
 
+class UnknownRuntimeClass(ContainerStartError):
+    """The engine has no runtime of SUBAGENT_RUNTIME_CLASS's name; the message says how to register it."""
+
+
 def _create_refused(spec: ContainerSpec, exc: docker.errors.APIError) -> ContainerStartError:
     """Why create failed, in words an operator can act on; an unknown runtime class names its fix."""
     explanation = str(exc.explanation or exc)
     if spec.runtime_class is not None and any(marker in explanation.lower() for marker in _UNKNOWN_RUNTIME_MARKERS):
-        return ContainerStartError(
-            f"the engine has no runtime {spec.runtime_class!r} (SUBAGENT_RUNTIME_CLASS={spec.runtime_class}); "
-            f"{RUNTIME_CLASS_FIX}"
+        name = spec.runtime_class
+        return UnknownRuntimeClass(
+            f"the engine has no runtime {name!r} (SUBAGENT_RUNTIME_CLASS={name}); {RUNTIME_CLASS_FIX}"
         )
     return ContainerStartError(f"engine refused to create container {spec.name!r}: {explanation}")
 
