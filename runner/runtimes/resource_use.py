@@ -63,9 +63,12 @@ def cgroup_sample(container_id: str, root: str = "") -> ResourceSample | None:
     return cgroup_v2_sample(container_id, root) or cgroup_v1_sample(container_id, root)
 
 
-def cgroup_v1_sample(container_id: str, root: str = "") -> ResourceSample | None:
-    """memory.max_usage_in_bytes and cpuacct.usage (nanoseconds) of a local container's v1 cgroups."""
-    for parent in CGROUP_V1_PARENTS:
+def cgroup_v1_sample(
+    container_id: str, root: str = "", parents: tuple[str, ...] = CGROUP_V1_PARENTS
+) -> ResourceSample | None:
+    """memory.max_usage_in_bytes and cpuacct.usage (nanoseconds) of a local container's v1 cgroups, at the first
+    of `parents` (relative to the controllers' roots, `{id}` the container's) that exists."""
+    for parent in parents:
         memory = Path(root + CGROUP_V1_MEMORY_ROOT) / parent.format(id=container_id)
         if not memory.is_dir():
             continue
@@ -81,9 +84,11 @@ def cgroup_v1_sample(container_id: str, root: str = "") -> ResourceSample | None
     return None
 
 
-def cgroup_v2_sample(container_id: str, root: str = "") -> ResourceSample | None:
+def cgroup_v2_sample(
+    container_id: str, root: str = "", dirs: tuple[str, ...] = CGROUP_V2_DIRS
+) -> ResourceSample | None:
     """memory.peak (kernel 5.19+) and cpu.stat's usage_usec of a local container's v2 cgroup, if readable."""
-    for pattern in CGROUP_V2_DIRS:
+    for pattern in dirs:
         directory = Path(root + pattern.format(id=container_id))
         if not directory.is_dir():
             continue

@@ -1,0 +1,1 @@
+"""Subagents as Kubernetes Jobs (SUBAGENT_RUNTIME=kubernetes): the runtime, its Job spec and its channel bridge."""

@@ -1,0 +1,305 @@
+"""`ContainerRuntime` on Kubernetes: one `batch/v1` Job per run, its pod's channel bridged over the API.
+
+A run's id on this backend is its Job's name. The pod is found by the Job controller's `job-name` label;
+there is one (backoffLimit 0, restartPolicy Never). Once it runs, the runtime starts the run's bridge (an exec
+stream into the pod, runner/kube/pod_bridge.py) towards the run's host sockets in its channel folder, so the
+host's handlers serve the pod as they serve a Docker container; the bridge lives until the run is killed,
+exits or is removed, and a re-attached run (after a restart) gets a new one.
+
+Cancel is immediate: the Job is deleted first (so its controller makes no replacement pod), then the pod with
+grace 0. The official client is synchronous: every call runs in the runtime's own threads, and waiting is a
+watch of the job's pods in slices, so a thread never outlives `close()` by more than a slice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from container.contract import CHANNEL_DIR, CHANNEL_SOCKET_FILE, EGRESS_SOCKET_FILE
+from core.logging import get_logger
+from runner.kube.job_spec import JobOptions, job_body, kube_labels, run_labels
+from runner.kube.kube_calls import JobView, PodView
+from runner.kube.pod_usage import pod_sample
+from runner.runtimes.resource_use import ResourceSample
+from runner.runtimes.runtime import (
+    LABEL_RUN_ID,
+    ContainerGone,
+    ContainerInfo,
+    ContainerSpec,
+    ContainerStartError,
+    RuntimeUnavailable,
+)
+
+T = TypeVar("T")
+log = get_logger(__name__)
+
+WAIT_SLICE_SECONDS = 20  # one watch of a job's pods; the server ends it then and the loop looks again
+SIGKILL_EXIT_CODE = 137  # as Docker reports a killed container: the runtime killed it
+START_FAILED_EXIT_CODE = 125  # as Docker's run does for a container that could not start
+# Waiting reasons no retry fixes on this pod: the run fails with the reason instead of waiting for its deadline.
+FATAL_WAITING_REASONS = frozenset(
+    {
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+BRIDGE_SOCKETS = {"run": CHANNEL_SOCKET_FILE, "egress": EGRESS_SOCKET_FILE}
+
+
+class KubeApi(Protocol):
+    """runner/kube/kube_calls.py's `KubeCalls`, or its in-memory twin in the tests."""
+
+    namespace: str
+
+    def ping(self) -> None: ...
+    def create_job(self, body: dict[str, object]) -> bool: ...
+    def read_job(self, name: str) -> JobView | None: ...
+    def list_jobs(self, selector: str) -> list[JobView]: ...
+    def delete_job(self, name: str) -> None: ...
+    def job_pods(self, job_name: str) -> tuple[list[PodView], str]: ...
+    def delete_pod_now(self, name: str) -> None: ...
+    def pod_log(self, name: str) -> bytes: ...
+    def watch_job_pods(self, job_name: str, timeout_seconds: int, since: str) -> Iterator[PodView]: ...
+    def close(self) -> None: ...
+
+
+class Bridge(Protocol):
+    async def run(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+# (pod name, host sockets by bridge target; None: that target is refused) → the run's bridge.
+BridgeFactory = Callable[[str, dict[str, Path | None]], Bridge]
+
+
+def _selector(labels: dict[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(kube_labels(labels).items()))
+
+
+def _status(job: JobView, pod: PodView | None) -> tuple[str, int | None]:
+    """Docker's words for what recovery decides by: running (re-attach), exited (collect), dead (discard)."""
+    if pod is not None and pod.exit_code is not None:
+        return "exited", pod.exit_code
+    if pod is not None and pod.waiting_reason in FATAL_WAITING_REASONS:
+        return "dead", None
+    if job.failed_reason is not None or job.complete or (pod is not None and pod.deleting):
+        return "dead", None
+    return "running", None  # scheduled, starting or running: it goes on, and its bridge is made again
+
+
+class KubeRuntime:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        max_concurrency: int,
+        options: Callable[[], JobOptions],
+        bridges: BridgeFactory,
+        channel_dir: Callable[[str], Path],
+        wait_slice_seconds: int = WAIT_SLICE_SECONDS,
+    ) -> None:
+        self._api = api
+        self._options = options  # read at each start: SUBAGENT_TIMEOUT_SECONDS and the quota are live
+        self._bridges = bridges
+        self._channel_dir = channel_dir
+        self._wait_slice_seconds = wait_slice_seconds
+        self._executor = ThreadPoolExecutor(max_workers=2 * max_concurrency + 8, thread_name_prefix="kube-runtime")
+        self._bridge_tasks: dict[str, asyncio.Task[None]] = {}
+        self._killed: set[str] = set()
+        self._notes: dict[str, str] = {}  # why a pod could not start, for its logs
+        self._closed = False
+
+    @property
+    def namespace(self) -> str:
+        return self._api.namespace
+
+    async def _run(self, call: Callable[..., T], *args: object) -> T:
+        if self._closed:
+            raise RuntimeUnavailable("the Kubernetes runtime is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, call, *args)
+        except RuntimeError as exc:
+            if self._closed:  # "cannot schedule new futures after shutdown"
+                raise RuntimeUnavailable("the Kubernetes runtime is closed") from exc
+            raise
+
+    async def _pod(self, job: str) -> PodView | None:
+        return (await self._pod_at(job))[0]
+
+    async def _pod_at(self, job: str) -> tuple[PodView | None, str]:
+        """The job's pod (one not being deleted first) and the version a watch for its next change starts at."""
+        pods, version = await self._run(self._api.job_pods, job)
+        live = [pod for pod in pods if not pod.deleting] or pods
+        return (live[0] if live else None), version
+
+    # -- ContainerRuntime -------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        await self._run(self._api.ping)
+
+    async def start(self, spec: ContainerSpec) -> str:
+        body = job_body(spec, self._options())
+        try:
+            created = await self._run(self._api.create_job, body)
+        except RuntimeUnavailable:
+            raise
+        except Exception as exc:
+            raise ContainerStartError(f"the cluster refused Job {spec.name!r}: {exc}") from exc
+        if not created:
+            raise ContainerStartError(f"a Job named {spec.name!r} exists already in namespace {self.namespace}")
+        channel = next((mount.source for mount in spec.mounts if mount.target == CHANNEL_DIR), None)
+        if channel is not None:
+            self._ensure_bridge(spec.name, channel)
+        return spec.name
+
+    def _ensure_bridge(self, job: str, channel_dir: Path) -> None:
+        task = self._bridge_tasks.get(job)
+        if task is None or task.done():
+            self._bridge_tasks[job] = asyncio.create_task(self._bridge(job, channel_dir), name=f"bridge-{job}")
+
+    async def _bridge(self, job: str, channel_dir: Path) -> None:
+        """Once the pod runs, the bridge carries its connections until the run ends (this task is cancelled)."""
+        pod = await self._until_running(job)
+        if pod is None:
+            return
+        sockets: dict[str, Path | None] = {}
+        for target, file_name in BRIDGE_SOCKETS.items():
+            path = channel_dir / file_name
+            sockets[target] = path if await asyncio.to_thread(path.exists) else None
+        bridge = self._bridges(pod.name, sockets)
+        try:
+            await bridge.run()
+        finally:
+            await asyncio.shield(bridge.close())
+
+    async def _until_running(self, job: str) -> PodView | None:
+        while True:
+            try:
+                pod, version = await self._pod_at(job)
+                if pod is not None and pod.phase == "Running" and pod.exit_code is None:
+                    return pod
+                if pod is not None and (pod.exit_code is not None or pod.phase in ("Succeeded", "Failed")):
+                    return None
+                await self._run(self._watch_slice, job, self._wait_slice_seconds, version)
+            except RuntimeUnavailable as exc:
+                log.warning("kube_unreachable_before_bridge", job=job, error=str(exc))
+                await asyncio.sleep(1.0)
+
+    def _watch_slice(self, job: str, seconds: int, since: str) -> None:
+        """Returns at the first change of the job's pods after version `since`, or after `seconds`."""
+        for _change in self._api.watch_job_pods(job, seconds, since):
+            return
+
+    async def _reattach_bridge(self, job: str) -> None:
+        if job in self._bridge_tasks or job in self._killed:
+            return
+        view = await self._run(self._api.read_job, job)
+        run_id = run_labels(view.annotations, view.labels).get(LABEL_RUN_ID) if view is not None else None
+        if run_id:
+            self._ensure_bridge(job, self._channel_dir(run_id))
+
+    async def wait(self, container_id: str, timeout_seconds: float | None = None) -> int | None:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_seconds is None else loop.time() + timeout_seconds
+        await self._reattach_bridge(container_id)
+        while True:
+            code, version = await self._exit_code(container_id)
+            if code is not None:
+                await self._stop_bridge(container_id)
+                return code
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return None
+            seconds = self._wait_slice_seconds
+            if remaining is not None:
+                seconds = max(1, min(seconds, int(remaining) + 1))
+            await self._run(self._watch_slice, container_id, seconds, version)
+
+    async def _exit_code(self, job: str) -> tuple[int | None, str]:
+        code, version = await self._pod_at(job)
+        return await self._code_of(job, code), version
+
+    async def _code_of(self, job: str, pod: PodView | None) -> int | None:
+        """Its exit code once it ended; None while it runs; ContainerGone once neither Job nor pod is left."""
+        if pod is not None and pod.exit_code is not None:
+            return pod.exit_code
+        if pod is not None and pod.waiting_reason in FATAL_WAITING_REASONS:
+            self._notes[job] = f"crewbot: the pod could not start: {pod.waiting_reason}: {pod.waiting_message or ''}\n"
+            await self._run(self._api.delete_job, job)
+            await self._run(self._api.delete_pod_now, pod.name)
+            return START_FAILED_EXIT_CODE
+        if job in self._killed:
+            return SIGKILL_EXIT_CODE if pod is None or pod.deleting else None
+        if pod is None or pod.deleting:
+            view = await self._run(self._api.read_job, job)
+            if view is None or view.failed_reason is not None or pod is not None:
+                raise ContainerGone(f"Job {job} or its pod was deleted outside crewbot; its exit code is unknown")
+        return None
+
+    async def kill(self, container_id: str) -> None:
+        self._killed.add(container_id)
+        await self._stop_bridge(container_id)
+        pods, _ = await self._run(self._api.job_pods, container_id)
+        await self._run(self._api.delete_job, container_id)  # first: its controller makes no replacement pod
+        for pod in pods:
+            await self._run(self._api.delete_pod_now, pod.name)
+
+    async def logs(self, container_id: str) -> bytes:
+        note = self._notes.get(container_id, "").encode()
+        pod = await self._pod(container_id)
+        output = await self._run(self._api.pod_log, pod.name) if pod is not None else b""
+        return output + note
+
+    async def remove(self, container_id: str) -> None:
+        await self._stop_bridge(container_id)
+        await self._run(self._api.delete_job, container_id)
+        self._notes.pop(container_id, None)
+        self._killed.discard(container_id)
+
+    async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:
+        infos: list[ContainerInfo] = []
+        for job in await self._run(self._api.list_jobs, _selector(labels)):
+            given = run_labels(job.annotations, job.labels)
+            if any(given.get(key) != value for key, value in labels.items()):
+                continue
+            pod = await self._pod(job.name)
+            status, exit_code = _status(job, pod)
+            started = pod.started_at if pod is not None else None
+            infos.append(ContainerInfo(job.name, job.name, given, status, exit_code, started))
+        return infos
+
+    async def usage(self, container_id: str) -> ResourceSample | None:
+        pod = await self._pod(container_id)
+        if pod is None or pod.container_id is None or pod.exit_code is not None:
+            return None
+        return await self._run(pod_sample, pod.uid, pod.container_id)
+
+    async def image_exists(self, image: str) -> bool:
+        """The nodes' images are not the bot's to list (a namespaced Role): a missing one fails its run with
+        the kubelet's reason (ErrImageNeverPull, ImagePullBackOff) instead."""
+        return True
+
+    async def _stop_bridge(self, job: str) -> None:
+        task = self._bridge_tasks.pop(job, None)
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def close(self) -> None:
+        for job in list(self._bridge_tasks):
+            await self._stop_bridge(job)
+        self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self._api.close)

@@ -1,0 +1,194 @@
+"""The Job runtime against a real cluster: Jobs as runs, hardened pods, kill at once, gone is reported,
+and gVisor by runtime class (the kit's RuntimeClass `gvisor`). Busybox stands in for the agent here; the
+agent's own runs over the bridge are in test_kube_subagents.py."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from core.setting_runtime import PullPolicy
+from runner.kube.job_spec import JobOptions
+from runner.kube.kube_calls import KubeCalls
+from runner.kube.kube_config import KubeTarget
+from runner.kube.kube_runtime import SIGKILL_EXIT_CODE, START_FAILED_EXIT_CODE, KubeRuntime
+from runner.runtimes.runtime import (
+    LABEL_APP,
+    LABEL_CHAT_ID,
+    LABEL_INSTANCE,
+    LABEL_RUN_ID,
+    ContainerGone,
+    ContainerSpec,
+    container_name,
+)
+from tests.fakes.memory_kube import no_bridge
+
+pytestmark = pytest.mark.kubernetes
+
+BUSYBOX = "crewbot.local/busybox:1.35"  # built into the kit's node
+POLL_SECONDS = 0.1
+RUN_SECONDS = 60.0  # a guard only: a Job here takes about a second
+
+
+async def until(check: Callable[[], Awaitable[bool]]) -> None:
+    """The cluster tells no events here: its state is asked for until `check` holds (under a test's timeout)."""
+    for _ in itertools.count():
+        if await check():
+            return
+        await asyncio.sleep(POLL_SECONDS)
+
+
+async def has_logged(runtime: KubeRuntime, job: str, text: bytes) -> bool:
+    return text in await runtime.logs(job)
+
+
+async def has_started(runtime: KubeRuntime) -> bool:
+    return any(info.started_at is not None for info in await runtime.list({LABEL_APP: "1"}))
+
+
+async def runtime_lists_none(runtime: KubeRuntime, run_id: str) -> bool:
+    return not await runtime.list({LABEL_RUN_ID: run_id})
+
+
+@pytest.fixture
+async def runtime(kube_target: KubeTarget) -> AsyncIterator[KubeRuntime]:
+    options = JobOptions(
+        namespace=kube_target.namespace,
+        pull_policy=PullPolicy.NEVER,
+        ttl_seconds=600,
+        deadline_seconds=120,
+        workspace_quota_mb=16,
+    )
+    calls = KubeCalls(client.ApiClient(kube_target.api.configuration), kube_target.namespace)
+    kube = KubeRuntime(
+        calls, max_concurrency=4, options=lambda: options, bridges=no_bridge, channel_dir=lambda run_id: Path("/none")
+    )
+    try:
+        yield kube
+    finally:
+        for info in await kube.list({LABEL_APP: "1"}):
+            await kube.kill(info.id)
+        await kube.close()
+
+
+def spec(script: str, *, runtime_class: str | None = None, image: str = BUSYBOX) -> ContainerSpec:
+    run_id = secrets.token_hex(6)
+    return ContainerSpec(
+        name=container_name(run_id),
+        image=image,
+        command=["-c", script],
+        entrypoint=["sh"],
+        labels={LABEL_APP: "1", LABEL_RUN_ID: run_id, LABEL_CHAT_ID: "-1001234", LABEL_INSTANCE: "test"},
+        mounts=[],
+        user="1000:1000",
+        memory="64m",
+        cpus=0.5,
+        runtime_class=runtime_class,
+    )
+
+
+async def test_a_job_runs_reports_its_exit_code_and_output_and_is_listed_with_its_labels(runtime: KubeRuntime) -> None:
+    given = spec("echo hello from the pod; exit 3")
+    job = await runtime.start(given)
+    async with asyncio.timeout(RUN_SECONDS):
+        assert await runtime.wait(job) == 3
+    assert b"hello from the pod" in await runtime.logs(job)
+    (info,) = [i for i in await runtime.list({LABEL_APP: "1", LABEL_RUN_ID: given.labels[LABEL_RUN_ID]})]
+    assert info.labels[LABEL_CHAT_ID] == "-1001234"  # a label value Kubernetes refuses, kept in an annotation
+    assert (info.status, info.exit_code) == ("exited", 3)
+    await runtime.remove(job)
+    async with asyncio.timeout(RUN_SECONDS):
+        await until(lambda: runtime_lists_none(runtime, given.labels[LABEL_RUN_ID]))
+
+
+async def test_the_pod_is_hardened_as_the_docker_flags(runtime: KubeRuntime, kube_target: KubeTarget) -> None:
+    script = (
+        "id -u; id -g; touch /rootfs-write 2>/dev/null && echo root-writable || echo root-read-only; "
+        "grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; "
+        "ls /var/run/secrets/kubernetes.io 2>/dev/null || echo no-token; touch /tmp/ok && echo tmp-writable"
+    )
+    job = await runtime.start(spec(script))
+    async with asyncio.timeout(RUN_SECONDS):
+        assert await runtime.wait(job) == 0
+    out = (await runtime.logs(job)).decode()
+    assert out.splitlines()[:2] == ["1000", "1000"]
+    assert "root-read-only" in out and "tmp-writable" in out and "no-token" in out
+    assert "CapEff:\t0000000000000000" in out
+    assert "NoNewPrivs:\t1" in out
+    body: Any = client.BatchV1Api(kube_target.api).read_namespaced_job(job, kube_target.namespace)
+    assert body.spec.backoff_limit == 0
+    assert body.spec.ttl_seconds_after_finished == 600
+    assert body.spec.active_deadline_seconds is not None
+    pod_spec = body.spec.template.spec
+    assert pod_spec.automount_service_account_token is False
+    assert pod_spec.security_context.seccomp_profile.type == "RuntimeDefault"
+    limits = pod_spec.containers[0].resources.limits
+    assert (limits["memory"], limits["cpu"]) == ("64Mi", "500m")
+
+
+async def test_kill_ends_the_pod_at_once_and_no_replacement_comes(
+    runtime: KubeRuntime, kube_target: KubeTarget
+) -> None:
+    job = await runtime.start(spec("echo started; sleep 600"))
+    async with asyncio.timeout(RUN_SECONDS):
+        await until(lambda: has_logged(runtime, job, b"started"))
+        await runtime.kill(job)
+        assert await runtime.wait(job) == SIGKILL_EXIT_CODE
+    core = client.CoreV1Api(kube_target.api)
+
+    def pods() -> list[object]:
+        return list(core.list_namespaced_pod(kube_target.namespace, label_selector=f"job-name={job}").items)
+
+    assert await asyncio.to_thread(pods) == []  # deleted with grace 0: gone from the API at once
+    # The Job went first, so no controller is left to make a replacement pod.
+    batch = client.BatchV1Api(kube_target.api)
+    jobs = await asyncio.to_thread(batch.list_namespaced_job, kube_target.namespace, label_selector=f"{LABEL_RUN_ID}")
+    names = {item.metadata.name for item in jobs.items if item.metadata and not item.metadata.deletion_timestamp}
+    assert job not in names
+
+
+async def test_a_job_deleted_by_someone_else_is_gone_not_guessed(runtime: KubeRuntime, kube_target: KubeTarget) -> None:
+    job = await runtime.start(spec("sleep 600"))
+    async with asyncio.timeout(RUN_SECONDS):
+        await until(lambda: has_started(runtime))
+        batch = client.BatchV1Api(kube_target.api)
+        await asyncio.to_thread(
+            batch.delete_namespaced_job,
+            job,
+            kube_target.namespace,
+            propagation_policy="Background",
+            grace_period_seconds=0,
+        )
+        with pytest.raises(ContainerGone):
+            await runtime.wait(job)
+
+
+async def test_an_image_the_node_does_not_have_fails_the_run_with_the_kubelets_reason(runtime: KubeRuntime) -> None:
+    job = await runtime.start(spec("true", image="crewbot.local/not-there:1"))
+    async with asyncio.timeout(RUN_SECONDS):
+        assert await runtime.wait(job) == START_FAILED_EXIT_CODE
+    assert b"ErrImageNeverPull" in await runtime.logs(job)
+
+
+async def test_usage_is_read_from_the_pods_cgroup_on_this_node(runtime: KubeRuntime) -> None:
+    job = await runtime.start(spec("echo started; sleep 600"))
+    async with asyncio.timeout(RUN_SECONDS):
+        await until(lambda: has_logged(runtime, job, b"started"))
+        sample = await runtime.usage(job)
+    assert sample is not None and sample.memory_peak_bytes is not None and sample.memory_peak_bytes > 0
+    await runtime.kill(job)
+
+
+async def test_a_runtime_class_runs_the_pod_under_gvisor(runtime: KubeRuntime) -> None:
+    job = await runtime.start(spec("dmesg; id -u", runtime_class="gvisor"))
+    async with asyncio.timeout(RUN_SECONDS):
+        assert await runtime.wait(job) == 0
+    out = await runtime.logs(job)
+    assert b"gVisor" in out and b"1000" in out
