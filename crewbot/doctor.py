@@ -8,6 +8,7 @@ cannot run because an earlier one failed is shown as `skip` with the reason, nev
 from __future__ import annotations
 
 import asyncio
+import platform
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from core.logging import SecretRedactor
+from core.setting_runtime import RuntimeKind
 from core.settings import LLMProvider, Settings
 from core.store.db import Database
 from crewbot.startup import (
@@ -30,7 +32,7 @@ from crewbot.startup import check_database as check_database_file
 from crewbot.webhook_doctor import WebhookFacts, webhook_verdict
 
 if TYPE_CHECKING:
-    from runner.runtimes.runtime import ContainerRuntime
+    from runner.runtimes.runtime import ContainerRuntime, ContainerSpec
 
 CHECK_TIMEOUT_SECONDS = 20.0
 CONTAINER_CHECK_TIMEOUT_SECONDS = 60.0
@@ -164,14 +166,15 @@ def _engine_reason(exc: BaseException) -> str:
     return _reason(exc)[:120]
 
 
-async def _container_check(settings: Settings, runtime: ContainerRuntime) -> CheckResult:
-    from runner.runtimes.runtime import ContainerSpec, ContainerStartError
+def _probe_spec(settings: Settings, code: str, runtime_class: str | None = None) -> ContainerSpec:
+    """A tiny container of the subagent image running `python -c code`, with the subagent limits and network."""
+    from runner.runtimes.runtime import ContainerSpec
     from runner.storage.paths import container_user
 
-    spec = ContainerSpec(
+    return ContainerSpec(
         name=f"crewbot-doctor-{secrets.token_hex(4)}",
         image=settings.subagent_image,
-        command=["-c", "import sys; print(sys.version.split()[0])"],
+        command=["-c", code],
         entrypoint=["/opt/venv/bin/python"],
         labels={"crewbot.doctor": "1"},
         mounts=[],
@@ -181,7 +184,14 @@ async def _container_check(settings: Settings, runtime: ContainerRuntime) -> Che
         cpus=settings.subagent_cpus,
         pids=settings.subagent_pids,
         workdir="/tmp",
+        runtime_class=runtime_class,
     )
+
+
+async def _container_check(settings: Settings, runtime: ContainerRuntime) -> CheckResult:
+    from runner.runtimes.runtime import ContainerStartError
+
+    spec = _probe_spec(settings, "import sys; print(sys.version.split()[0])")
     rebuild = "rebuild the image: `crewbot image build --force`"
     try:
         container_id = await runtime.start(spec)
@@ -204,6 +214,38 @@ async def _container_check(settings: Settings, runtime: ContainerRuntime) -> Che
     if code != 0:
         return fail(f"a test container exited with code {code}: {output[-MAX_OUTPUT_SHOWN_CHARS:]}", rebuild)
     return CheckResult("ok", f"started with the subagent limits (Python {output})")
+
+
+async def _runtime_class_check(settings: Settings, runtime: ContainerRuntime, runtime_class: str) -> CheckResult:
+    """A tiny container of the subagent image under SUBAGENT_RUNTIME_CLASS, with the subagent limits and network:
+    the engine knowing the name is not enough (gVisor may be registered but unable to start here)."""
+    from runner.runtimes.docker_runtime import RUNTIME_CLASS_FIX, UnknownRuntimeClass
+    from runner.runtimes.runtime import ContainerStartError
+
+    spec = _probe_spec(settings, "import platform; print(platform.release())", runtime_class)
+    engine_log = "see the engine's log (/var/log/crewbot-dockerd.log when `make engine` started it)"
+    try:
+        container_id = await runtime.start(spec)
+    except UnknownRuntimeClass:
+        return fail(f"the engine has no runtime {runtime_class!r} (SUBAGENT_RUNTIME_CLASS)", RUNTIME_CLASS_FIX)
+    except ContainerStartError as exc:
+        return fail(f"the engine could not start a container under {runtime_class} ({_reason(exc)})", engine_log)
+    try:
+        code = await runtime.wait(container_id, CONTAINER_CHECK_TIMEOUT_SECONDS)
+        output = (await runtime.logs(container_id)).decode(errors="replace").strip()
+    finally:
+        await runtime.kill(container_id)
+        await runtime.remove(container_id)
+    if code != 0:
+        ended = "did not finish in time" if code is None else f"exited with code {code}"
+        return fail(
+            f"a test container under {runtime_class} {ended}: {output[-MAX_OUTPUT_SHOWN_CHARS:]}",
+            # gVisor's sandbox counts its own threads against the pids limit: too low a limit kills forks.
+            f"{engine_log}; under gVisor SUBAGENT_PIDS also counts the sandbox's own threads: raise it",
+        )
+    host = platform.release()
+    kernel = "the host's own kernel" if output == host else f"its own kernel {output}, not the host's {host}"
+    return CheckResult("ok", f"{runtime_class}: a test container started under it ({kernel})")
 
 
 async def _image_check(settings: Settings, runtime: ContainerRuntime) -> CheckResult:
@@ -240,13 +282,15 @@ async def _image_check(settings: Settings, runtime: ContainerRuntime) -> CheckRe
 async def check_docker(settings: Settings, runtime: ContainerRuntime) -> list[tuple[str, CheckResult]]:
     endpoint = getattr(runtime, "endpoint", "the Docker engine")
     image = settings.subagent_image
+    runtime_class = settings.subagent_runtime_class if settings.subagent_runtime is RuntimeKind.DOCKER else None
+    after_container = ["container"] + (["runtime"] if runtime_class is not None else [])
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
             await runtime.ping()
     except Exception as exc:
         down = fail(f"no engine answers at {endpoint} ({_engine_reason(exc)})", ENGINE_FIX)
         skipped = CheckResult("skip", "not checked: no Docker engine")
-        return [("docker", down), ("image", skipped), ("container", skipped)]
+        return [("docker", down), *((name, skipped) for name in ["image", *after_container])]
     results = [("docker", CheckResult("ok", f"engine answers at {endpoint}"))]
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
@@ -262,12 +306,18 @@ async def check_docker(settings: Settings, runtime: ContainerRuntime) -> list[tu
                 ("image", fail(f"{image} is not on the engine", "`crewbot image build` (about 600 MB, a few minutes)"))
             )
     if not present:
-        return [*results, ("container", CheckResult("skip", "not checked: no image"))]
+        return [*results, *((name, CheckResult("skip", "not checked: no image")) for name in after_container)]
     try:
         async with asyncio.timeout(CONTAINER_CHECK_TIMEOUT_SECONDS + CHECK_TIMEOUT_SECONDS):
             results.append(("container", await _container_check(settings, runtime)))
     except Exception as exc:
         results.append(("container", fail(f"a test container could not be run ({_reason(exc)})", ENGINE_FIX)))
+    if runtime_class is not None:
+        try:
+            async with asyncio.timeout(CONTAINER_CHECK_TIMEOUT_SECONDS + CHECK_TIMEOUT_SECONDS):
+                results.append(("runtime", await _runtime_class_check(settings, runtime, runtime_class)))
+        except Exception as exc:
+            results.append(("runtime", fail(f"a test container could not be run ({_reason(exc)})", ENGINE_FIX)))
     return results
 
 
