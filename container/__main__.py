@@ -17,6 +17,7 @@ from container.channel import ChannelRefused, RunChannel, while_host_away
 from container.paths import ContainerPaths
 from container.run import describe_error, run_task
 from container.task import RunResult, Task
+from container.workspace_sync import pull_workspace, push_workspace, sync_enabled
 
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1
@@ -52,8 +53,9 @@ async def _run_until_signal(task: Task, channel: RunChannel, paths: ContainerPat
                 loop.remove_signal_handler(stop_signal)
 
 
-async def run_main(paths: ContainerPaths) -> int:
-    """The whole run; returns the exit code. Awaitable in-process, which the tests do."""
+async def run_main(paths: ContainerPaths, *, sync_workspace: bool = False) -> int:
+    """The whole run; returns the exit code. Awaitable in-process, which the tests do. With `sync_workspace`
+    the workspace is pulled over the channel first and pushed back before the result (container/workspace_sync.py)."""
     async with RunChannel(paths.channel_socket, log) as channel:
         try:
             task = await while_host_away(channel.task, "the task", log)
@@ -64,7 +66,9 @@ async def run_main(paths: ContainerPaths) -> int:
             log(f"the run channel did not answer: {describe_error(exc)}")
             return EXIT_BAD_TASK
         log(f"run {task.run_id}: starting task {task.label!r}")
-        result = await _run_until_signal(task, channel, paths)
+        result = (
+            await _run_synced(task, channel, paths) if sync_workspace else await _run_until_signal(task, channel, paths)
+        )
         if not await report(channel, result, task.run_id):
             return EXIT_FAILED
     if result.status == "completed":
@@ -72,6 +76,21 @@ async def run_main(paths: ContainerPaths) -> int:
         return EXIT_COMPLETED
     log(f"run {task.run_id}: failed: {result.error}")
     return EXIT_FAILED
+
+
+async def _run_synced(task: Task, channel: RunChannel, paths: ContainerPaths) -> RunResult:
+    """The run between a pull and a push of its workspace. A failed pull ends it: pushing what it then made
+    would replace the chat's stored workspace with a partial one."""
+
+    def run_log(line: str) -> None:
+        log(f"run {task.run_id}: {line}")
+
+    failure = await pull_workspace(channel, paths.workspace_dir, run_log)
+    if failure is not None:
+        run_log(failure)
+        return RunResult(status="failed", error=failure)
+    result = await _run_until_signal(task, channel, paths)
+    return await push_workspace(channel, paths.workspace_dir, result, run_log)
 
 
 async def report(channel: ResultSink, result: RunResult, run_id: str) -> bool:
@@ -86,7 +105,7 @@ async def report(channel: ResultSink, result: RunResult, run_id: str) -> bool:
 
 
 def main() -> int:
-    return asyncio.run(run_main(ContainerPaths.from_env(os.environ)))
+    return asyncio.run(run_main(ContainerPaths.from_env(os.environ), sync_workspace=sync_enabled(os.environ)))
 
 
 if __name__ == "__main__":

@@ -31,12 +31,22 @@ from container.channel_files import (
     fetch_limit,
     receive_into,
 )
-from container.contract import FILES_PATH, MESSAGE_PATH, MODEL_PATH, RESULT_PATH, SESSION_PATH, TASK_PATH
+from container.contract import (
+    FILES_PATH,
+    MESSAGE_PATH,
+    MODEL_PATH,
+    RESULT_PATH,
+    SESSION_PATH,
+    TASK_PATH,
+    WORKSPACE_PATH,
+)
 from container.task import RunResult, Task
 
 T = TypeVar("T")
 
 CHANNEL_TIMEOUT_SECONDS = 30.0
+# One read or write of a workspace transfer: the host syncs an upload of up to the quota to disk before it answers.
+WORKSPACE_TIMEOUT_SECONDS = 300.0
 # A model step waits for the provider (the host gives it 600 s, and one retry) and the host's budget queue.
 STEP_TIMEOUT_SECONDS = 1_500.0
 # Connecting is tried again after these pauses (about 30 s in all): the socket is missing or refuses while
@@ -171,6 +181,44 @@ class RunChannel:
         except LocalFileFailed as exc:
             raise exc.error from None
         return _detail(status, answer)
+
+    async def fetch_workspace(self, unpack: Callable[[http.client.HTTPResponse], T]) -> T | None:
+        """`GET /run/workspace`: None when the host keeps no workspace for the chat yet, else what `unpack` (run in
+        the channel's thread) made of the answer's body. Tried again while the host is away, `unpack` from the
+        start each time; a refusal raises ChannelRefused, and what `unpack` raises that is no OSError goes up."""
+
+        def receive(response: http.client.HTTPResponse) -> tuple[T | None, bytes]:
+            if response.status == 200:
+                return unpack(response), b""
+            return None, response.read(MAX_REASON_BYTES)
+
+        def exchange() -> tuple[int, tuple[T | None, bytes]]:
+            return self._blocking_exchange("GET", WORKSPACE_PATH, None, {}, WORKSPACE_TIMEOUT_SECONDS, receive)
+
+        status, (unpacked, refusal) = await while_host_away(lambda: self._alone(exchange), "the workspace", self._log)
+        if status == 204:
+            return None
+        if status != 200:
+            raise ChannelRefused(_reason(status, refusal))
+        return unpacked
+
+    async def send_workspace(self, body: Callable[[], Iterable[bytes]]) -> str:
+        """`PUT /run/workspace`, the body sent chunked from a fresh `body()` per attempt (its length is not known
+        before it is made); tried again while the host is away. Returns the host's word; a refusal (over the
+        quota) raises ChannelRefused with the host's reason."""
+        headers = {"Content-Type": "application/x-tar"}
+
+        def exchange() -> tuple[int, bytes]:
+            return self._blocking_exchange(
+                "PUT", WORKSPACE_PATH, body, headers, WORKSPACE_TIMEOUT_SECONDS, _read_answer
+            )
+
+        status, answer = await while_host_away(lambda: self._alone(exchange), "the workspace", self._log)
+        return _detail(status, answer)
+
+    async def _alone(self, work: Callable[[], T]) -> T:
+        async with self._connections:
+            return await _in_daemon_thread(work)
 
     async def _post(self, path: str, body: bytes) -> str:
         status, answer = await self._request("POST", path, body)

@@ -14,6 +14,7 @@ from typing import Protocol, TypeVar
 from aiohttp import web
 from pydantic import BaseModel
 
+from container.contract import WORKSPACE_PATH
 from container.protocol import (
     FILES_PATH,
     MAX_RUN_BODY_BYTES,
@@ -33,6 +34,7 @@ from runner.channel.bounded_json import BodyRefused, ShapeScanner
 from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused, answer
 from runner.channel.conversation_limits import ConversationLimits
 from runner.channel.file_transfer import FileEndpoint, receive_file, serve_offered
+from runner.channel.workspace_desk import handle_workspace
 
 # The refusal and the answer live in runner/channel/channel_answers.py; most users import them from here.
 __all__ = ["INVALID_STATUS", "READ_CHUNK_BYTES", "ChannelRefused", "RunEndpoint", "answer", "handle_run_api"]
@@ -91,6 +93,8 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
             return await serve_offered(endpoint, request, path[len(_OFFERED_PREFIX) :])
         if path == FILES_PATH and method == "POST":
             return await receive_file(endpoint, request)
+        if path == WORKSPACE_PATH:  # GET and PUT, only for a run that syncs its workspace (workspace_desk.py)
+            return await handle_workspace(endpoint, request)
         if path == TASK_PATH and method == "GET":
             task = await endpoint.task()
             return web.Response(body=task.model_dump_json(), content_type="application/json")

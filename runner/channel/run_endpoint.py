@@ -30,6 +30,7 @@ from runner.channel.conversation_limits import ConversationLimits
 from runner.channel.run_api import INVALID_STATUS, ChannelRefused
 from runner.channel.run_file_desk import ReceivedFile, RunFileDesk
 from runner.channel.sessions import SessionRejected, clean
+from runner.channel.workspace_desk import ArchiveStore, WorkspaceDesk
 from runner.runs.live_runs import LiveRun, StopReason
 from runner.runs.outcome import SUBAGENT_SENDER
 
@@ -57,6 +58,7 @@ class RunInbox:
         max_messages: int,
         session_max_messages: int,
         files: RunFileDesk,
+        workspace: ArchiveStore | None = None,
     ) -> None:
         self._live = live
         self._spec = spec
@@ -75,6 +77,10 @@ class RunInbox:
         self._stepping = False
         self._invalid_requests = 0
         self.limits = ConversationLimits.for_task(spec, EXTRA_MODEL_STEPS)
+        # Its chat's archive when the run syncs its workspace over the channel (no shared folder); else None.
+        self.workspace = (
+            None if workspace is None else WorkspaceDesk(workspace, check_live=self._check_live, invalid=self.invalid)
+        )
 
     def _check_live(self) -> None:
         if self._live.cancelled or self._live.released:

@@ -1,0 +1,361 @@
+"""The workspace as a tar stream, both ways, in the channel's thread: `pack` makes one from /workspace piece by
+piece (nothing staged: /tmp is a small tmpfs), `unpack` writes one into /workspace.
+
+The archive the host hands back is what some earlier run of the chat sent: hostile input. `unpack` therefore
+places every entry itself, through directory descriptors opened with O_NOFOLLOW from the workspace down, so no
+entry is ever written through a link, wherever the links in the archive point (they are kept as links). It
+refuses absolute names, `..`, devices, FIFOs and sparse files, and skips each such entry with a reason. The
+image's Python (3.11.2) has no `tarfile.data_filter`; this does not rely on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+import tarfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from container.channel_files import LocalFileFailed
+
+T = TypeVar("T")
+
+BLOCK_BYTES = tarfile.BLOCKSIZE
+RECORD_BYTES = tarfile.RECORDSIZE
+PIECE_BYTES = 256 * 1024  # small entries are gathered into pieces of this size before they are sent
+FILE_READ_BYTES = 1024 * 1024
+MAX_NAME_BYTES = 4096  # PATH_MAX: a longer name could not be opened anyway
+MAX_SKIPS_SHOWN = 10
+DIR_MODE = 0o755
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# A folder on an entry's way is a link, a file, or missing: the archive is inconsistent or hostile; skip it.
+_REFUSED_WAY = frozenset({errno.ELOOP, errno.ENOTDIR, errno.ENOENT})
+
+
+@dataclass(slots=True)
+class Skips:
+    """Entries left out, and why: the first few named, all counted."""
+
+    count: int = 0
+    shown: list[str] = field(default_factory=list)
+
+    def add(self, name: str, reason: str) -> None:
+        self.count += 1
+        if len(self.shown) < MAX_SKIPS_SHOWN:
+            self.shown.append(f"{name[:200]!r}: {reason}")
+
+    def describe(self) -> str:
+        more = f" and {self.count - len(self.shown)} more" if self.count > len(self.shown) else ""
+        return "; ".join(self.shown) + more
+
+
+# --- pack -----------------------------------------------------------------------------------------------
+
+
+def pack(root: Path, skips: Skips) -> Iterator[bytes]:
+    """The tar stream of everything below `root`: folders, regular files and symlinks (stored as links, never
+    followed); FIFOs, sockets and devices are skipped. Each file is read once, by descriptor, and sent as the
+    size it had when opened (cut or padded with zeros if it changes meanwhile)."""
+    pending = bytearray()
+    total = 0
+    for piece in _entries(root, skips):
+        total += len(piece)
+        if len(piece) >= PIECE_BYTES:
+            if pending:
+                yield bytes(pending)
+                pending.clear()
+            yield piece
+            continue
+        pending += piece
+        if len(pending) >= PIECE_BYTES:
+            yield bytes(pending)
+            pending.clear()
+    end = 2 * BLOCK_BYTES  # two zero blocks end an archive; tar pads it to whole records
+    end += -(total + end) % RECORD_BYTES
+    yield bytes(pending) + bytes(end)
+
+
+def _entries(root: Path, skips: Skips) -> Iterator[bytes]:
+    stack: list[tuple[str, str]] = [("", os.fspath(root))]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        try:
+            with os.scandir(abs_dir) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError as exc:
+            skips.add(rel_dir or ".", f"not listed: {exc.strerror}")
+            continue
+        folders: list[tuple[str, str]] = []
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # vanished meanwhile
+            if stat.S_ISDIR(st.st_mode):
+                yield _header(rel, tarfile.DIRTYPE, st)
+                folders.append((rel, entry.path))
+            elif stat.S_ISLNK(st.st_mode):
+                try:
+                    yield _header(rel, tarfile.SYMTYPE, st, linkname=os.readlink(entry.path))
+                except OSError as exc:
+                    skips.add(rel, f"link not read: {exc.strerror}")
+            elif stat.S_ISREG(st.st_mode):
+                yield from _file(entry.path, rel, skips)
+            else:
+                skips.add(rel, "a FIFO, socket or device is not kept")
+        stack.extend(reversed(folders))
+
+
+def _header(name: str, kind: bytes, st: os.stat_result, *, linkname: str = "", size: int = 0) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = stat.S_IMODE(st.st_mode)
+    info.mtime = int(st.st_mtime)
+    info.linkname = linkname
+    info.size = size
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+def _file(path: str, rel: str, skips: Skips) -> Iterator[bytes]:
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        skips.add(rel, f"not read: {exc.strerror}")
+        return
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            skips.add(rel, "replaced while it was packed")
+            return
+        size = st.st_size
+        yield _header(rel, tarfile.REGTYPE, st, size=size)
+        left = size
+        while left:
+            try:
+                chunk = os.read(fd, min(FILE_READ_BYTES, left))
+            except OSError:
+                chunk = b""
+            if not chunk:  # shrank or failed: the header promised `size` bytes
+                skips.add(rel, "changed while it was packed (padded with zeros)")
+                chunk = bytes(left)
+            left -= len(chunk)
+            yield chunk
+        yield bytes(-size % BLOCK_BYTES)
+    finally:
+        os.close(fd)
+
+
+# --- unpack ---------------------------------------------------------------------------------------------
+
+
+class Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+class StreamBody:
+    """A download as tarfile's stream mode reads it, counted: it ends at `length` bytes, and a body that ends
+    before (the connection was cut) raises ConnectionError, which the channel tries again."""
+
+    def __init__(self, source: Readable, length: int) -> None:
+        self._source = source
+        self._left = length
+
+    def read(self, size: int, /) -> bytes:
+        chunk = self._source.read(min(size, self._left)) if self._left else b""
+        if not chunk and self._left:
+            raise ConnectionError(f"the workspace download ended {self._left} bytes early")
+        self._left -= len(chunk)
+        return chunk
+
+    def drain(self) -> None:
+        """Read what follows the archive's end (padding), so that the whole body is known to have arrived."""
+        while self.read(FILE_READ_BYTES):
+            pass
+
+    def write(self, data: bytes, /) -> int:
+        raise OSError(errno.EBADF, "a download is read only")
+
+    def tell(self) -> int:
+        raise OSError(errno.ESPIPE, "a download cannot seek")
+
+    def seek(self, offset: int, /) -> int:
+        raise OSError(errno.ESPIPE, "a download cannot seek")
+
+    def close(self) -> None:
+        return None
+
+
+def unpack(body: StreamBody, root: Path, skips: Skips) -> int:
+    """Write the archive streamed by `body` into the folder `root`; returns the entries placed.
+
+    tarfile.TarError: the archive is not a tar stream. LocalFileFailed: the workspace could not be written."""
+    root_fd = _local(lambda: os.open(root, _DIR_FLAGS))
+    placed = 0
+    try:
+        with tarfile.open(fileobj=body, mode="r|", encoding="utf-8", errors="surrogateescape") as tar:
+            while (member := tar.next()) is not None:
+                # tarfile keeps every member it read (a million entries, a million objects); typeshed omits the list.
+                tar.members.clear()  # type: ignore[attr-defined]
+                reason = _place(tar, member, root_fd)
+                if reason is None:
+                    placed += 1
+                else:
+                    skips.add(member.name, reason)
+        body.drain()
+    finally:
+        os.close(root_fd)
+    return placed
+
+
+def empty(root: Path) -> None:
+    """Remove everything in `root` (a retried download starts over); links are removed, never followed."""
+    try:
+        with os.scandir(root) as listing:
+            entries = list(listing)
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+    except OSError as exc:
+        raise LocalFileFailed(exc) from exc
+
+
+def _place(tar: tarfile.TarFile, member: tarfile.TarInfo, root_fd: int) -> str | None:
+    """Create `member` below `root_fd`; the reason it was skipped, or None."""
+    parts = _parts(member.name)
+    if parts is None:
+        return "an absolute name, `..`, or too long: outside the workspace"
+    if not parts:
+        return None if member.isdir() else "no name"
+    if member.issparse() or not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        return "a device, FIFO, sparse or other special file is not restored"
+    try:
+        parent = _open_way(root_fd, parts[:-1], create=True)
+    except OSError as exc:
+        if exc.errno in _REFUSED_WAY:
+            return "a folder on its way is a link or a file"
+        raise LocalFileFailed(exc) from exc
+    try:
+        return _make(tar, member, parts[-1], parent, root_fd)
+    except OSError as exc:
+        if exc.errno in _REFUSED_WAY or exc.errno == errno.EEXIST:
+            return f"not placed: {exc.strerror}"
+        raise LocalFileFailed(exc) from exc
+    finally:
+        os.close(parent)
+
+
+def _make(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, parent: int, root_fd: int) -> str | None:
+    if member.isdir():
+        try:
+            os.mkdir(name, DIR_MODE, dir_fd=parent)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                return "a file or link of that name came first"
+        return None
+    if not _clear_name(parent, name):
+        return "a folder of that name came first"
+    if member.issym():
+        if not member.linkname or "\x00" in member.linkname:
+            return "a link to nothing"
+        os.symlink(member.linkname, name, dir_fd=parent)  # kept as the archive says; nothing is written through it
+        return None
+    if member.islnk():
+        return _hard_link(member.linkname, name, parent, root_fd)
+    _write_file(tar, member, name, parent)
+    return None
+
+
+def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, parent: int) -> None:
+    source = tar.extractfile(member)
+    if source is None:
+        raise tarfile.ReadError(f"{member.name[:200]!r} has no data")
+    fd = os.open(name, _NEW_FILE_FLAGS, 0o600, dir_fd=parent)
+    try:
+        written = 0
+        while chunk := source.read(FILE_READ_BYTES):
+            _write_all(fd, chunk)
+            written += len(chunk)
+        if written != member.size:
+            raise tarfile.ReadError(f"{member.name[:200]!r} ended after {written} of {member.size} bytes")
+        # As tarfile's data filter: no setuid or group/other write bits, always the owner's read and write.
+        mode = member.mode & 0o755 | 0o600
+        os.fchmod(fd, mode if member.mode & 0o100 else mode & ~0o111)
+        os.utime(fd, (member.mtime, member.mtime))
+    finally:
+        os.close(fd)
+
+
+def _hard_link(target: str, name: str, parent: int, root_fd: int) -> str | None:
+    parts = _parts(target)
+    if not parts:
+        return "a hard link to outside the workspace"
+    source_dir = _open_way(root_fd, parts[:-1], create=False)
+    try:
+        if not stat.S_ISREG(os.stat(parts[-1], dir_fd=source_dir, follow_symlinks=False).st_mode):
+            return "a hard link to something that is not a file"
+        os.link(parts[-1], name, src_dir_fd=source_dir, dst_dir_fd=parent, follow_symlinks=False)
+    finally:
+        os.close(source_dir)
+    return None
+
+
+def _parts(name: str) -> list[str] | None:
+    """The name's folders and last part, relative to the workspace; None for a name that leaves it."""
+    if name.startswith("/") or "\x00" in name or len(os.fsencode(name)) > MAX_NAME_BYTES:
+        return None
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    return None if ".." in parts else parts
+
+
+def _open_way(root_fd: int, folders: list[str], *, create: bool) -> int:
+    """The folder `folders` below `root_fd`, each step opened with O_NOFOLLOW: a link on the way raises ELOOP
+    or ENOTDIR, never leads elsewhere."""
+    fd = os.dup(root_fd)
+    try:
+        for folder in folders:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(folder, DIR_MODE, dir_fd=fd)
+            step = os.open(folder, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _clear_name(parent: int, name: str) -> bool:
+    """Make room for a new entry `name`: an earlier file or link of that name goes; False for a folder."""
+    try:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    if stat.S_ISDIR(st.st_mode):
+        return False
+    os.unlink(name, dir_fd=parent)
+    return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _local(work: Callable[[], T]) -> T:
+    try:
+        return work()
+    except OSError as exc:
+        raise LocalFileFailed(exc) from exc
