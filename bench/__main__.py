@@ -48,6 +48,7 @@ BENCHMARKS: dict[str, str] = {
     "allowance": "bench.allowance",
     "markdown": "bench.markdown",
     "webhook": "bench.webhook",
+    "runtime_class": "bench.runtime_class",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOGS_DIR = RESULTS_DIR / "logs"
