@@ -1,5 +1,5 @@
-"""`crewbot doctor`: one line per check (settings, database, Telegram and its webhook, LLM, Docker), non-zero on
-failure.
+"""`crewbot doctor`: one line per check (settings, database, Telegram and its webhook, LLM, Docker, and
+SUBAGENT_RUNTIME_CLASS when set), non-zero on failure.
 
 A failing line says what was tried (the URL, the engine's address) and ends in `fix: …`; a check that
 cannot run because an earlier one failed is shown as `skip` with the reason, never left out.
