@@ -282,10 +282,11 @@ class Mux:
         if kind is FrameType.DATA:
             if stream.state in (StreamState.GOT_EOF, StreamState.CLOSED):
                 raise MuxError(f"DATA on stream {stream.id} after its EOF")
-            if not frame.payload or len(frame.payload) > stream.receive_window:
-                raise MuxError(
-                    f"DATA of {len(frame.payload)} bytes on stream {stream.id}, window {stream.receive_window}"
-                )
+            if not frame.payload:
+                raise MuxError(f"empty DATA on stream {stream.id}")
+            if len(frame.payload) > stream.receive_window:
+                size, window = len(frame.payload), stream.receive_window
+                raise MuxError(f"DATA of {size} bytes on stream {stream.id}, past its window of {window}")
             stream.receive_window -= len(frame.payload)
             stream.inbound.append(frame.payload)
             stream.inbound_ready.set()
