@@ -4,6 +4,7 @@ on the in-memory container runtime: each "container" is a coroutine that talks t
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -25,6 +26,11 @@ from core.typing_indicator import TypingIndicator
 from runner.ipc.outcome import RequestOutcome
 from runner.service import SubagentService
 from tests.bot.helpers import RecordingChannel, make_delivery
+from runner.kube.job_spec import JobOptions
+from runner.kube.kube_runtime import KubeRuntime
+from runner.runtimes.runtime import ContainerRuntime
+from runner.storage.paths import DataPaths
+from tests.fakes.memory_kube import MemoryKube, no_bridge
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 from tests.harness import make_settings
 
@@ -34,6 +40,11 @@ WAIT_SECONDS = 10.0  # only so a broken test fails instead of hanging
 POLL_SECONDS = 0.01  # the store has no change events: states are looked at this often
 
 Behaviour = Callable[[RunChannel, MemoryContainer], Awaitable[int | None]]
+# Which runtime the service runs on: "docker" (the memory runtime itself) or "kubernetes" (the real Job runtime
+# over tests/fakes/memory_kube.py, whose pods are the memory runtime's containers); set by tests/runner/lifecycle's
+# `both_backends` fixture.
+BACKEND: contextvars.ContextVar[str] = contextvars.ContextVar("lifecycle_backend", default="docker")
+KUBE_WAIT_SLICE_SECONDS = 1  # the fake's watch slices: short, so a stopping test never waits on one
 
 
 def completing(text: str = "all done", session: bytes | None = None):  # type: ignore[no-untyped-def]
@@ -140,6 +151,30 @@ class Rig:
 Prepare = Callable[[Stores, MemoryRuntime, str], Awaitable[None]]
 
 
+def kube_over(runtime: MemoryRuntime, settings: Settings) -> ContainerRuntime:
+    """The Job runtime on a fake API whose pods are `runtime`'s containers."""
+    paths = DataPaths(settings.data_dir)
+
+    def options() -> JobOptions:
+        return JobOptions(
+            namespace=MemoryKube.namespace,
+            pull_policy=settings.kube_image_pull_policy,
+            ttl_seconds=settings.kube_job_ttl_seconds,
+            deadline_seconds=settings.subagent_timeout_seconds,
+            workspace_quota_mb=settings.workspace_quota_mb,
+        )
+
+    api = MemoryKube(runtime, asyncio.get_running_loop(), paths.channel_dir)
+    return KubeRuntime(
+        api,
+        max_concurrency=8,
+        options=options,
+        bridges=no_bridge,
+        channel_dir=paths.channel_dir,
+        wait_slice_seconds=KUBE_WAIT_SLICE_SECONDS,
+    )
+
+
 @asynccontextmanager
 async def rig(
     tmp_path: Path,
@@ -164,7 +199,8 @@ async def rig(
 
     runtime = MemoryRuntime(on_start=on_start)
     allowances = Allowances(settings, SpendStore(stores.db)) if with_allowances else None
-    service = SubagentService(settings, stores, delivery, typing, runtime, file_source=channel, allowances=allowances)
+    engine = kube_over(runtime, settings) if BACKEND.get() == "kubernetes" else runtime
+    service = SubagentService(settings, stores, delivery, typing, engine, file_source=channel, allowances=allowances)
     chat = await stores.chats.ensure(CHAT_ID, "group", "main")
     await stores.chats.ensure(OTHER_CHAT_ID, "group", "other")
     if prepare is not None:

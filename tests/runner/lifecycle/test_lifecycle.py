@@ -16,7 +16,7 @@ from runner.runtimes.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LA
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 from tests.runner.lifecycle_helpers import CHAT_ID, OTHER_CHAT_ID, Prepare, completing, forever, rig
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("both_backends")]
 
 
 async def test_cap_holds_under_concurrent_requests(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from core.store.runs import FollowUp, RunStatus
 from tests.fakes.memory_runtime import MemoryContainer
 from tests.runner.lifecycle_helpers import CHAT_ID, completing, forever, reports_then_hangs, rig
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("both_backends")]
 
 
 async def test_a_result_arrives_once_as_a_subagent_message(tmp_path: Path) -> None:

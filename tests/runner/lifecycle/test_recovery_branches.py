@@ -17,7 +17,7 @@ from runner.runtimes.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LA
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 from tests.runner.lifecycle_helpers import CHAT_ID, Prepare, forever, rig
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("both_backends")]
 
 
 async def completes(channel: RunChannel, container: MemoryContainer) -> int | None:
