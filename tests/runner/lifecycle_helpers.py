@@ -24,12 +24,12 @@ from core.store.spend import SpendStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from runner.ipc.outcome import RequestOutcome
-from runner.service import SubagentService
-from tests.bot.helpers import RecordingChannel, make_delivery
 from runner.kube.job_spec import JobOptions
 from runner.kube.kube_runtime import KubeRuntime
 from runner.runtimes.runtime import ContainerRuntime
+from runner.service import SubagentService
 from runner.storage.paths import DataPaths
+from tests.bot.helpers import RecordingChannel, make_delivery
 from tests.fakes.memory_kube import MemoryKube, no_bridge
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 from tests.harness import make_settings
