@@ -79,7 +79,7 @@ def _intro(settings: Settings, log_file: Path, why: str | None) -> list[str]:
 
 def _console(settings: Settings, why: str | None = None) -> int:
     from bot.channels.console import ConsoleChannel
-    from crewbot.serve import docker_runtime, serve, subagents_readiness
+    from crewbot.serve import serve, subagent_runtime, subagents_readiness
 
     lock = _prepare(settings)
     log_file = _log_file(settings, "console.log")
@@ -90,7 +90,7 @@ def _console(settings: Settings, why: str | None = None) -> int:
     _quiet_pydantic_ai()
 
     async def session() -> int:
-        runtime = docker_runtime(settings)
+        runtime = subagent_runtime(settings)
         intro = [*_intro(settings, log_file, why), await subagents_readiness(settings, runtime)]
         channel = ConsoleChannel(settings.assistant_name, intro=intro, files_dir=settings.data_dir / CONSOLE_FILES_DIR)
         return await serve(settings, channel, runtime)
@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         return _console(settings, NO_TOKEN_NOTE)
     from bot.channels.telegram import TelegramChannel
     from bot.channels.webhook import WebhookConfig
-    from crewbot.serve import docker_runtime, serve
+    from crewbot.serve import serve, subagent_runtime
 
     lock = _prepare(settings)
     log_file = _log_file(settings, "crewbot.log")
@@ -126,7 +126,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         log.info("logging_to", stream="stderr", file=str(log_file))
 
     try:
-        return asyncio.run(serve(settings, channel, docker_runtime(settings), on_started=started))
+        return asyncio.run(serve(settings, channel, subagent_runtime(settings), on_started=started))
     finally:
         release_held_logs(write=False)  # only still held if the start failed: that is one line, not a log
         lock.release()

@@ -50,13 +50,13 @@ async def show_logs(
     interval_seconds: float = FOLLOW_INTERVAL_SECONDS,
 ) -> int:
     """Print the run's output (the tail); with `follow`, then what it prints next, until it ends."""
-    from crewbot.serve import docker_runtime, output_reader
+    from crewbot.serve import output_reader, subagent_runtime
 
     stream = out or sys.stdout
     db = await Database.open(settings.db_path)
     owned: ContainerRuntime | None = None
     if runtime is None:
-        owned = runtime = docker_runtime(settings)
+        owned = runtime = subagent_runtime(settings)
     try:
         reader = output_reader(settings, db, runtime)
         # Following compares whole outputs to find what is new, so it reads more than it first shows.

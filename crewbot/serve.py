@@ -23,7 +23,8 @@ from core.allowances import Allowances
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
-from core.settings import MAX_SUBAGENTS_CEILING, Settings
+from core.setting_runtime import RuntimeKind
+from core.settings import Settings
 from core.store.db import Database
 from core.store.egress import EgressStore
 from core.store.run_files import RunFileStore
@@ -98,10 +99,11 @@ class ObservedSubagents:
         await self._service.stop()
 
 
-def docker_runtime(settings: Settings) -> ContainerRuntime:
-    from runner.runtimes.docker_runtime import DockerRuntime
+def subagent_runtime(settings: Settings) -> ContainerRuntime:
+    """SUBAGENT_RUNTIME's backend (runner.kube.kube_config.KubeConfigError when a cluster cannot be loaded)."""
+    from runner.service import build_runtime
 
-    return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)  # threads start on demand; the cap may rise live
+    return build_runtime(settings)
 
 
 def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> RunOutputReader:
@@ -164,6 +166,7 @@ async def subagents_readiness(settings: Settings, runtime: ContainerRuntime) -> 
     """One line for the console's intro: can subagents run here, and if not, what to do."""
     image = settings.subagent_image
     endpoint = getattr(runtime, "endpoint", "the Docker engine")
+    engine = "Kubernetes" if settings.subagent_runtime == RuntimeKind.KUBERNETES else "Docker engine"
     try:
         async with asyncio.timeout(ENGINE_PROBE_SECONDS):
             await runtime.ping()
@@ -172,10 +175,12 @@ async def subagents_readiness(settings: Settings, runtime: ContainerRuntime) -> 
     except Exception as exc:
         log.info("subagents_not_ready", error=str(exc))
         return (
-            f"Subagents: no Docker engine answers at {endpoint}, so they fail until one does "
-            "(`make engine` starts one, as root); chatting works."
+            f"Subagents: no {engine} answers at {endpoint}, so they fail until one does "
+            + ("(`make engine` starts one, as root); " if engine == "Docker engine" else f"({exc}); ")
+            + "chatting works."
         )
-    return f"Subagents: ready (Docker at {endpoint}, image {image})."
+    where = endpoint if engine == "Kubernetes" else f"Docker at {endpoint}"
+    return f"Subagents: ready ({where}, image {image})."
 
 
 def _install_signals(stop: asyncio.Event, on_second: Callable[[], None]) -> None:

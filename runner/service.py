@@ -9,6 +9,7 @@ from collections.abc import Callable
 from core.allowances import Allowances
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.setting_runtime import RuntimeKind
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.chat_files import ChatFileStore
 from core.store.egress import EgressStore
@@ -243,5 +244,15 @@ def build_subagent_system(
     typing: TypingIndicator,
     file_source: FileSource | None = None,
 ) -> SubagentService:
-    runtime = DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)  # threads start on demand; the cap may rise live
-    return SubagentService(settings, stores, delivery, typing, runtime, file_source=file_source)
+    return SubagentService(settings, stores, delivery, typing, build_runtime(settings), file_source=file_source)
+
+
+def build_runtime(settings: Settings) -> ContainerRuntime:
+    """SUBAGENT_RUNTIME's backend. Kubernetes' loads its configuration here (blocking, at start-up) and raises
+    runner.kube.kube_config.KubeConfigError with the line to show when it cannot."""
+    # Threads start on demand; the cap may rise live.
+    if settings.subagent_runtime == RuntimeKind.KUBERNETES:
+        from runner.kube.kube_setup import kube_runtime
+
+        return kube_runtime(settings, DataPaths(settings.data_dir).channel_dir, max_concurrency=MAX_SUBAGENTS_CEILING)
+    return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)

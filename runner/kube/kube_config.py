@@ -21,7 +21,12 @@ MAX_NAMESPACE_FILE_BYTES = 256
 
 
 class KubeConfigError(Exception):
-    """The cluster's configuration cannot be loaded; the message is the line to show."""
+    """The cluster's configuration cannot be loaded: `cause` and `fix`, shown as one line at start-up."""
+
+    def __init__(self, cause: str, fix: str) -> None:
+        super().__init__(f"{cause}: {fix}")
+        self.cause = cause
+        self.fix = fix
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +71,7 @@ def load_target(settings: Settings) -> KubeTarget:
     except (ConfigException, OSError, ValueError, TypeError) as exc:
         where = f"KUBECONFIG={settings.kubeconfig}" if settings.kubeconfig else "no KUBECONFIG, not in a pod"
         raise KubeConfigError(
-            f"SUBAGENT_RUNTIME=kubernetes: cannot load the cluster's configuration ({where}): {exc}; "
-            "set KUBECONFIG to a kubeconfig file, or run the bot in the cluster (deploy/kubernetes/)"
+            f"SUBAGENT_RUNTIME=kubernetes: cannot load the cluster's configuration ({where}): {exc}",
+            "set KUBECONFIG to a kubeconfig file, or run the bot in the cluster (deploy/kubernetes/)",
         ) from exc
     return KubeTarget(client.ApiClient(configuration), namespace or DEFAULT_NAMESPACE, source)

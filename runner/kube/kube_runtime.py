@@ -78,8 +78,8 @@ class Bridge(Protocol):
     async def close(self) -> None: ...
 
 
-# (pod name, host sockets by bridge target; None: that target is refused) → the run's bridge.
-BridgeFactory = Callable[[str, dict[str, Path | None]], Bridge]
+# (job name, pod name, host sockets by bridge target; None: that target is refused) → the run's bridge.
+BridgeFactory = Callable[[str, str, dict[str, Path | None]], Bridge]
 
 
 def _selector(labels: dict[str, str]) -> str:
@@ -107,8 +107,10 @@ class KubeRuntime:
         bridges: BridgeFactory,
         channel_dir: Callable[[str], Path],
         wait_slice_seconds: int = WAIT_SLICE_SECONDS,
+        server: str = "the cluster",
     ) -> None:
         self._api = api
+        self._server = server
         self._options = options  # read at each start: SUBAGENT_TIMEOUT_SECONDS and the quota are live
         self._bridges = bridges
         self._channel_dir = channel_dir
@@ -122,6 +124,11 @@ class KubeRuntime:
     @property
     def namespace(self) -> str:
         return self._api.namespace
+
+    @property
+    def endpoint(self) -> str:
+        """Where runs go, for the logs, the console's intro and doctor."""
+        return f"Kubernetes at {self._server}, namespace {self.namespace}"
 
     async def _run(self, call: Callable[..., T], *args: object) -> T:
         if self._closed:
@@ -177,7 +184,7 @@ class KubeRuntime:
         for target, file_name in BRIDGE_SOCKETS.items():
             path = channel_dir / file_name
             sockets[target] = path if await asyncio.to_thread(path.exists) else None
-        bridge = self._bridges(pod.name, sockets)
+        bridge = self._bridges(job, pod.name, sockets)
         try:
             await bridge.run()
         finally:

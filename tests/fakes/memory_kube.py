@@ -164,5 +164,5 @@ class NoBridge:
         pass
 
 
-def no_bridge(pod_name: str, sockets: dict[str, Path | None]) -> NoBridge:
+def no_bridge(job: str, pod_name: str, sockets: dict[str, Path | None]) -> NoBridge:
     return NoBridge()
