@@ -59,6 +59,7 @@ class BridgeState(Enum):
     OPENING = "opening"
     UP = "up"  # a session is carrying streams
     WAITING = "waiting"  # pausing before it opens again
+    HELD = "held"  # the last minute had its share of openings: waiting for the oldest to age out
     CLOSED = "closed"  # close() was called
     BROKEN = "broken"  # the pod broke the protocol: nothing more is carried for this run
 
@@ -224,7 +225,7 @@ class PodBridge:
         wait = opened[0] + RATE_WINDOW_SECONDS - time.monotonic()
         if wait > 0:
             log.warning("pod_bridge_rate_limited", run_id=self._run_id, wait_seconds=round(wait, 1))
-            self._set_state(BridgeState.WAITING)
+            self._set_state(BridgeState.HELD)
             await self._pause(wait)
 
     async def _pause(self, seconds: float) -> None:
