@@ -5,9 +5,8 @@ agent's own runs over the bridge are in test_kube_subagents.py."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,20 +28,12 @@ from runner.runtimes.runtime import (
     container_name,
 )
 from tests.fakes.memory_kube import no_bridge
+from tests.runner.kube.polling import until_async
 
 pytestmark = pytest.mark.kubernetes
 
 BUSYBOX = "crewbot.local/busybox:1.35"  # built into the kit's node
-POLL_SECONDS = 0.1
 RUN_SECONDS = 60.0  # a guard only: a Job here takes about a second
-
-
-async def until(check: Callable[[], Awaitable[bool]]) -> None:
-    """The cluster tells no events here: its state is asked for until `check` holds (under a test's timeout)."""
-    for _ in itertools.count():
-        if await check():
-            return
-        await asyncio.sleep(POLL_SECONDS)
 
 
 async def has_logged(runtime: KubeRuntime, job: str, text: bytes) -> bool:
@@ -105,7 +96,7 @@ async def test_a_job_runs_reports_its_exit_code_and_output_and_is_listed_with_it
     assert (info.status, info.exit_code) == ("exited", 3)
     await runtime.remove(job)
     async with asyncio.timeout(RUN_SECONDS):
-        await until(lambda: runtime_lists_none(runtime, given.labels[LABEL_RUN_ID]))
+        await until_async(lambda: runtime_lists_none(runtime, given.labels[LABEL_RUN_ID]))
 
 
 async def test_the_pod_is_hardened_as_the_docker_flags(runtime: KubeRuntime, kube_target: KubeTarget) -> None:
@@ -138,7 +129,7 @@ async def test_kill_ends_the_pod_at_once_and_no_replacement_comes(
 ) -> None:
     job = await runtime.start(spec("echo started; sleep 600"))
     async with asyncio.timeout(RUN_SECONDS):
-        await until(lambda: has_logged(runtime, job, b"started"))
+        await until_async(lambda: has_logged(runtime, job, b"started"))
         await runtime.kill(job)
         assert await runtime.wait(job) == SIGKILL_EXIT_CODE
     core = client.CoreV1Api(kube_target.api)
@@ -157,7 +148,7 @@ async def test_kill_ends_the_pod_at_once_and_no_replacement_comes(
 async def test_a_job_deleted_by_someone_else_is_gone_not_guessed(runtime: KubeRuntime, kube_target: KubeTarget) -> None:
     job = await runtime.start(spec("sleep 600"))
     async with asyncio.timeout(RUN_SECONDS):
-        await until(lambda: has_started(runtime))
+        await until_async(lambda: has_started(runtime))
         batch = client.BatchV1Api(kube_target.api)
         await asyncio.to_thread(
             batch.delete_namespaced_job,
@@ -180,7 +171,7 @@ async def test_an_image_the_node_does_not_have_fails_the_run_with_the_kubelets_r
 async def test_usage_is_read_from_the_pods_cgroup_on_this_node(runtime: KubeRuntime) -> None:
     job = await runtime.start(spec("echo started; sleep 600"))
     async with asyncio.timeout(RUN_SECONDS):
-        await until(lambda: has_logged(runtime, job, b"started"))
+        await until_async(lambda: has_logged(runtime, job, b"started"))
         sample = await runtime.usage(job)
     assert sample is not None and sample.memory_peak_bytes is not None and sample.memory_peak_bytes > 0
     await runtime.kill(job)
