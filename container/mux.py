@@ -1,17 +1,13 @@
-"""Many connections over one byte stream: the frames of the bridged run channel and the engine at both ends.
+"""Many connections over one byte stream: the bridged run channel's frames, and the engine at both of its ends.
 
-A pod shares no folder with the host, so the host execs `python -m container.bridge` in it (container/bridge.py):
-the bridge accepts the agent's connections on the channel folder's sockets and carries each one as a *stream*
-over its own stdin and stdout; the host's end (runner/kube/pod_bridge.py) connects each stream to the run's
-real socket, so the same handlers serve every backend.
-
-A frame is a header `!BII` (type, stream id, payload length) and at most MAX_FRAME_PAYLOAD_BYTES of payload.
-Only the pod side opens streams, with ids that only grow. Each direction of each stream has a credit window:
-a receiver returns credit (WINDOW) only once it has written the bytes to its local socket, so a stalled local
-reader stalls its own stream and nothing else, and a stream never holds more than its window. The receiving
-loop never awaits a local socket: each stream has its own writer task.
-
-The host treats the pod as hostile: any frame that breaks the protocol raises MuxError and ends the whole mux.
+The pod's bridge (container/bridge.py) carries each connection the agent makes as a *stream* over its stdin and
+stdout; the host's end (runner/kube/pod_bridge.py) connects each stream to the run's real socket. A frame is a
+header `!BII` (type, stream id, payload length) and at most MAX_FRAME_PAYLOAD_BYTES of payload. Only the pod
+opens streams, with ids that only grow. Each direction of a stream has a credit window: a receiver returns
+credit (WINDOW) only once it has written the bytes to its local socket, so a stalled reader stalls its own
+stream and nothing else, and a stream never holds more than its window. The receiving loop never awaits a local
+socket (each stream has its own writer task). The host treats the pod as hostile: a frame that breaks the
+protocol raises MuxError and ends the whole mux.
 """
 
 from __future__ import annotations
@@ -48,6 +44,9 @@ class FrameType(IntEnum):
     RESET = 6  # the stream is aborted
 
 
+FRAME_TYPES = frozenset(FrameType)
+
+
 class Role(Enum):
     HOST = "host"
     POD = "pod"
@@ -57,7 +56,8 @@ class StreamState(Enum):
     OPEN = "open"
     SENT_EOF = "sent_eof"  # our direction has ended
     GOT_EOF = "got_eof"  # the peer's direction has ended
-    CLOSED = "closed"  # both have ended, or it was reset: the stream no longer counts against the cap
+    CLOSED = "closed"  # both have ended: it no longer counts against the cap
+    RESET = "reset"  # aborted by either side: late frames for it are dropped
 
 
 class MuxError(Exception):
@@ -81,21 +81,14 @@ async def read_frame(reader: asyncio.StreamReader) -> Frame | None:
     """The next frame; None when the stream ends (at a frame's boundary or inside one: the transport broke).
     A bad type or an oversize length raises MuxError before any payload is read."""
     try:
-        header = await reader.readexactly(HEADER.size)
+        raw_type, stream_id, length = HEADER.unpack(await reader.readexactly(HEADER.size))
+        if raw_type not in FRAME_TYPES:
+            raise MuxError(f"unknown frame type {raw_type}")
+        if length > MAX_FRAME_PAYLOAD_BYTES:
+            raise MuxError(f"frame payload of {length} bytes is over {MAX_FRAME_PAYLOAD_BYTES}")
+        return Frame(FrameType(raw_type), stream_id, await reader.readexactly(length) if length else b"")
     except asyncio.IncompleteReadError:
         return None
-    raw_type, stream_id, length = HEADER.unpack(header)
-    try:
-        frame_type = FrameType(raw_type)
-    except ValueError:
-        raise MuxError(f"unknown frame type {raw_type}") from None
-    if length > MAX_FRAME_PAYLOAD_BYTES:
-        raise MuxError(f"frame payload of {length} bytes is over {MAX_FRAME_PAYLOAD_BYTES}")
-    try:
-        payload = await reader.readexactly(length) if length else b""
-    except asyncio.IncompleteReadError:
-        return None
-    return Frame(frame_type, stream_id, payload)
 
 
 @dataclass(eq=False, slots=True)
@@ -104,7 +97,6 @@ class _Stream:
     target: str
     window_bytes: int
     state: StreamState = StreamState.OPEN
-    reset: bool = False
     inbound: deque[bytes] = field(default_factory=deque)
     inbound_ready: asyncio.Event = field(default_factory=asyncio.Event)
     receive_window: int = 0  # what the peer may still send us
@@ -120,8 +112,12 @@ class _Stream:
         """One direction has ended: ours (SENT_EOF) or the peer's (GOT_EOF)."""
         if self.state is StreamState.OPEN:
             self.state = side
-        elif self.state is not side:
+        elif self.state in (StreamState.SENT_EOF, StreamState.GOT_EOF) and self.state is not side:
             self.state = StreamState.CLOSED
+
+    @property
+    def peer_done(self) -> bool:  # the peer sends no more on it
+        return self.state in (StreamState.GOT_EOF, StreamState.CLOSED, StreamState.RESET)
 
 
 class Mux:
@@ -146,7 +142,7 @@ class Mux:
         self._sink = sink
         self._connect = connect
         self._targets = frozenset(targets)
-        self._max_streams = max_streams
+        self._cap = max_streams
         self._window_bytes = window_bytes
         self._streams: dict[int, _Stream] = {}
         self._last_id = 0  # the highest stream id opened so far
@@ -160,10 +156,6 @@ class Mux:
     def streams(self) -> int:
         """Streams whose tasks are still alive (closing ones included)."""
         return len(self._streams)
-
-    def open_streams(self) -> int:
-        """Streams that count against the cap: neither both ended nor reset."""
-        return sum(1 for s in self._streams.values() if s.state is not StreamState.CLOSED)
 
     async def wait_session(self) -> bool:
         """Pod side: wait for the host's first HELLO; False when the mux ended before any came."""
@@ -182,12 +174,10 @@ class Mux:
                 await self._send(FrameType.HELLO, 0)
             await self._ended
         finally:
-            self._closed = True
-            self._session.set()  # pod side: connections waiting for a session see the end and close
             receiving.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await receiving
-            await self._drop_all()
+            await self.close()
 
     async def open(self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Pod side: carry one accepted local connection to `target` until either end closes it. Past the cap,
@@ -195,11 +185,8 @@ class Mux:
         if self._role is not Role.POD:
             raise RuntimeError("only the pod side opens streams")
         await self._session.wait()
-        if self._closed or len(self._streams) >= self._max_streams:
-            _abort(writer)
-            return
-        async with self._send_lock:
-            if self._closed:  # the mux ended while this waited its turn to send
+        async with self._send_lock:  # checked here: connections accepted together queue for the lock
+            if self._closed or len(self._streams) >= self._cap:
                 _abort(writer)
                 return
             self._last_id += 1
@@ -212,43 +199,33 @@ class Mux:
     async def close(self) -> None:
         """End the mux from this side: every stream is closed; a running `run()` returns."""
         self._closed = True
-        self._session.set()
+        self._session.set()  # pod side: connections waiting for a session see the end and close
         if self._ended is not None:
             _settle(self._ended, None)
         await self._drop_all()
-
-    # -- receiving ---------------------------------------------------------------------------------
 
     async def _receive(self) -> None:
         assert self._ended is not None
         try:
             count = 0
             while (frame := await read_frame(self._reader)) is not None:
-                self._dispatch(frame)
+                if frame.type is FrameType.HELLO:
+                    self._hello(frame)
+                elif frame.type is FrameType.OPEN:
+                    self._accept_open(frame)
+                else:
+                    self._stream_frame(frame)
                 count += 1
                 if count % FRAMES_PER_YIELD == 0:
                     await asyncio.sleep(0)  # a buffered flood is handled without holding the loop
-        except MuxError as exc:
-            _settle(self._ended, exc)
-        except Exception as exc:  # the transport failed: as an end, with its reason
+        except Exception as exc:  # a MuxError, or the transport failed: the end, with its reason
             _settle(self._ended, exc)
         else:
             _settle(self._ended, None)
 
-    def _dispatch(self, frame: Frame) -> None:
-        kind = frame.type
-        if kind is FrameType.HELLO:
-            self._hello(frame)
-        elif kind is FrameType.OPEN:
-            self._accept_open(frame)
-        else:
-            self._stream_frame(frame)
-
     def _hello(self, frame: Frame) -> None:
-        if self._role is not Role.POD:
-            raise MuxError("HELLO from the pod")
-        if frame.stream_id != 0 or frame.payload:
-            raise MuxError("HELLO with a stream id or a payload")
+        if self._role is not Role.POD or frame.stream_id or frame.payload:
+            raise MuxError("HELLO from the pod, or with a stream id or a payload")
         for stream in list(self._streams.values()):  # an earlier session's: the new host knows none of them
             self._abort_stream(stream)
         self._hellos += 1
@@ -259,14 +236,11 @@ class Mux:
             raise MuxError("OPEN from the host")
         if frame.stream_id <= self._last_id:
             raise MuxError(f"OPEN of stream {frame.stream_id}, not above {self._last_id}")
-        try:
-            target = frame.payload.decode("ascii")
-        except UnicodeDecodeError:
-            raise MuxError("OPEN with a target that is not ascii") from None
-        if len(frame.payload) > MAX_TARGET_BYTES or target not in self._targets:
+        target = frame.payload.decode("ascii", errors="replace")
+        if not frame.payload.isascii() or target not in self._targets:
             raise MuxError(f"OPEN of an unknown target {target[:MAX_TARGET_BYTES]!r}")
-        if self.open_streams() >= self._max_streams:
-            raise MuxError(f"OPEN past the cap of {self._max_streams} streams")
+        if sum(s.state not in (StreamState.CLOSED, StreamState.RESET) for s in self._streams.values()) >= self._cap:
+            raise MuxError(f"OPEN past the cap of {self._cap} streams")
         self._last_id = frame.stream_id
         stream = _Stream(frame.stream_id, target, self._window_bytes)
         self._streams[stream.id] = stream
@@ -276,15 +250,13 @@ class Mux:
         if frame.stream_id == 0 or frame.stream_id > self._last_id:
             raise MuxError(f"{frame.type.name} for stream {frame.stream_id}, which was never opened")
         stream = self._streams.get(frame.stream_id)
-        if stream is None or stream.reset:
+        if stream is None or stream.state is StreamState.RESET:
             return  # a stream that has ended: frames sent before the peer learnt so are dropped
         kind = frame.type
         if kind is FrameType.DATA:
-            if stream.state in (StreamState.GOT_EOF, StreamState.CLOSED):
+            if stream.peer_done:
                 raise MuxError(f"DATA on stream {stream.id} after its EOF")
-            if not frame.payload:
-                raise MuxError(f"empty DATA on stream {stream.id}")
-            if len(frame.payload) > stream.receive_window:
+            if not frame.payload or len(frame.payload) > stream.receive_window:
                 size, window = len(frame.payload), stream.receive_window
                 raise MuxError(f"DATA of {size} bytes on stream {stream.id}, past its window of {window}")
             stream.receive_window -= len(frame.payload)
@@ -299,16 +271,14 @@ class Mux:
             stream.send_credit += increment
             stream.credit_ready.set()
         elif kind is FrameType.EOF:
-            if frame.payload or stream.state in (StreamState.GOT_EOF, StreamState.CLOSED):
+            if frame.payload or stream.peer_done:
                 raise MuxError(f"EOF on stream {stream.id} twice or with a payload")
             stream.ended(StreamState.GOT_EOF)
             stream.inbound_ready.set()
-        else:  # RESET
-            if frame.payload:
-                raise MuxError(f"RESET on stream {stream.id} with a payload")
+        elif frame.payload:  # RESET
+            raise MuxError(f"RESET on stream {stream.id} with a payload")
+        else:
             self._abort_stream(stream)
-
-    # -- one stream --------------------------------------------------------------------------------
 
     async def _carry(self, stream: _Stream, local: LocalConnection | None) -> None:
         """Both directions of one stream until both have ended; a local failure resets it."""
@@ -336,11 +306,10 @@ class Mux:
                 await asyncio.gather(up, down, return_exceptions=True)
         finally:
             if stream.writer is not None:
-                if stream.reset:
+                if stream.state is StreamState.RESET:
                     _abort(stream.writer)
                 else:
                     stream.writer.close()
-            stream.state = StreamState.CLOSED
             if self._streams.get(stream.id) is stream:
                 del self._streams[stream.id]
 
@@ -356,8 +325,8 @@ class Mux:
                 stream.send_credit -= size
                 await self._send(FrameType.DATA, stream.id, bytes(view[:size]))
                 view = view[size:]
+        stream.ended(StreamState.SENT_EOF)  # before the frame: the peer may answer with an OPEN at once
         await self._send(FrameType.EOF, stream.id)
-        stream.ended(StreamState.SENT_EOF)
 
     async def _down(self, stream: _Stream, writer: asyncio.StreamWriter) -> None:
         """The peer's bytes to the local socket (the stream's only writer); credit goes back once written."""
@@ -369,12 +338,12 @@ class Mux:
                 await writer.drain()
                 written += len(chunk)
                 if written >= CREDIT_BATCH_BYTES or not stream.inbound:
-                    if stream.state not in (StreamState.GOT_EOF, StreamState.CLOSED):  # the peer sends no more
+                    if not stream.peer_done:  # else it sends no more: credit would be noise
                         stream.receive_window += written
                         await self._send(FrameType.WINDOW, stream.id, CREDIT.pack(written))
                     written = 0
                 continue
-            if stream.state in (StreamState.GOT_EOF, StreamState.CLOSED):
+            if stream.peer_done:
                 if writer.can_write_eof():
                     writer.write_eof()
                 return
@@ -383,18 +352,14 @@ class Mux:
 
     async def _reset(self, stream: _Stream) -> None:
         """Abort a stream from this side and tell the peer."""
-        if stream.reset:
-            return
-        stream.reset = True
-        stream.state = StreamState.CLOSED
-        if not self._closed:
+        if stream.state is not StreamState.RESET and not self._closed:
+            stream.state = StreamState.RESET
             with contextlib.suppress(OSError):
                 await self._send(FrameType.RESET, stream.id)
 
     def _abort_stream(self, stream: _Stream) -> None:
         """The peer reset the stream (or a new session dropped it): end its task and its local connection."""
-        stream.reset = True
-        stream.state = StreamState.CLOSED
+        stream.state = StreamState.RESET
         if stream.task is not None:
             stream.task.cancel()
         if stream.writer is not None:
@@ -404,38 +369,30 @@ class Mux:
         streams = list(self._streams.values())
         for stream in streams:
             self._abort_stream(stream)
-        tasks = [s.task for s in streams if s.task is not None]
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._streams.clear()
-
-    # -- sending -----------------------------------------------------------------------------------
+        await asyncio.gather(*(s.task for s in streams if s.task is not None), return_exceptions=True)
 
     async def _send(self, frame_type: FrameType, stream_id: int, payload: bytes = b"") -> None:
         async with self._send_lock:
             await self._write(encode_frame(frame_type, stream_id, payload))
 
     async def _write(self, data: bytes) -> None:
-        """Under the send lock: a frame goes out whole. A transport that fails ends the mux."""
+        """Under the send lock: a frame goes out whole. A transport that fails (OSError) ends the mux."""
         if self._closed:
             raise ConnectionError("the mux has ended")
         try:
             await self._sink(data)
-        except (OSError, RuntimeError) as exc:
+        except Exception as exc:  # whatever the transport raised, as an OSError: the mux ends
             self._closed = True
+            error = exc if isinstance(exc, OSError) else ConnectionError(f"the transport failed: {exc!r}")
             if self._ended is not None:
-                _settle(self._ended, exc if isinstance(exc, OSError) else ConnectionError(str(exc)))
-            raise ConnectionError(f"the mux's transport failed: {exc}") from exc
+                _settle(self._ended, error)
+            raise error from None
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
+    if not future.done():
+        future.set_result(None) if error is None else future.set_exception(error)
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:
-    """Close a local connection at once, unsent bytes dropped."""
-    writer.transport.abort()
+    writer.transport.abort()  # at once, unsent bytes dropped

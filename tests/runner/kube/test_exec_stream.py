@@ -1,0 +1,111 @@
+"""The exec stream against a real cluster (KUBECONFIG; skipped without one): `cat` in a busybox pod answers what
+is written to its stdin, megabytes of it; stderr and the exit status are surfaced; a pod that is not there is a
+clear refusal. The bridge itself rides on this stream (runner/kube/pod_bridge.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from runner.kube.exec_stream import DEFAULT_CONTAINER, ExecFailed, ExecStream, exec_url, open_exec
+
+pytestmark = pytest.mark.kubernetes
+
+IMAGE = "crewbot.local/busybox:1.35"  # built into the test cluster (../shared/kube)
+POD_RUNNING_SECONDS = 120
+WAIT_SECONDS = 60.0
+
+
+def _create_and_wait(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    container = client.V1Container(
+        name=DEFAULT_CONTAINER, image=IMAGE, image_pull_policy="Never", command=["sleep", "3600"]
+    )
+    spec = client.V1PodSpec(
+        containers=[container],
+        restart_policy="Never",
+        automount_service_account_token=False,
+        termination_grace_period_seconds=0,
+    )
+    core.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=spec))
+    watcher = watch.Watch()
+    for event in watcher.stream(
+        core.list_namespaced_pod,
+        namespace,
+        field_selector=f"metadata.name={name}",
+        timeout_seconds=POD_RUNNING_SECONDS,
+    ):
+        if event["object"].status.phase == "Running":
+            watcher.stop()
+            return
+    raise AssertionError(f"pod {name} was not running within {POD_RUNNING_SECONDS} s")
+
+
+@pytest.fixture(scope="module")
+def pod(kube_target: Any) -> Any:
+    """A running busybox pod (its container named as the agent's); deleted at the end."""
+    core = client.CoreV1Api(kube_target.api)
+    name = f"exec-{secrets.token_hex(4)}"
+    _create_and_wait(core, kube_target.namespace, name)
+    yield name
+    core.delete_namespaced_pod(name, kube_target.namespace, grace_period_seconds=0)
+
+
+@pytest.fixture
+async def cat(kube_target: Any, pod: str) -> AsyncIterator[ExecStream]:
+    stream = await open_exec(kube_target.api.configuration, kube_target.namespace, pod, ["cat"])
+    yield stream
+    await stream.close()
+
+
+async def test_cat_answers_what_is_written(cat: ExecStream) -> None:
+    await cat.write(b"hello\n")
+    async with asyncio.timeout(WAIT_SECONDS):
+        assert await cat.reader.readexactly(6) == b"hello\n"
+
+
+async def test_megabytes_go_through_with_backpressure(cat: ExecStream) -> None:
+    body = os.urandom(8 * 1024 * 1024)
+
+    async def send() -> None:
+        for start in range(0, len(body), 64 * 1024):
+            await cat.write(body[start : start + 64 * 1024])
+
+    sending = asyncio.create_task(send())
+    async with asyncio.timeout(WAIT_SECONDS):
+        received = await cat.reader.readexactly(len(body))
+        await sending
+    assert received == body
+
+
+async def test_stderr_and_the_exit_status_are_surfaced(kube_target: Any, pod: str) -> None:
+    command = ["sh", "-c", "echo oops >&2; exit 3"]
+    stream = await open_exec(kube_target.api.configuration, kube_target.namespace, pod, command)
+    try:
+        async with asyncio.timeout(WAIT_SECONDS):
+            assert await stream.reader.read() == b""  # stdout ends with the command
+            await stream.wait_closed()
+        assert stream.exit_code == 3
+        assert b"oops" in stream.stderr_tail
+        assert "oops" in stream.describe()
+    finally:
+        await stream.close()
+
+
+async def test_a_pod_that_is_not_there_is_refused(kube_target: Any) -> None:
+    with pytest.raises(ExecFailed, match=r"HTTP 404"):
+        await open_exec(kube_target.api.configuration, kube_target.namespace, "no-such-pod", ["cat"])
+
+
+def test_each_argument_is_its_own_command_parameter() -> None:
+    configuration = client.Configuration()
+    configuration.host = "https://127.0.0.1:16443/"
+    url = exec_url(configuration, "ns", "pod-1", ["python", "-m", "a b&c"], "agent")
+    assert url.path == "/api/v1/namespaces/ns/pods/pod-1/exec"
+    assert url.query.getall("command") == ["python", "-m", "a b&c"]
+    assert (url.query["container"], url.query["stdin"], url.query["stdout"]) == ("agent", "true", "true")
