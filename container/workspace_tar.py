@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import http.client
 import os
 import shutil
 import stat
@@ -160,18 +161,25 @@ class Readable(Protocol):
     def read(self, size: int, /) -> bytes: ...
 
 
+class DownloadCut(ConnectionError):
+    """The download broke off: the channel tries it again (unlike a local file's error, LocalFileFailed)."""
+
+
 class StreamBody:
     """A download as tarfile's stream mode reads it, counted: it ends at `length` bytes, and a body that ends
-    before (the connection was cut) raises ConnectionError, which the channel tries again."""
+    before, or a connection that fails, raises DownloadCut."""
 
     def __init__(self, source: Readable, length: int) -> None:
         self._source = source
         self._left = length
 
     def read(self, size: int, /) -> bytes:
-        chunk = self._source.read(min(size, self._left)) if self._left else b""
+        try:
+            chunk = self._source.read(min(size, self._left)) if self._left else b""
+        except (OSError, http.client.HTTPException) as exc:
+            raise DownloadCut(f"the workspace download broke off: {exc}") from exc
         if not chunk and self._left:
-            raise ConnectionError(f"the workspace download ended {self._left} bytes early")
+            raise DownloadCut(f"the workspace download ended {self._left} bytes early")
         self._left -= len(chunk)
         return chunk
 
@@ -247,6 +255,8 @@ def _place(tar: tarfile.TarFile, member: tarfile.TarInfo, root_fd: int) -> str |
         raise LocalFileFailed(exc) from exc
     try:
         return _make(tar, member, parts[-1], parent, root_fd)
+    except DownloadCut:
+        raise
     except OSError as exc:
         if exc.errno in _REFUSED_WAY or exc.errno == errno.EEXIST:
             return f"not placed: {exc.strerror}"
