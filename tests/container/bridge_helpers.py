@@ -1,16 +1,19 @@
-"""The real bridge process (`python -m container.bridge`) as a test's byte stream, and small socket helpers shared by
-the bridge and mux tests."""
+"""The real bridge process (`python -m container.bridge`) as a test's byte stream, and the socket helpers shared by
+the mux, bridge and pod bridge tests."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from container.contract import BRIDGE_MODULE
+from container.contract import BRIDGE_MODULE, BRIDGE_TARGET_RUN
+from container.mux import LocalConnection, Sink
 from container.paths import CHANNEL_SOCKET_ENV
 from container.protocol import CHANNEL_SOCKET_FILE
 
@@ -142,3 +145,80 @@ async def read_all(reader: asyncio.StreamReader) -> bytes:
     while data := await reader.read(1024 * 1024):
         chunks.append(data)
     return b"".join(chunks)
+
+
+@dataclass
+class HostSocket:
+    path: Path
+    live: int = 0
+    accepted: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    stall: asyncio.Event = field(default_factory=asyncio.Event)  # set: the handler starts reading
+    handed_out: list[asyncio.StreamWriter] = field(default_factory=list)
+
+    async def wait(self, predicate: Callable[[HostSocket], bool]) -> None:
+        async with asyncio.timeout(START_SECONDS):
+            while not predicate(self):
+                self.changed.clear()
+                await self.changed.wait()
+
+    async def connect(self, target: str) -> LocalConnection | None:
+        if target != BRIDGE_TARGET_RUN:
+            return None
+        connection = await asyncio.open_unix_connection(os.fspath(self.path))
+        self.handed_out.append(connection[1])
+        return connection
+
+    def all_closed(self) -> bool:
+        """Every connection the mux was given is closed (or closing) on its side."""
+        return all(writer.transport.is_closing() for writer in self.handed_out)
+
+
+@contextlib.asynccontextmanager
+async def counting_echo_server(path: Path) -> AsyncIterator[HostSocket]:
+    """An echo server on `path` that counts its connections (and waits for `stall` before it reads, when a test
+    clears it); its `connect` is a host side mux's connector to it (the run target only)."""
+    state = HostSocket(path)
+    state.stall.set()
+    tasks: set[asyncio.Task[None]] = set()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
+        writers.append(writer)
+        state.live += 1
+        state.accepted += 1
+        state.changed.set()
+        try:
+            await state.stall.wait()
+            await echo(reader, writer)
+        except OSError:
+            pass
+        finally:
+            writer.close()
+            state.live -= 1
+            state.changed.set()
+
+    server = await asyncio.start_unix_server(accepted, os.fspath(state.path))
+    yield state
+    server.close()
+    state.stall.set()
+    for writer in writers:
+        writer.transport.abort()  # a handler still reading sees the end (cancelling it would log an error)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await server.wait_closed()
+
+
+async def stream_pair() -> tuple[LocalConnection, LocalConnection]:
+    a, b = socket.socketpair()
+    return await asyncio.open_connection(sock=a), await asyncio.open_connection(sock=b)
+
+
+def sink_of(writer: asyncio.StreamWriter) -> Sink:
+    async def sink(data: bytes) -> None:
+        writer.write(data)
+        await writer.drain()
+
+    return sink

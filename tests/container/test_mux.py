@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,96 +26,19 @@ from container.mux import (
     Mux,
     MuxError,
     Role,
-    Sink,
     encode_frame,
     read_frame,
 )
-from tests.container.bridge_helpers import echo, read_all
+from tests.container.bridge_helpers import HostSocket, counting_echo_server, read_all, sink_of, stream_pair
 
 WAIT_SECONDS = 30.0
 TARGETS = (BRIDGE_TARGET_RUN, BRIDGE_TARGET_EGRESS)
 
 
-# -- a host socket that counts its connections -------------------------------------------------------
-
-
-@dataclass
-class HostSocket:
-    path: Path
-    live: int = 0
-    accepted: int = 0
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    stall: asyncio.Event = field(default_factory=asyncio.Event)  # set: the handler starts reading
-    handed_out: list[asyncio.StreamWriter] = field(default_factory=list)
-
-    async def wait(self, predicate: Callable[[HostSocket], bool]) -> None:
-        async with asyncio.timeout(WAIT_SECONDS):
-            while not predicate(self):
-                self.changed.clear()
-                await self.changed.wait()
-
-    async def connect(self, target: str) -> LocalConnection | None:
-        if target != BRIDGE_TARGET_RUN:
-            return None
-        connection = await asyncio.open_unix_connection(os.fspath(self.path))
-        self.handed_out.append(connection[1])
-        return connection
-
-    def all_closed(self) -> bool:
-        """Every connection the mux was given is closed (or closing) on its side."""
-        return all(writer.transport.is_closing() for writer in self.handed_out)
-
-
 @pytest.fixture
 async def host_socket(tmp_path: Path) -> AsyncIterator[HostSocket]:
-    """An echo server (that waits for `stall` before it reads, when a test clears it)."""
-    state = HostSocket(tmp_path / "host.sock")
-    state.stall.set()
-    tasks: set[asyncio.Task[None]] = set()
-    writers: list[asyncio.StreamWriter] = []
-
-    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)
-        writers.append(writer)
-        state.live += 1
-        state.accepted += 1
-        state.changed.set()
-        try:
-            await state.stall.wait()
-            await echo(reader, writer)
-        except OSError:
-            pass
-        finally:
-            writer.close()
-            state.live -= 1
-            state.changed.set()
-
-    server = await asyncio.start_unix_server(accepted, os.fspath(state.path))
-    yield state
-    server.close()
-    state.stall.set()
-    for writer in writers:
-        writer.transport.abort()  # a handler still reading sees the end (cancelling it would log an error)
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await server.wait_closed()
-
-
-# -- two ends over a socket pair -----------------------------------------------------------------------
-
-
-async def stream_pair() -> tuple[LocalConnection, LocalConnection]:
-    a, b = socket.socketpair()
-    return await asyncio.open_connection(sock=a), await asyncio.open_connection(sock=b)
-
-
-def sink_of(writer: asyncio.StreamWriter) -> Sink:
-    async def sink(data: bytes) -> None:
-        writer.write(data)
-        await writer.drain()
-
-    return sink
+    async with counting_echo_server(tmp_path / "host.sock") as state:
+        yield state
 
 
 @dataclass
@@ -380,3 +302,39 @@ async def test_read_frame_and_encode_frame_agree() -> None:
     assert await read_frame(reader) is None
     with pytest.raises(ValueError):
         encode_frame(FrameType.DATA, 1, b"x" * (MAX_FRAME_PAYLOAD_BYTES + 1))
+
+
+async def test_a_transport_that_fails_ends_the_mux(host_socket: HostSocket) -> None:
+    reader = asyncio.StreamReader()
+    reader.feed_data(opened(1) + frame(FrameType.DATA, 1, b"ping"))
+    sent: list[bytes] = []
+
+    async def breaking_sink(data: bytes) -> None:
+        if sent:  # the HELLO goes out; the first answer (credit for the ping) finds the pipe broken
+            raise BrokenPipeError("the exec stream is gone")
+        sent.append(data)
+
+    mux = Mux(Role.HOST, reader, breaking_sink, connect=host_socket.connect, targets=TARGETS)
+    with pytest.raises(BrokenPipeError):
+        async with asyncio.timeout(WAIT_SECONDS):
+            await mux.run()
+    assert mux.streams == 0 and host_socket.all_closed()
+
+
+async def test_the_pod_side_opens_a_waiting_connection_once_the_hello_comes() -> None:
+    (pod_r, pod_w), (host_r, host_w) = await stream_pair()
+    pod = Mux(Role.POD, pod_r, sink_of(pod_w))
+    running = asyncio.create_task(pod.run())
+    ours, theirs = await stream_pair()
+    opening = asyncio.create_task(pod.open(BRIDGE_TARGET_RUN, *theirs))
+    host_w.write(encode_frame(FrameType.HELLO, 0))
+    async with asyncio.timeout(WAIT_SECONDS):
+        assert await read_frame(host_r) == Frame(FrameType.OPEN, 1, BRIDGE_TARGET_RUN.encode())  # only now
+    host_w.close()  # the host goes away: the pod side ends, and the connection with it
+    async with asyncio.timeout(WAIT_SECONDS):
+        await running
+        await opening
+        assert await read_all(ours[0]) == b""
+    ours[1].close()
+    pod_w.close()
+    assert await pod.wait_session()
