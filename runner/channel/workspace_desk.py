@@ -116,7 +116,11 @@ class WorkspaceDesk:
                 chunk = await reader.read(min(SEND_CHUNK_BYTES, reader.size_bytes - sent))
                 if not chunk:
                     raise OSError(f"the stored archive ended after {sent} of {reader.size_bytes} bytes")
-                await response.write(chunk)
+                try:
+                    await response.write(chunk)
+                except ConnectionError:  # the container hung up: it may ask again
+                    log.info("workspace_download_broken", sent_bytes=sent, size_bytes=reader.size_bytes)
+                    return response
                 sent += len(chunk)
             await response.write_eof()
             return response

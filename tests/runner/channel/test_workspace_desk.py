@@ -1,0 +1,242 @@
+"""`GET`/`PUT /run/workspace` on a run's real Unix socket, served by the LLM proxy as the manager opens it, against
+a hostile container: lying and huge lengths, bodies past the quota, cut, stalled or sent twice at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from container.contract import WORKSPACE_PATH
+from runner.channel.run_api import ChannelRefused
+from runner.channel.workspace_desk import MAX_PUSHES_PER_RUN, WorkspaceDesk
+from runner.storage.paths import DataPaths
+from runner.storage.workspace_archive import BYTES_PER_MB, WorkspaceArchives, archives_dir
+from tests.runner.channel.run_api_client import Answer, Request, exchange, exchange_raw, head
+from tests.runner.channel.run_api_server import Recorder, serve
+
+FOLDER = "chat_m100123"
+IDLE_SECONDS = 0.5
+SETTLE_SECONDS = 5.0
+
+
+@dataclass
+class SyncedRecorder(Recorder):
+    """The test endpoint with a workspace desk, as RunInbox has one for a synced run."""
+
+    workspace: WorkspaceDesk | None = None
+    cancelled: bool = False
+
+    def check_live(self) -> None:
+        if self.cancelled:
+            raise ChannelRefused(403, "run run-aaaaaa is cancelled or finished")
+
+
+@dataclass
+class Rig:
+    endpoint: SyncedRecorder
+    archives: WorkspaceArchives
+    socket: Path
+    data_dir: Path
+
+    async def stored(self) -> bytes | None:
+        reader = await self.archives.chat(FOLDER).open()
+        if reader is None:
+            return None
+        data = await reader.read(reader.size_bytes + 1)
+        await reader.close()
+        return data
+
+    def leftovers(self) -> list[str]:
+        folder = archives_dir(DataPaths(self.data_dir))
+        return [name for name in os.listdir(folder) if name.endswith(".part")] if folder.exists() else []
+
+    async def settled(self) -> None:
+        """The server's end of a broken upload has cleaned up (it learns of the hang-up a moment later)."""
+        for _ in range(int(SETTLE_SECONDS / 0.05)):
+            if not self.leftovers():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"an upload's temp file stayed: {self.leftovers()}")
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    archives = WorkspaceArchives(DataPaths(tmp_path), lambda: 1)
+    endpoint = SyncedRecorder()
+    endpoint.workspace = WorkspaceDesk(
+        archives.chat(FOLDER), check_live=endpoint.check_live, invalid=endpoint.invalid, idle_seconds=IDLE_SECONDS
+    )
+    ready: asyncio.Future[Path] = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def hold(sock: Path) -> None:
+        ready.set_result(sock)
+        await done.wait()
+
+    server = asyncio.create_task(serve(endpoint, hold))
+    yield Rig(endpoint, archives, await ready, tmp_path)
+    done.set()
+    await server
+
+
+def put(body: bytes, framing: Any = "length", piece: int = 64 * 1024) -> Request:
+    return Request("PUT", WORKSPACE_PATH, body, framing, piece)
+
+
+def detail(answer: Answer) -> str:
+    value = json.loads(answer.body)["detail"]
+    assert isinstance(value, str)
+    return value
+
+
+async def connected(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, str(path))
+    return sock
+
+
+async def test_a_run_that_does_not_sync_is_told_why(tmp_path: Path) -> None:
+    async def work(sock: Path) -> None:
+        for request in (Request("GET", WORKSPACE_PATH), put(b"x")):
+            answer = await exchange(sock, request)
+            assert answer.status == 409 and "not synced" in detail(answer)
+
+    await serve(Recorder(), work)
+
+
+async def test_a_chat_without_a_workspace_gets_204_then_its_upload_back(rig: Rig) -> None:
+    assert (await exchange(rig.socket, Request("GET", WORKSPACE_PATH))).status == 204
+    body = os.urandom(300_000)
+    answer = await exchange(rig.socket, put(body))
+    assert answer.status == 200 and detail(answer) == f"kept ({len(body)} bytes)"
+    got = await exchange(rig.socket, Request("GET", WORKSPACE_PATH))
+    assert got.status == 200 and got.body == body and got.headers["content-type"] == "application/x-tar"
+    assert (await rig.archives.usage(FOLDER)).bytes == len(body)
+    chunked = os.urandom(200_000)
+    assert (await exchange(rig.socket, put(chunked, "chunked", 7_000))).status == 200
+    assert await rig.stored() == chunked
+    assert (await exchange(rig.socket, put(b""))).status == 200  # an empty workspace
+    assert (await exchange(rig.socket, Request("GET", WORKSPACE_PATH))).status == 204
+    assert rig.endpoint.invalid_reasons == []
+
+
+@pytest.mark.parametrize("declared", [BYTES_PER_MB + 1, 10**15])
+async def test_a_declared_length_past_the_quota_is_refused_unread(rig: Rig, declared: int) -> None:
+    await exchange(rig.socket, put(b"before"))
+    parts = [b"x" * 64 * 1024] * 40  # more than the socket buffers: a server that read on would take them all
+    answer = await exchange_raw(rig.socket, head("PUT", WORKSPACE_PATH, "length", declared), parts)
+    assert answer.status == 413 and "WORKSPACE_QUOTA_MB" in detail(answer)
+    assert answer.sent < 40 * 64 * 1024
+    assert await rig.stored() == b"before" and rig.leftovers() == []
+
+
+async def test_a_chunked_body_past_the_quota_is_cut_and_the_previous_kept(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"before"))
+    answer = await exchange(rig.socket, put(os.urandom(BYTES_PER_MB + 1), "chunked"))
+    assert answer.status == 413 and "previous workspace is kept" in detail(answer)
+    await rig.settled()
+    assert await rig.stored() == b"before"
+    assert rig.endpoint.invalid_reasons == []  # a workspace grown too big is the chat's doing, not a hostile one
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+async def test_an_upload_cut_short_keeps_the_previous(rig: Rig, framing: Any) -> None:
+    await exchange(rig.socket, put(b"before"))
+    sock = await connected(rig.socket)
+    with sock:
+        body = b"%x\r\n%b\r\n" % (100_000, os.urandom(100_000)) if framing == "chunked" else os.urandom(100_000)
+        await asyncio.get_running_loop().sock_sendall(sock, head("PUT", WORKSPACE_PATH, framing, 500_000) + body)
+        await asyncio.sleep(0.1)
+    await rig.settled()
+    assert await rig.stored() == b"before"
+    assert (await exchange(rig.socket, put(b"after"))).status == 200  # the run may try again
+
+
+async def test_a_stalled_upload_is_given_up(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"before"))
+    answer = await exchange_raw(rig.socket, head("PUT", WORKSPACE_PATH, "length", 1000), [b"x" * 10])
+    assert answer.status == 408 and "nothing for" in detail(answer)
+    await rig.settled()
+    assert await rig.stored() == b"before"
+
+
+async def test_a_second_upload_at_once_is_refused_and_the_first_completes(rig: Rig) -> None:
+    loop = asyncio.get_running_loop()
+    first = await connected(rig.socket)
+    with first:
+        await loop.sock_sendall(first, head("PUT", WORKSPACE_PATH, "length", 20) + b"0123456789")
+        await asyncio.sleep(0.1)
+        second = await exchange(rig.socket, put(b"the second"))
+        assert second.status == 409 and "one workspace upload at a time" in detail(second)
+        await loop.sock_sendall(first, b"abcdefghij")
+        reply = await asyncio.wait_for(loop.sock_recv(first, 4096), 5)
+    assert b" 200 " in reply.split(b"\r\n", 1)[0]
+    assert await rig.stored() == b"0123456789abcdefghij"
+    assert len(rig.endpoint.invalid_reasons) == 1
+
+
+async def test_a_length_shorter_than_the_body_stores_at_most_what_it_declared(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"before"))
+    answer = await exchange_raw(rig.socket, head("PUT", WORKSPACE_PATH, "length", 10), [b"0123456789" + b"X" * 5000])
+    # The bytes past the length are a second request, which the parser refuses: with the body in the same read
+    # the whole connection is refused (400) before the handler runs; else the declared bytes are kept.
+    assert answer.status in (200, 400)
+    assert await rig.stored() in (b"before", b"0123456789")
+    await rig.settled()
+    assert (await exchange(rig.socket, Request("GET", WORKSPACE_PATH))).status == 200
+
+
+async def test_uploads_beyond_a_few_are_refused(rig: Rig) -> None:
+    for n in range(MAX_PUSHES_PER_RUN):
+        assert (await exchange(rig.socket, put(b"%d" % n))).status == 200
+    answer = await exchange(rig.socket, put(b"one more"))
+    assert answer.status == 429 and await rig.stored() == b"%d" % (MAX_PUSHES_PER_RUN - 1)
+
+
+async def test_a_cancelled_run_neither_fetches_nor_stores(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"before"))
+    rig.endpoint.cancelled = True
+    assert (await exchange(rig.socket, Request("GET", WORKSPACE_PATH))).status == 403
+    assert (await exchange(rig.socket, put(b"after"))).status == 403
+    assert await rig.stored() == b"before"
+
+
+async def test_a_run_cancelled_mid_upload_keeps_nothing(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"before"))
+    loop = asyncio.get_running_loop()
+    sock = await connected(rig.socket)
+    with sock:
+        await loop.sock_sendall(sock, head("PUT", WORKSPACE_PATH, "length", 20) + b"0123456789")
+        await asyncio.sleep(0.1)
+        rig.endpoint.cancelled = True
+        await loop.sock_sendall(sock, b"abcdefghij")
+        reply = await asyncio.wait_for(loop.sock_recv(sock, 4096), 5)
+    assert b" 403 " in reply.split(b"\r\n", 1)[0]
+    assert await rig.stored() == b"before" and rig.leftovers() == []
+
+
+async def test_other_methods_are_refused(rig: Rig) -> None:
+    answer = await exchange(rig.socket, Request("POST", WORKSPACE_PATH, b"{}"))
+    assert answer.status == 405 and "GET or PUT" in detail(answer)
+
+
+async def test_a_download_dropped_midway_leaves_the_server_serving(rig: Rig) -> None:
+    body = os.urandom(BYTES_PER_MB)
+    await exchange(rig.socket, put(body))
+    loop = asyncio.get_running_loop()
+    for _ in range(3):
+        sock = await connected(rig.socket)
+        with sock:
+            await loop.sock_sendall(sock, head("GET", WORKSPACE_PATH, "length", 0))
+            await loop.sock_recv(sock, 1000)
+    answer = await exchange(rig.socket, Request("GET", WORKSPACE_PATH))
+    assert answer.status == 200 and answer.body == body
