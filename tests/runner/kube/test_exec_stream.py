@@ -26,11 +26,14 @@ pytestmark = pytest.mark.kubernetes
 IMAGE = "crewbot.local/busybox:1.35"  # built into the test cluster (../shared/kube)
 AGENT_PYTHON = "/opt/venv/bin/python"  # the subagent image's (`make test-kubernetes` loads it into the node)
 BIG_BYTES = 20 * 1024 * 1024
+GVISOR = "gvisor"  # the kit's RuntimeClass
 POD_RUNNING_SECONDS = 120
 WAIT_SECONDS = 60.0
 
 
-def _create_and_wait(core: client.CoreV1Api, namespace: str, name: str, *, image: str = IMAGE) -> None:
+def _create_and_wait(
+    core: client.CoreV1Api, namespace: str, name: str, *, image: str = IMAGE, runtime_class: str | None = None
+) -> None:
     """A pod that sleeps, its container named as the agent's, an emptyDir at the channel folder; until it runs."""
     container = client.V1Container(
         name=DEFAULT_CONTAINER,
@@ -45,6 +48,7 @@ def _create_and_wait(core: client.CoreV1Api, namespace: str, name: str, *, image
         automount_service_account_token=False,
         termination_grace_period_seconds=0,
         volumes=[client.V1Volume(name="channel", empty_dir=client.V1EmptyDirVolumeSource())],
+        runtime_class_name=runtime_class,
     )
     core.create_namespaced_pod(namespace, client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=spec))
     watcher = watch.Watch()
@@ -125,11 +129,17 @@ def test_each_argument_is_its_own_command_parameter() -> None:
     assert (url.query["container"], url.query["stdin"], url.query["stdout"]) == ("agent", "true", "true")
 
 
-@pytest.fixture(scope="module")
-def agent_pod(kube_target: Any) -> Any:
+@pytest.fixture(scope="module", params=[None, GVISOR], ids=["runc", "gvisor"])
+def agent_pod(kube_target: Any, request: pytest.FixtureRequest) -> Any:
+    """The subagent image in a pod, under runc and under gVisor (its own netstack: exec still reaches in)."""
+    if request.param is not None:
+        try:
+            client.NodeV1Api(kube_target.api).read_runtime_class(request.param)
+        except client.ApiException as exc:
+            pytest.skip(f"the cluster has no RuntimeClass {request.param!r} ({exc.status})")
     core = client.CoreV1Api(kube_target.api)
     name = f"bridge-{secrets.token_hex(4)}"
-    _create_and_wait(core, kube_target.namespace, name, image=DEFAULT_IMAGE)
+    _create_and_wait(core, kube_target.namespace, name, image=DEFAULT_IMAGE, runtime_class=request.param)
     yield name
     core.delete_namespaced_pod(name, kube_target.namespace, grace_period_seconds=0)
 
