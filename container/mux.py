@@ -287,7 +287,7 @@ class Mux:
                 assert self._connect is not None
                 try:
                     local = await self._connect(stream.target)
-                except OSError:
+                except Exception:  # refused, timed out, or any failure of the connector: a reset
                     local = None
                 if local is None:
                     await self._reset(stream)
