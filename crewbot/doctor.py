@@ -11,7 +11,6 @@ import asyncio
 import platform
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
@@ -20,6 +19,7 @@ from core.logging import SecretRedactor
 from core.setting_runtime import RuntimeKind
 from core.settings import LLMProvider, Settings
 from core.store.db import Database
+from crewbot.doctor_result import CheckResult, fail, render
 from crewbot.startup import (
     IntegrityCheck,
     StartupError,
@@ -40,22 +40,6 @@ HTTP_UNAUTHORIZED, HTTP_FORBIDDEN, HTTP_NOT_FOUND, HTTP_ERRORS_FROM = 401, 403, 
 MAX_OUTPUT_SHOWN_CHARS = 200
 ENGINE_FIX = "`make engine` installs and starts one (Debian, as root), or start Docker; DOCKER_HOST says where to look"
 SETTINGS_FIX = "correct it in .env or the environment (.env.example lists every setting)"
-
-
-@dataclass(frozen=True, slots=True)
-class CheckResult:
-    status: str  # ok, FAIL, skip
-    detail: str
-    fix: str | None = None  # every FAIL has one
-
-
-def fail(detail: str, fix: str) -> CheckResult:
-    return CheckResult("FAIL", detail, fix)
-
-
-def render(name: str, result: CheckResult) -> str:
-    fix = f"; fix: {result.fix}" if result.fix else ""
-    return f"{result.status:<4} {name:<9} {result.detail}{fix}"
 
 
 def _reason(exc: BaseException) -> str:
@@ -188,10 +172,12 @@ def _probe_spec(settings: Settings, code: str, runtime_class: str | None = None)
     )
 
 
-async def _container_check(settings: Settings, runtime: ContainerRuntime) -> CheckResult:
+async def _container_check(
+    settings: Settings, runtime: ContainerRuntime, runtime_class: str | None = None
+) -> CheckResult:
     from runner.runtimes.runtime import ContainerStartError
 
-    spec = _probe_spec(settings, "import sys; print(sys.version.split()[0])")
+    spec = _probe_spec(settings, "import sys; print(sys.version.split()[0])", runtime_class)
     rebuild = "rebuild the image: `crewbot image build --force`"
     try:
         container_id = await runtime.start(spec)
@@ -321,6 +307,18 @@ async def check_docker(settings: Settings, runtime: ContainerRuntime) -> list[tu
     return results
 
 
+async def _docker_checks(settings: Settings, runtime: ContainerRuntime | None) -> list[tuple[str, CheckResult]]:
+    if runtime is not None:
+        return await check_docker(settings, runtime)
+    from runner.runtimes.docker_runtime import DockerRuntime
+
+    owned = DockerRuntime(max_concurrency=1)
+    try:
+        return await check_docker(settings, owned)
+    finally:
+        await owned.close()
+
+
 async def _guard(name: str, check: Callable[[], Awaitable[CheckResult]]) -> tuple[str, CheckResult]:
     try:
         return name, await asyncio.wait_for(check(), CHECK_TIMEOUT_SECONDS + 5)
@@ -348,17 +346,15 @@ async def run_doctor(
     else:
         results.append(await _guard("webhook", lambda: check_webhook(settings)))
     results.append(await _guard("llm", lambda: check_llm(settings)))
-    if runtime is None:
-        from runner.runtimes.docker_runtime import DockerRuntime
+    if settings.subagent_runtime is RuntimeKind.KUBERNETES:
+        from crewbot.doctor_kube import check_kubernetes
 
-        owned: ContainerRuntime = DockerRuntime(max_concurrency=1)
+        def probe(owned: ContainerRuntime, runtime_class: str | None) -> Awaitable[CheckResult]:
+            return _container_check(settings, owned, runtime_class)
+
+        results.extend(await check_kubernetes(settings, runtime, probe))
     else:
-        owned = runtime
-    try:
-        results.extend(await check_docker(settings, owned))
-    finally:
-        if runtime is None:
-            await owned.close()
+        results.extend(await _docker_checks(settings, runtime))
     # Library errors quote what they were given (a rejected token, say): never print a secret.
     redactor = SecretRedactor(secrets_of(settings))
     for name, result in results:

@@ -30,6 +30,17 @@ LOG_LIMIT_BYTES = 1024 * 1024  # the tail of a run's output that is kept; the st
 REQUEST_TIMEOUT_SECONDS = 30.0
 
 
+# What the runtime and the bridge ask of the API server: (API group, resource, verbs). deploy/kubernetes/rbac.yaml
+# grants exactly these (tests/runner/kube/test_kube_deploy.py holds them to it) and doctor checks each.
+PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("batch", "jobs", ("create", "get", "list", "watch", "delete")),
+    ("", "pods", ("get", "list", "watch", "delete")),
+    ("", "pods/log", ("get",)),
+    ("", "pods/exec", ("create", "get")),
+    ("", "events", ("list",)),  # why a Job's controller could not make its pod (a runtime class, a quota)
+)
+
+
 class KubeRefused(Exception):
     """The API server answered with a refusal other than "not found"; the message names the call and reason."""
 
@@ -139,6 +150,23 @@ class KubeCalls:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise self._unavailable(exc) from exc
 
+    def missing_permissions(self) -> list[str]:
+        """Which of PERMISSIONS this account lacks in the namespace, as `verb resource` (SelfSubjectAccessReview,
+        which every authenticated account may ask)."""
+        reviews = client.AuthorizationV1Api(self._api)
+        missing: list[str] = []
+        for group, resource, verbs in PERMISSIONS:
+            name, _, subresource = resource.partition("/")
+            for verb in verbs:
+                attributes = {"namespace": self.namespace, "verb": verb, "group": group, "resource": name}
+                if subresource:
+                    attributes["subresource"] = subresource
+                body: Any = {"spec": {"resourceAttributes": attributes}}
+                review = self._call("review access", reviews.create_self_subject_access_review, body)
+                if review is None or not review.status.allowed:
+                    missing.append(f"{verb} {resource}")
+        return missing
+
     def ping(self) -> None:
         """The namespace's Jobs can be listed: the server answers and the account may do what runs need."""
         self._call("list jobs", self._batch.list_namespaced_job, self.namespace, limit=1)
@@ -188,6 +216,17 @@ class KubeCalls:
         if pods is None:
             return [], ""
         return [pod_view(pod) for pod in pods.items], str(pods.metadata.resource_version or "")
+
+    def pod_refusal(self, job_name: str) -> str | None:
+        """Why the Job's controller could not create its pod (its latest FailedCreate event), if it could not."""
+        events = self._call(
+            f"list events of job {job_name}",
+            self._core.list_namespaced_event,
+            self.namespace,
+            field_selector=f"involvedObject.kind=Job,involvedObject.name={job_name}",
+        )
+        failed = [e for e in (events.items if events is not None else []) if e.reason == "FailedCreate"]
+        return str(failed[-1].message or "FailedCreate") if failed else None
 
     def delete_pod_now(self, name: str) -> None:
         """Grace 0: the API object goes at once and the kubelet kills the container (SIGKILL after its minimum)."""

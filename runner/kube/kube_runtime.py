@@ -39,6 +39,9 @@ T = TypeVar("T")
 log = get_logger(__name__)
 
 WAIT_SLICE_SECONDS = 20  # one watch of a job's pods; the server ends it then and the loop looks again
+# While a Job has no pod yet, its controller's refusals (events, which the pods' watch does not see) are looked
+# for this often: a missing runtime class or a full quota fails the run instead of waiting for its deadline.
+NO_POD_SLICE_SECONDS = 2
 SIGKILL_EXIT_CODE = 137  # as Docker reports a killed container: the runtime killed it
 START_FAILED_EXIT_CODE = 125  # as Docker's run does for a container that could not start
 # Waiting reasons no retry fixes on this pod: the run fails with the reason instead of waiting for its deadline.
@@ -62,11 +65,13 @@ class KubeApi(Protocol):
     namespace: str
 
     def ping(self) -> None: ...
+    def missing_permissions(self) -> list[str]: ...
     def create_job(self, body: dict[str, object]) -> bool: ...
     def read_job(self, name: str) -> JobView | None: ...
     def list_jobs(self, selector: str) -> list[JobView]: ...
     def delete_job(self, name: str) -> None: ...
     def job_pods(self, job_name: str) -> tuple[list[PodView], str]: ...
+    def pod_refusal(self, job_name: str) -> str | None: ...
     def delete_pod_now(self, name: str) -> None: ...
     def pod_log(self, name: str) -> bytes: ...
     def watch_job_pods(self, job_name: str, timeout_seconds: int, since: str) -> Iterator[PodView]: ...
@@ -150,6 +155,10 @@ class KubeRuntime:
         live = [pod for pod in pods if not pod.deleting] or pods
         return (live[0] if live else None), version
 
+    async def missing_permissions(self) -> list[str]:
+        """What the bot's account may not do of what runs need (`verb resource`), for doctor."""
+        return await self._run(self._api.missing_permissions)
+
     # -- ContainerRuntime -------------------------------------------------------------------------
 
     async def ping(self) -> None:
@@ -221,21 +230,22 @@ class KubeRuntime:
         deadline = None if timeout_seconds is None else loop.time() + timeout_seconds
         await self._reattach_bridge(container_id)
         while True:
-            code, version = await self._exit_code(container_id)
+            code, version, no_pod = await self._exit_code(container_id)
             if code is not None:
                 await self._stop_bridge(container_id)
                 return code
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 return None
-            seconds = self._wait_slice_seconds
+            seconds = NO_POD_SLICE_SECONDS if no_pod else self._wait_slice_seconds
             if remaining is not None:
                 seconds = max(1, min(seconds, int(remaining) + 1))
             await self._run(self._watch_slice, container_id, seconds, version)
 
-    async def _exit_code(self, job: str) -> tuple[int | None, str]:
-        code, version = await self._pod_at(job)
-        return await self._code_of(job, code), version
+    async def _exit_code(self, job: str) -> tuple[int | None, str, bool]:
+        """Its exit code (None while it runs), the version to watch from, and whether it has no pod yet."""
+        pod, version = await self._pod_at(job)
+        return await self._code_of(job, pod), version, pod is None
 
     async def _code_of(self, job: str, pod: PodView | None) -> int | None:
         """Its exit code once it ended; None while it runs; ContainerGone once neither Job nor pod is left."""
@@ -248,6 +258,10 @@ class KubeRuntime:
             return START_FAILED_EXIT_CODE
         if job in self._killed:
             return SIGKILL_EXIT_CODE if pod is None or pod.deleting else None
+        if pod is None and (refusal := await self._run(self._api.pod_refusal, job)) is not None:
+            self._notes[job] = f"crewbot: the cluster made no pod for the run: {refusal}\n"
+            await self._run(self._api.delete_job, job)
+            return START_FAILED_EXIT_CODE
         if pod is None or pod.deleting:
             view = await self._run(self._api.read_job, job)
             if view is None or view.failed_reason is not None or pod is not None:

@@ -120,3 +120,17 @@ async def test_runsc_on_the_real_engine(tmp_path: Path, subagent_image: str) -> 
     assert unknown["runtime"].startswith(
         "FAIL runtime   the engine has no runtime 'crewbot-no-such-runtime' (SUBAGENT_RUNTIME_CLASS); fix: "
     )
+
+
+async def test_doctor_names_kubeconfig_when_the_cluster_cannot_be_loaded(tmp_path: Path) -> None:
+    from core.settings import load_settings
+    from crewbot.doctor import run_doctor
+
+    settings = load_settings(
+        DATA_DIR=str(tmp_path / "data"), SUBAGENT_RUNTIME="kubernetes", KUBECONFIG=str(tmp_path / "missing")
+    )
+    lines: list[str] = []
+    assert await run_doctor(settings, out=lines.append) == 1
+    kube = next(line for line in lines if line.split()[1] == "kube")
+    assert kube.startswith("FAIL") and "KUBECONFIG=" in kube and "fix:" in kube
+    assert [line.split()[0] for line in lines if line.split()[1] in ("rbac", "container")] == ["skip", "skip"]

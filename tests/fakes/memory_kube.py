@@ -56,6 +56,9 @@ class MemoryKube:
     def ping(self) -> None:
         self._on_loop(self.runtime.ping())
 
+    def missing_permissions(self) -> list[str]:
+        return []
+
     def create_job(self, body: dict[str, Any]) -> bool:
         metadata = body["metadata"]
         labels = run_labels(metadata["annotations"], metadata["labels"])
@@ -129,6 +132,9 @@ class MemoryKube:
             deleting=False,
         )
         return [pod], ""
+
+    def pod_refusal(self, job_name: str) -> str | None:
+        return None
 
     def delete_pod_now(self, name: str) -> None:
         self._on_loop(self._delete(name.removesuffix(POD_SUFFIX)))

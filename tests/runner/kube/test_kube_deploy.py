@@ -18,7 +18,7 @@ from kubernetes import client, utils
 from core.setting_runtime import PullPolicy
 from runner.kube.exec_stream import open_exec
 from runner.kube.job_spec import JobOptions
-from runner.kube.kube_calls import KubeCalls
+from runner.kube.kube_calls import PERMISSIONS, KubeCalls
 from runner.kube.kube_config import KubeTarget
 from runner.kube.kube_runtime import KubeRuntime
 from runner.runtimes.runtime import LABEL_APP, LABEL_RUN_ID, ContainerSpec, container_name
@@ -130,3 +130,16 @@ def test_the_role_grants_nothing_beyond_its_namespaces_runs(
         with pytest.raises(client.ApiException) as refused:
             call()
         assert refused.value.status == 403
+
+
+def test_the_role_grants_exactly_what_the_runtime_asks_for() -> None:
+    (role,) = [doc for doc in documents("rbac.yaml") if doc["kind"] == "Role"]
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    needed = {(group, resource, verb) for group, resource, verbs in PERMISSIONS for verb in verbs}
+    assert granted == needed
