@@ -15,28 +15,15 @@ from typing import Any
 import pytest
 
 from container.contract import WORKSPACE_PATH
-from runner.channel.run_api import ChannelRefused
-from runner.channel.workspace_desk import MAX_PUSHES_PER_RUN, WorkspaceDesk
+from runner.channel.workspace_desk import MAX_PUSHES_PER_RUN
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import BYTES_PER_MB, WorkspaceArchives, archives_dir
 from tests.runner.channel.run_api_client import Answer, Request, exchange, exchange_raw, head
 from tests.runner.channel.run_api_server import Recorder, serve
+from tests.runner.channel.workspace_rig import FOLDER, SyncedRecorder, synced
 
-FOLDER = "chat_m100123"
 IDLE_SECONDS = 0.5
 SETTLE_SECONDS = 5.0
-
-
-@dataclass
-class SyncedRecorder(Recorder):
-    """The test endpoint with a workspace desk, as RunInbox has one for a synced run."""
-
-    workspace: WorkspaceDesk | None = None
-    cancelled: bool = False
-
-    def check_live(self) -> None:
-        if self.cancelled:
-            raise ChannelRefused(403, "run run-aaaaaa is cancelled or finished")
 
 
 @dataclass
@@ -70,10 +57,7 @@ class Rig:
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     archives = WorkspaceArchives(DataPaths(tmp_path), lambda: 1)
-    endpoint = SyncedRecorder()
-    endpoint.workspace = WorkspaceDesk(
-        archives.chat(FOLDER), check_live=endpoint.check_live, invalid=endpoint.invalid, idle_seconds=IDLE_SECONDS
-    )
+    endpoint = synced(archives.chat(FOLDER), IDLE_SECONDS)
     ready: asyncio.Future[Path] = asyncio.get_running_loop().create_future()
     done = asyncio.Event()
 
