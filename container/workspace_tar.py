@@ -30,6 +30,8 @@ BLOCK_BYTES = tarfile.BLOCKSIZE
 RECORD_BYTES = tarfile.RECORDSIZE
 PIECE_BYTES = 256 * 1024  # small entries are gathered into pieces of this size before they are sent
 FILE_READ_BYTES = 1024 * 1024
+# tarfile reads a stream in pieces of this size (its default, one 10 KB record, costs a call per record).
+STREAM_BUFFER_BYTES = 256 * 1024
 MAX_NAME_BYTES = 4096  # PATH_MAX: a longer name could not be opened anyway
 MAX_SKIPS_SHOWN = 10
 DIR_MODE = 0o755
@@ -208,7 +210,9 @@ def unpack(body: StreamBody, root: Path, skips: Skips) -> int:
     root_fd = _local(lambda: os.open(root, _DIR_FLAGS))
     placed = 0
     try:
-        with tarfile.open(fileobj=body, mode="r|", encoding="utf-8", errors="surrogateescape") as tar:
+        with tarfile.open(
+            fileobj=body, mode="r|", bufsize=STREAM_BUFFER_BYTES, encoding="utf-8", errors="surrogateescape"
+        ) as tar:
             while (member := tar.next()) is not None:
                 # tarfile keeps every member it read (a million entries, a million objects); typeshed omits the list.
                 tar.members.clear()  # type: ignore[attr-defined]
