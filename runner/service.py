@@ -40,6 +40,7 @@ from runner.storage.paths import DataPaths
 from runner.storage.retention import Retention
 from runner.storage.run_files import RunFiles
 from runner.storage.run_inputs import RunInputsBuilder
+from runner.storage.workspace_archive import WorkspaceArchives
 from runner.storage.workspaces import Workspaces
 
 log = get_logger(__name__)
@@ -86,7 +87,15 @@ class SubagentService:
         accounting = RunAccounting(self.runs, self.metrics)
         self.egress = EgressStore(stores.db)
         self.egress_log = EgressLog(self.egress, self.metrics, on_written=self.runs.changed)
-        self.workspaces = Workspaces(self.paths, stores.chats, self.live, settings.workspace_quota_mb)
+        # A pod shares no folder with the bot: its chat's workspace travels as an archive over the channel.
+        self.archives = (
+            WorkspaceArchives(self.paths, lambda: settings.workspace_quota_mb)
+            if settings.subagent_runtime == RuntimeKind.KUBERNETES
+            else None
+        )
+        self.workspaces = Workspaces(
+            self.paths, stores.chats, self.live, settings.workspace_quota_mb, archives=self.archives
+        )
         policy = RequestPolicy(
             provider=settings.llm_provider,
             model=settings.effective_subagent_model or "offline-subagent",
@@ -192,6 +201,8 @@ class SubagentService:
     async def start(self) -> None:
         """Reconcile with the engine before taking new work, then watch the IPC folders."""
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
+        if self.archives is not None:
+            await self.archives.sweep_partial()  # uploads a previous process left unfinished
         if self._allowances is not None:
             await self._allowances.load()  # today's use so far, for the gauges, before the first call
         self.egress_log.start()

@@ -9,7 +9,7 @@ in its own threads; an in-memory twin (tests/fakes/memory_kube.py) takes their p
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -119,9 +119,10 @@ def _reason(exc: ApiException) -> str:
 class KubeCalls:
     """One namespace of one cluster, through an `ApiClient` built by runner/kube/kube_config.py."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+    def __init__(self, api: client.ApiClient, namespace: str, on_close: Callable[[], None] | None = None) -> None:
         self.namespace = namespace
         self._api = api
+        self._on_close = on_close or api.close  # the target's close: the client and its certificate files
         self._core = client.CoreV1Api(api)
         self._batch = client.BatchV1Api(api)
         self._server = api.configuration.host
@@ -280,4 +281,4 @@ class KubeCalls:
             raise self._unavailable(exc) from exc
 
     def close(self) -> None:
-        self._api.close()
+        self._on_close()

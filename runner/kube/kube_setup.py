@@ -53,7 +53,7 @@ def kube_runtime(
     Raises runner.kube.kube_config.KubeConfigError with the line to show."""
     target = target or load_target(settings)
     return KubeRuntime(
-        KubeCalls(target.api, target.namespace),
+        KubeCalls(target.api, target.namespace, on_close=target.close),
         max_concurrency=max_concurrency,
         options=job_options(settings, target.namespace),
         bridges=bridge_factory(target),

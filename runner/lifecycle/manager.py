@@ -85,6 +85,7 @@ class TaskManager:
             inputs=inputs,
             accounting=accounting,
             doors=doors,
+            workspaces=workspaces,
         )
         self._doors = doors
         self._supervisor = Supervisor(runtime, lambda: settings.subagent_timeout_seconds)

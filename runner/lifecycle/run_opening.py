@@ -19,6 +19,7 @@ from runner.runs.live_runs import LiveRun
 from runner.storage.paths import DataPaths
 from runner.storage.run_files import RunFiles
 from runner.storage.run_inputs import RunInputsBuilder
+from runner.storage.workspaces import Workspaces
 
 CONTEXT_MESSAGES = 20  # recent chat lines handed to a subagent with include_context=True
 
@@ -36,6 +37,7 @@ class RunOpener:
         inputs: RunInputsBuilder,
         doors: RunDoors,
         accounting: RunAccounting,
+        workspaces: Workspaces,
     ) -> None:
         self._settings = settings
         self._runs = stores.runs
@@ -48,6 +50,7 @@ class RunOpener:
         self._inputs = inputs
         self._doors = doors
         self._accounting = accounting  # the files given and sent, in the metrics
+        self._workspaces = workspaces  # the chat's archive, where the workspace travels over the channel
 
     async def open(
         self,
@@ -99,6 +102,7 @@ class RunOpener:
             max_messages=self._settings.subagent_max_messages,
             session_max_messages=self._settings.subagent_session_max_messages,
             files=desk,
+            workspace=self._workspaces.synced(chat.folder),
         )
         live.inbox.session_in = session_in if spec.history else None
         spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()

@@ -1,7 +1,9 @@
 """What `/workspace` shows and does: a chat's workspace measured on disk, and cleared when no run uses it.
 
 The workspace is the one folder a container writes, so both walk it without following a link
-(runner/storage/workspace_usage.py), in a thread.
+(runner/storage/workspace_usage.py), in a thread. On a backend without a shared folder (Kubernetes) the
+workspace is the chat's archive (runner/storage/workspace_archive.py): its size is the usage, and clearing
+deletes it.
 """
 
 from __future__ import annotations
@@ -11,22 +13,40 @@ import asyncio
 from core.store.chats import ChatStore
 from runner.runs.live_runs import LiveRuns
 from runner.storage.paths import DataPaths
-from runner.storage.workspace_usage import clear, measure_async
+from runner.storage.workspace_archive import ChatArchive, WorkspaceArchives
+from runner.storage.workspace_usage import WorkspaceUsage, clear, measure_async
 
 BYTES_PER_MB = 1024 * 1024
 WORKSPACE_MAX_ENTRIES = 200_000  # more files than this counts as over quota (and bounds a measurement)
 
 
 class Workspaces:
-    def __init__(self, paths: DataPaths, chats: ChatStore, live: LiveRuns, quota_mb: int) -> None:
+    def __init__(
+        self,
+        paths: DataPaths,
+        chats: ChatStore,
+        live: LiveRuns,
+        quota_mb: int,
+        archives: WorkspaceArchives | None = None,
+    ) -> None:
         self._paths = paths
         self._chats = chats
         self._live = live
         self._quota_mb = quota_mb
+        self._archives = archives  # set when runs sync their workspace over the channel
+
+    def synced(self, folder: str) -> ChatArchive | None:
+        """The chat's archive when runs sync their workspace over the channel; None when it is mounted."""
+        return self._archives.chat(folder) if self._archives is not None else None
+
+    async def _measure(self, folder: str) -> WorkspaceUsage:
+        if self._archives is not None:
+            return await self._archives.usage(folder)
+        return await measure_async(self._paths.workspace(folder), max_entries=WORKSPACE_MAX_ENTRIES)
 
     async def over_quota(self, folder: str) -> str | None:
         """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, else None."""
-        usage = await measure_async(self._paths.workspace(folder), max_entries=WORKSPACE_MAX_ENTRIES)
+        usage = await self._measure(folder)
         if not usage.over(self._quota_mb * BYTES_PER_MB):
             return None
         size = f"over {WORKSPACE_MAX_ENTRIES} files" if usage.truncated else f"{usage.bytes / BYTES_PER_MB:.0f} MB"
@@ -39,7 +59,7 @@ class Workspaces:
         chat = await self._chats.get(chat_id)
         if chat is None:
             return "This chat has no workspace yet."
-        usage = await measure_async(self._paths.workspace(chat.folder), max_entries=WORKSPACE_MAX_ENTRIES)
+        usage = await self._measure(chat.folder)
         size = f"more than {WORKSPACE_MAX_ENTRIES} files" if usage.truncated else f"{usage.bytes / BYTES_PER_MB:.1f} MB"
         return (
             f"This chat's workspace (files its subagents keep between runs) uses {size} of {self._quota_mb} MB "
@@ -53,5 +73,7 @@ class Workspaces:
         running = self._live.count(chat_id)
         if running:
             return f"{running} subagent run(s) of this chat are using the workspace: /cancel all first, then clear it."
+        if self._archives is not None:
+            await self._archives.chat(chat.folder).clear()
         await asyncio.to_thread(clear, self._paths.workspace(chat.folder))
         return "Cleared this chat's workspace."

@@ -47,7 +47,7 @@ def kube_target() -> Iterator[object]:
     try:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     except Exception as exc:
-        target.api.close()
+        target.close()
         _unavailable(f"the cluster at KUBECONFIG={KUBECONFIG_FOR_TESTS} did not create a namespace: {exc}")
     deadline = time.monotonic() + NAMESPACE_READY_SECONDS
     while True:  # pods are refused until the namespace's default service account exists
@@ -62,4 +62,4 @@ def kube_target() -> Iterator[object]:
         yield target
     finally:
         core.delete_namespace(namespace, grace_period_seconds=0, propagation_policy="Background")
-        target.api.close()
+        target.close()
