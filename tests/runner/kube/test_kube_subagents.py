@@ -22,6 +22,8 @@ from tests.harness import GROUP_ID, make_settings, telegram_app
 from tests.runner.kube.conftest import KUBECONFIG_FOR_TESTS
 from tests.runner.kube.polling import until, until_async
 from tests.runner.test_abort_on_merge import SpawningModel
+from tests.runner.test_egress_e2e import PAGE, fetch, run_result
+from tests.runner.test_egress_e2e import site as site_fixture  # noqa: F401 (pytest finds it as `site`)
 
 pytestmark = pytest.mark.kubernetes
 
@@ -146,3 +148,46 @@ async def test_a_pod_reaches_nothing_but_its_own_channel(
         assert "api-shut" in text and "service-shut" in text and "outside-shut" in text
         assert "sockets=run.sock" in text  # its own channel, and nothing else (no door: egress is off)
         await until(lambda: not chat_jobs(kube_target, GROUP_ID))
+
+
+async def test_runs_of_a_chat_see_the_files_an_earlier_run_left(
+    tmp_path: Path, tg: FakeTelegram, kube_target: KubeTarget
+) -> None:
+    settings = kube_settings(tmp_path, tg, kube_target)
+    async with telegram_app(settings, with_subagents=True):
+        tg.push_message(
+            GROUP_ID,
+            f"@{tg.bot_username} background: $ mkdir -p notes && echo kept-between-runs > notes/a.txt"
+            " && ln -s notes/a.txt link",
+        )
+        await tg.wait_until(lambda: [m for m in tg.sent_messages(GROUP_ID) if "[Task:" in m.plain_text] or None)
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} background: $ cat notes/a.txt; readlink link")
+
+        def second_result() -> Any:
+            results = [m for m in tg.sent_messages(GROUP_ID) if "[Task:" in m.plain_text]
+            return results[1] if len(results) > 1 else None
+
+        text = (await tg.wait_until(second_result, timeout_seconds=RUN_WAIT_SECONDS)).plain_text
+        assert "kept-between-runs" in text and "notes/a.txt" in text
+        tg.push_message(GROUP_ID, "/workspace")
+        reply = await tg.wait_until(
+            lambda: next(
+                (m for m in tg.sent_messages(GROUP_ID) if "workspace" in m.plain_text and "uses" in m.plain_text), None
+            )
+        )
+        assert "(1 entries)" in reply.plain_text  # on this backend: the chat's archive, measured as one file
+
+
+async def test_the_web_door_reaches_a_pod_over_its_bridge(
+    tmp_path: Path, tg: FakeTelegram, kube_target: KubeTarget, site: tuple[int, int]
+) -> None:
+    allowed, other = site
+    settings = kube_settings(
+        tmp_path, tg, kube_target, SUBAGENT_EGRESS="allowlist", SUBAGENT_EGRESS_ALLOW=f"127.0.0.1:{allowed}"
+    )
+    async with telegram_app(settings, with_subagents=True):
+        text = await run_result(
+            tg, f"{fetch(f'http://127.0.0.1:{allowed}/hello')}\n{fetch(f'http://127.0.0.1:{other}/hello')}"
+        )
+        assert PAGE in text  # through the pod's forwarder, its bridge, and the host's door
+        assert f"127.0.0.1:{other} is not in SUBAGENT_EGRESS_ALLOW" in text
