@@ -23,7 +23,7 @@ from tests.runner.kube.conftest import KUBECONFIG_FOR_TESTS
 from tests.runner.kube.polling import until, until_async
 from tests.runner.test_abort_on_merge import SpawningModel
 from tests.runner.test_egress_e2e import PAGE, fetch, run_result
-from tests.runner.test_egress_e2e import site as site_fixture  # noqa: F401 (pytest finds it as `site`)
+from tests.runner.test_egress_e2e import site as web_site  # noqa: F401 (a fixture, by this name)
 
 pytestmark = pytest.mark.kubernetes
 
@@ -179,9 +179,9 @@ async def test_runs_of_a_chat_see_the_files_an_earlier_run_left(
 
 
 async def test_the_web_door_reaches_a_pod_over_its_bridge(
-    tmp_path: Path, tg: FakeTelegram, kube_target: KubeTarget, site: tuple[int, int]
+    tmp_path: Path, tg: FakeTelegram, kube_target: KubeTarget, web_site: tuple[int, int]
 ) -> None:
-    allowed, other = site
+    allowed, other = web_site
     settings = kube_settings(
         tmp_path, tg, kube_target, SUBAGENT_EGRESS="allowlist", SUBAGENT_EGRESS_ALLOW=f"127.0.0.1:{allowed}"
     )
