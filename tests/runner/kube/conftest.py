@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.runner.test_egress_e2e import site as web_site  # noqa: F401 (a fixture: two web servers on 127.0.0.1)
+
 # Read at import, before the suite-wide fixture that clears every setting's variable (KUBECONFIG is one).
 KUBECONFIG_FOR_TESTS = os.environ.get("KUBECONFIG", "")
 REQUIRED = os.environ.get("CREWBOT_KUBE_TESTS", "") == "required"

@@ -23,7 +23,6 @@ from tests.runner.kube.conftest import KUBECONFIG_FOR_TESTS
 from tests.runner.kube.polling import until, until_async
 from tests.runner.test_abort_on_merge import SpawningModel
 from tests.runner.test_egress_e2e import PAGE, fetch, run_result
-from tests.runner.test_egress_e2e import site as web_site  # noqa: F401 (a fixture, by this name)
 
 pytestmark = pytest.mark.kubernetes
 
