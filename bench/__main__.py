@@ -49,6 +49,7 @@ BENCHMARKS: dict[str, str] = {
     "markdown": "bench.markdown",
     "webhook": "bench.webhook",
     "runtime_class": "bench.runtime_class",
+    "kube": "bench.kube",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOGS_DIR = RESULTS_DIR / "logs"
