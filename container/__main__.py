@@ -13,7 +13,14 @@ import sys
 import threading
 from typing import Protocol
 
-from container.channel import ChannelRefused, RunChannel, while_host_away
+from container.channel import (
+    BRIDGED_CONNECT_RETRY_DELAYS_SECONDS,
+    CONNECT_RETRY_DELAYS_SECONDS,
+    ChannelRefused,
+    RunChannel,
+    while_host_away,
+)
+from container.contract import CHANNEL_BRIDGED_ENV
 from container.paths import ContainerPaths
 from container.run import describe_error, run_task
 from container.task import RunResult, Task
@@ -22,6 +29,7 @@ from container.workspace_sync import pull_workspace, push_workspace, sync_enable
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1
 EXIT_BAD_TASK = 2
+EXIT_SIGNALLED = 128 + signal.SIGTERM  # as a shell reports a process ended by SIGTERM
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -33,11 +41,18 @@ def log(line: str) -> None:
     print(f"crewbot-agent: {line}", flush=True)
 
 
+def _exit_now(signum: int, frame: object) -> None:
+    os._exit(EXIT_SIGNALLED)
+
+
 async def _run_until_signal(task: Task, channel: RunChannel, paths: ContainerPaths) -> RunResult:
-    # As PID 1 the process ignores SIGTERM unless it handles it: stop the run and still report.
+    # As PID 1 the process ignores SIGTERM unless it handles it: stop the run and still report (unless main()
+    # made SIGTERM an immediate exit: a bridged run is only ever signalled by its deletion).
     work = asyncio.create_task(run_task(task, channel, paths.workspace_dir, log, door=paths.egress_socket))
     loop = asyncio.get_running_loop()
-    handle_signals = threading.current_thread() is threading.main_thread()
+    handle_signals = (
+        threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not _exit_now
+    )
     if handle_signals:
         for stop_signal in STOP_SIGNALS:
             loop.add_signal_handler(stop_signal, work.cancel)
@@ -53,10 +68,12 @@ async def _run_until_signal(task: Task, channel: RunChannel, paths: ContainerPat
                 loop.remove_signal_handler(stop_signal)
 
 
-async def run_main(paths: ContainerPaths, *, sync_workspace: bool = False) -> int:
+async def run_main(paths: ContainerPaths, *, sync_workspace: bool = False, bridged: bool = False) -> int:
     """The whole run; returns the exit code. Awaitable in-process, which the tests do. With `sync_workspace`
-    the workspace is pulled over the channel first and pushed back before the result (container/workspace_sync.py)."""
-    async with RunChannel(paths.channel_socket, log) as channel:
+    the workspace is pulled over the channel first and pushed back before the result (container/workspace_sync.py).
+    `bridged`: the run socket is the bridge's (container/bridge.py), which the host starts just after the agent."""
+    delays = BRIDGED_CONNECT_RETRY_DELAYS_SECONDS if bridged else CONNECT_RETRY_DELAYS_SECONDS
+    async with RunChannel(paths.channel_socket, log, connect_delays_seconds=delays) as channel:
         try:
             task = await while_host_away(channel.task, "the task", log)
         except (ChannelRefused, OSError, ValueError) as exc:
@@ -105,7 +122,13 @@ async def report(channel: ResultSink, result: RunResult, run_id: str) -> bool:
 
 
 def main() -> int:
-    return asyncio.run(run_main(ContainerPaths.from_env(os.environ), sync_workspace=sync_enabled(os.environ)))
+    bridged = os.environ.get(CHANNEL_BRIDGED_ENV) == "1"
+    if bridged:
+        # A pod is signalled only when it is deleted (a cancel, its deadline): the host has decided and takes no
+        # report, so PID 1 ends at once (its processes with it) instead of at the kubelet's SIGKILL 2 s later.
+        signal.signal(signal.SIGTERM, _exit_now)
+    paths = ContainerPaths.from_env(os.environ)
+    return asyncio.run(run_main(paths, sync_workspace=sync_enabled(os.environ), bridged=bridged))
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ STEP_TIMEOUT_SECONDS = 1_500.0
 # Connecting is tried again after these pauses (about 30 s in all): the socket is missing or refuses while
 # the host restarts, and the run must outlive a normal restart.
 CONNECT_RETRY_DELAYS_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+# Bridged (Kubernetes), the socket appears once the host's exec of the bridge has started, a moment after the
+# agent does: the first connection is tried again soon, then as above.
+BRIDGED_CONNECT_RETRY_DELAYS_SECONDS = (0.02, 0.05, 0.1, 0.2, 0.5, *CONNECT_RETRY_DELAYS_SECONDS)
 # The host closes connections to a run's socket beyond 16 at once (runner/channel/capped_site.py): requests sent
 # all at once wait their turn here instead.
 MAX_CONNECTIONS = 4
@@ -89,9 +92,15 @@ def _silent(line: str) -> None:
 
 
 class RunChannel:
-    def __init__(self, socket_path: Path, log: Callable[[str], None] = _silent) -> None:
+    def __init__(
+        self,
+        socket_path: Path,
+        log: Callable[[str], None] = _silent,
+        connect_delays_seconds: tuple[float, ...] = CONNECT_RETRY_DELAYS_SECONDS,
+    ) -> None:
         self._socket_path = socket_path
         self._log = log
+        self._connect_delays = connect_delays_seconds
         self._connections = asyncio.Semaphore(MAX_CONNECTIONS)
 
     async def __aenter__(self) -> RunChannel:
@@ -258,7 +267,7 @@ class RunChannel:
         read: Callable[[http.client.HTTPResponse], T],
     ) -> tuple[int, T]:
         last_error: OSError | None = None
-        for delay in (0.0, *CONNECT_RETRY_DELAYS_SECONDS):
+        for delay in (0.0, *self._connect_delays):
             time.sleep(delay)
             connection = _UnixConnection(self._socket_path, timeout)
             try:

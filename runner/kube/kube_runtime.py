@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -83,8 +83,10 @@ class Bridge(Protocol):
     async def close(self) -> None: ...
 
 
-# (job name, pod name, host sockets by bridge target; None: that target is refused) → the run's bridge.
-BridgeFactory = Callable[[str, str, dict[str, Path | None]], Bridge]
+# (job name, pod name, host sockets by bridge target (None: that target is refused), whether its container still
+# runs) → the run's bridge.
+StillRunning = Callable[[], Awaitable[bool]]
+BridgeFactory = Callable[[str, str, dict[str, Path | None], StillRunning], Bridge]
 
 
 def _selector(labels: dict[str, str]) -> str:
@@ -193,7 +195,12 @@ class KubeRuntime:
         for target, file_name in BRIDGE_SOCKETS.items():
             path = channel_dir / file_name
             sockets[target] = path if await asyncio.to_thread(path.exists) else None
-        bridge = self._bridges(job, pod.name, sockets)
+
+        async def still_running() -> bool:
+            now = await self._pod(job)
+            return now is not None and now.name == pod.name and now.exit_code is None and not now.deleting
+
+        bridge = self._bridges(job, pod.name, sockets, still_running)
         try:
             await bridge.run()
         finally:

@@ -12,7 +12,7 @@ from runner.kube.exec_stream import ExecStream, open_exec
 from runner.kube.job_spec import JobOptions
 from runner.kube.kube_calls import CONTAINER_NAME, KubeCalls
 from runner.kube.kube_config import KubeTarget, load_target
-from runner.kube.kube_runtime import KubeRuntime
+from runner.kube.kube_runtime import BridgeFactory, KubeRuntime, StillRunning
 from runner.kube.pod_bridge import PodBridge
 
 # The image's interpreter, as its ENTRYPOINT runs the agent (Dockerfile): -P keeps the workspace off sys.path.
@@ -32,16 +32,16 @@ def job_options(settings: Settings, namespace: str) -> Callable[[], JobOptions]:
     return options
 
 
-def bridge_factory(target: KubeTarget) -> Callable[[str, str, dict[str, Path | None]], PodBridge]:
+def bridge_factory(target: KubeTarget) -> BridgeFactory:
     configuration = target.api.configuration
 
-    def bridge(job: str, pod: str, sockets: dict[str, Path | None]) -> PodBridge:
+    def bridge(job: str, pod: str, sockets: dict[str, Path | None], still_running: StillRunning) -> PodBridge:
         command = [*BRIDGE_PYTHON, *(["--egress"] if sockets.get(BRIDGE_TARGET_EGRESS) is not None else [])]
 
         async def opener() -> ExecStream:
             return await open_exec(configuration, target.namespace, pod, command, container=CONTAINER_NAME)
 
-        return PodBridge(job, opener, sockets)
+        return PodBridge(job, opener, sockets, still_running=still_running)
 
     return bridge
 

@@ -74,6 +74,7 @@ class PodBridge:
         opener: Opener,
         sockets: Mapping[str, Path | None],
         *,
+        still_running: Callable[[], Awaitable[bool]] | None = None,
         retry_delays_seconds: tuple[float, ...] = RETRY_DELAYS_SECONDS,
         max_opens_per_minute: int = MAX_OPENS_PER_MINUTE,
         max_streams: int = MAX_STREAMS,
@@ -84,6 +85,9 @@ class PodBridge:
             raise ValueError(f"unknown bridge targets: {sorted(unknown)}")
         self._run_id = run_id
         self._opener = opener
+        # Asked before opening again after a session ended: a pod whose container has exited is not reopened
+        # (an exec into it only fails), and the bridge ends quietly instead.
+        self._still_running = still_running
         self._sockets = dict(sockets)
         self._delays = retry_delays_seconds
         self._max_opens = max_opens_per_minute
@@ -137,6 +141,8 @@ class PodBridge:
                     failures = 0
                 if self._closing.is_set():
                     break
+                if self._still_running is not None and not await self._pod_runs():
+                    break
                 delay = self._delays[min(failures, len(self._delays) - 1)]
                 failures += 1
                 self._set_state(BridgeState.WAITING)
@@ -145,6 +151,14 @@ class PodBridge:
             if self._state is not BridgeState.BROKEN:
                 self._set_state(BridgeState.CLOSED)
             self._running.set_result(None)
+
+    async def _pod_runs(self) -> bool:
+        assert self._still_running is not None
+        try:
+            return await self._still_running()
+        except Exception as exc:  # the API server is away: try the pod again as before
+            log.info("pod_bridge_pod_state_unknown", run_id=self._run_id, error=_describe(exc))
+            return True
 
     async def close(self) -> None:
         """End the bridge and every connection it carries, at once; returns once run() has returned."""

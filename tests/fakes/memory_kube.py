@@ -170,5 +170,5 @@ class NoBridge:
         pass
 
 
-def no_bridge(job: str, pod_name: str, sockets: dict[str, Path | None]) -> NoBridge:
+def no_bridge(job: str, pod_name: str, sockets: dict[str, Path | None], still_running: object) -> NoBridge:
     return NoBridge()
