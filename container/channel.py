@@ -53,8 +53,10 @@ STEP_TIMEOUT_SECONDS = 1_500.0
 # the host restarts, and the run must outlive a normal restart.
 CONNECT_RETRY_DELAYS_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 # Bridged (Kubernetes), the socket appears once the host's exec of the bridge has started, a moment after the
-# agent does: the first connection is tried again soon, then as above.
-BRIDGED_CONNECT_RETRY_DELAYS_SECONDS = (0.02, 0.05, 0.1, 0.2, 0.5, *CONNECT_RETRY_DELAYS_SECONDS)
+# agent does: it is looked for every 50 ms at first, then as above.
+BRIDGED_POLL_SECONDS = 0.05
+BRIDGED_POLLS = 60  # 3 s of polling: the exec and the bridge's own start take a few hundred ms
+BRIDGED_CONNECT_RETRY_DELAYS_SECONDS = (*(BRIDGED_POLL_SECONDS,) * BRIDGED_POLLS, *CONNECT_RETRY_DELAYS_SECONDS)
 # The host closes connections to a run's socket beyond 16 at once (runner/channel/capped_site.py): requests sent
 # all at once wait their turn here instead.
 MAX_CONNECTIONS = 4
