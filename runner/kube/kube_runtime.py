@@ -56,6 +56,7 @@ FATAL_WAITING_REASONS = frozenset(
         "RunContainerError",
     }
 )
+BRIDGE_RETRY_SECONDS = 1.0  # the pod's state is asked again this soon when the API server did not answer
 BRIDGE_SOCKETS = {"run": CHANNEL_SOCKET_FILE, "egress": EGRESS_SOCKET_FILE}
 
 
@@ -203,6 +204,8 @@ class KubeRuntime:
         bridge = self._bridges(job, pod.name, sockets, still_running)
         try:
             await bridge.run()
+        except Exception as exc:  # not expected (the bridge ends quietly), but never an unretrieved task error
+            log.error("kube_bridge_failed", job=job, error=str(exc))
         finally:
             await asyncio.shield(bridge.close())
 
@@ -215,9 +218,9 @@ class KubeRuntime:
                 if pod is not None and (pod.exit_code is not None or pod.phase in ("Succeeded", "Failed")):
                     return None
                 await self._run(self._watch_slice, job, self._wait_slice_seconds, version)
-            except RuntimeUnavailable as exc:
-                log.warning("kube_unreachable_before_bridge", job=job, error=str(exc))
-                await asyncio.sleep(1.0)
+            except Exception as exc:  # the API server away or refusing: the run's time limit bounds the wait
+                log.warning("kube_pod_state_unknown_before_bridge", job=job, error=str(exc))
+                await asyncio.sleep(BRIDGE_RETRY_SECONDS)
 
     def _watch_slice(self, job: str, seconds: int, since: str) -> None:
         """Returns at the first change of the job's pods after version `since`, or after `seconds`."""
