@@ -25,6 +25,9 @@ CREDIT = struct.Struct("!I")
 MAX_FRAME_PAYLOAD_BYTES = 64 * 1024
 INITIAL_WINDOW_BYTES = 256 * 1024  # per stream and direction: what one stream may hold in memory at each end
 MAX_STREAMS = 32  # open at once; the pod side closes a connection past it, the host side ends the mux
+# A frame the peer does not take within this long ends the session: a healthy peer always reads (its receiving
+# loop never waits on a local socket), so only one that stopped reading its end blocks a send this long.
+SEND_TIMEOUT_SECONDS = 60.0
 MAX_TARGET_BYTES = 32  # an OPEN's payload: a target's name
 CREDIT_BATCH_BYTES = 64 * 1024  # credit is returned at this size, or as soon as a stream's queue is empty
 FRAMES_PER_YIELD = 64  # the receiving loop gives the event loop a turn this often, even on a flood of frames
@@ -134,6 +137,7 @@ class Mux:
         targets: Collection[str] = (),
         max_streams: int = MAX_STREAMS,
         window_bytes: int = INITIAL_WINDOW_BYTES,
+        send_timeout_seconds: float = SEND_TIMEOUT_SECONDS,
     ) -> None:
         if role is Role.HOST and connect is None:
             raise ValueError("the host side needs a connector")
@@ -143,7 +147,11 @@ class Mux:
         self._connect = connect
         self._targets = frozenset(targets)
         self._cap = max_streams
+        # Streams whose tasks still run, closing ones too (a RESET waiting to be sent): past this the host ends the
+        # mux, so a peer that opens and never reads cannot pile up tasks behind its unsent RESETs.
+        self._live_cap = 2 * max_streams
         self._window_bytes = window_bytes
+        self._send_timeout_seconds = send_timeout_seconds
         self._streams: dict[int, _Stream] = {}
         self._last_id = 0  # the highest stream id opened so far
         self._send_lock = asyncio.Lock()
@@ -178,6 +186,8 @@ class Mux:
             with contextlib.suppress(asyncio.CancelledError):
                 await receiving
             await self.close()
+            if not self._ended.cancelled():
+                self._ended.exception()  # raised here already when the HELLO failed: retrieved, not reported twice
 
     async def open(self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Pod side: carry one accepted local connection to `target` until either end closes it. Past the cap,
@@ -239,6 +249,8 @@ class Mux:
         target = frame.payload.decode("ascii", errors="replace")
         if not frame.payload.isascii() or target not in self._targets:
             raise MuxError(f"OPEN of an unknown target {target[:MAX_TARGET_BYTES]!r}")
+        if len(self._streams) >= self._live_cap:  # bounds the sum below too
+            raise MuxError(f"OPEN while {len(self._streams)} streams are still closing or open")
         if sum(s.state not in (StreamState.CLOSED, StreamState.RESET) for s in self._streams.values()) >= self._cap:
             raise MuxError(f"OPEN past the cap of {self._cap} streams")
         self._last_id = frame.stream_id
@@ -370,6 +382,9 @@ class Mux:
         for stream in streams:
             self._abort_stream(stream)
         await asyncio.gather(*(s.task for s in streams if s.task is not None), return_exceptions=True)
+        for stream in streams:  # a task cancelled before it ran never reached its own removal
+            if self._streams.get(stream.id) is stream:
+                del self._streams[stream.id]
 
     async def _send(self, frame_type: FrameType, stream_id: int, payload: bytes = b"") -> None:
         async with self._send_lock:
@@ -380,10 +395,14 @@ class Mux:
         if self._closed:
             raise ConnectionError("the mux has ended")
         try:
-            await self._sink(data)
-        except Exception as exc:  # whatever the transport raised, as an OSError: the mux ends
+            async with asyncio.timeout(self._send_timeout_seconds):
+                await self._sink(data)
+        except Exception as exc:  # whatever the transport raised, or a peer that stopped reading: the mux ends
             self._closed = True
-            error = exc if isinstance(exc, OSError) else ConnectionError(f"the transport failed: {exc!r}")
+            if isinstance(exc, TimeoutError):  # an OSError too, but not the transport's
+                error: OSError = ConnectionError(f"the peer took no frame for {self._send_timeout_seconds:g} s")
+            else:
+                error = exc if isinstance(exc, OSError) else ConnectionError(f"the transport failed: {exc!r}")
             if self._ended is not None:
                 _settle(self._ended, error)
             raise error from None

@@ -338,3 +338,41 @@ async def test_the_pod_side_opens_a_waiting_connection_once_the_hello_comes() ->
     ours[1].close()
     pod_w.close()
     assert await pod.wait_session()
+
+
+async def test_a_peer_that_stops_reading_cannot_pile_up_streams(host_socket: HostSocket) -> None:
+    """Review finding: the host's RESETs of refused streams waited on a transport the pod no longer read, and
+    each further OPEN left one more task behind them. Now the live streams are capped and the mux ends."""
+    reader = asyncio.StreamReader()
+    sent: list[bytes] = []
+    never = asyncio.Event()
+
+    async def stalled_sink(data: bytes) -> None:
+        if sent:  # the HELLO goes out, then the pod stops reading its stdin
+            await never.wait()
+        sent.append(data)
+
+    async def refuse(target: str) -> LocalConnection | None:
+        return None  # an absent target (egress off): every stream is reset
+
+    mux = Mux(Role.HOST, reader, stalled_sink, connect=refuse, targets=TARGETS)
+    # Two dead-id RESETs between OPENs keep the open ones under the cap of open streams, as the attack did.
+    reader.feed_data(b"".join(opened(n) + frame(FrameType.RESET, 1) * 2 for n in range(1, 20_001)))
+    with pytest.raises(MuxError, match="still closing"):
+        async with asyncio.timeout(WAIT_SECONDS):
+            await mux.run()
+    assert mux.streams == 0
+
+
+async def test_a_frame_the_peer_never_takes_ends_the_mux(host_socket: HostSocket) -> None:
+    reader = asyncio.StreamReader()
+    never = asyncio.Event()
+
+    async def stalled_sink(data: bytes) -> None:
+        await never.wait()
+
+    mux = Mux(Role.HOST, reader, stalled_sink, connect=host_socket.connect, targets=TARGETS, send_timeout_seconds=0.2)
+    with pytest.raises(ConnectionError, match="took no frame"):
+        async with asyncio.timeout(WAIT_SECONDS):
+            await mux.run()  # its HELLO is never taken
+    assert mux.streams == 0
