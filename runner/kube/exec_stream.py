@@ -30,6 +30,9 @@ STDERR_TAIL_BYTES = 8 * 1024
 MAX_MESSAGE_BYTES = 1024 * 1024  # one websocket message; the API server sends far smaller ones
 MAX_STATUS_BYTES = 16 * 1024
 CONNECT_TIMEOUT_SECONDS = 30.0
+# Pings on an idle exec: a connection to the API server that died silently ends the session within about this
+# long (the bridge then opens a new one) instead of at the run's deadline. The API server answers them.
+EXEC_HEARTBEAT_SECONDS = 30.0
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
@@ -222,6 +225,7 @@ async def open_exec(
                 ssl=context if context is not None else True,
                 max_msg_size=MAX_MESSAGE_BYTES,
                 autoping=True,
+                heartbeat=EXEC_HEARTBEAT_SECONDS,
                 compress=0,
             )
     except aiohttp.WSServerHandshakeError as exc:
