@@ -24,6 +24,8 @@ from core.setting_runtime import PullPolicy
 from runner.kube.kube_calls import CONTAINER_NAME
 from runner.runtimes.runtime import ContainerSpec, ContainerStartError
 
+RUN_UID = 1000  # the image's non-root `agent` user (Dockerfile)
+RUN_GID = 1000
 LABELS_ANNOTATION = "crewbot/labels"  # every run label as given (label values cannot start with `-`: chat ids)
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 MAX_LABEL_VALUE_CHARS = 63
@@ -77,13 +79,6 @@ def memory_quantity(value: str) -> str:
     return f"{size // BYTES_PER_MIB}Mi" if size % BYTES_PER_MIB == 0 else str(size)
 
 
-def _user(spec: ContainerSpec) -> tuple[int, int]:
-    uid, _, gid = spec.user.partition(":")
-    if not uid.isdigit() or not (gid or uid).isdigit() or int(uid) == 0:
-        raise ContainerStartError(f"a pod runs as a numeric non-root uid[:gid], not {spec.user!r}")
-    return int(uid), int(gid or uid)
-
-
 def _volumes(spec: ContainerSpec, options: JobOptions) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": TMP_SIZE}}]
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": TMP_DIR}]
@@ -108,7 +103,9 @@ def job_body(spec: ContainerSpec, options: JobOptions) -> dict[str, Any]:
             f"SUBAGENT_NETWORK={spec.network} is Docker's; a pod has no network of its own on Kubernetes "
             "(the web goes through the door: SUBAGENT_EGRESS)"
         )
-    uid, gid = _user(spec)
+    # The image's own user, whatever uid the bot runs as: a pod shares no folder with the bot, so nothing asks for
+    # the host's uid, and a run never shares one (nor its process limits) with the bot on a node.
+    uid, gid = RUN_UID, RUN_GID
     volumes, mounts = _volumes(spec, options)
     labels = kube_labels(spec.labels)
     memory = memory_quantity(spec.memory)

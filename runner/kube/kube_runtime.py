@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from container.contract import CHANNEL_DIR, CHANNEL_SOCKET_FILE, EGRESS_SOCKET_FILE
+from container.contract import CHANNEL_DIR, CHANNEL_SOCKET_FILE, EGRESS_SOCKET_FILE, ID_PATTERN
 from core.logging import get_logger
 from runner.kube.job_spec import JobOptions, job_body, kube_labels, run_labels
 from runner.kube.kube_calls import JobView, PodView
@@ -33,6 +34,7 @@ from runner.runtimes.runtime import (
     ContainerSpec,
     ContainerStartError,
     RuntimeUnavailable,
+    container_name,
 )
 
 T = TypeVar("T")
@@ -56,6 +58,7 @@ FATAL_WAITING_REASONS = frozenset(
         "RunContainerError",
     }
 )
+RUN_ID_SHAPE = re.compile(ID_PATTERN)
 BRIDGE_RETRY_SECONDS = 1.0  # the pod's state is asked again this soon when the API server did not answer
 BRIDGE_SOCKETS = {"run": CHANNEL_SOCKET_FILE, "egress": EGRESS_SOCKET_FILE}
 
@@ -127,6 +130,7 @@ class KubeRuntime:
         self._bridge_tasks: dict[str, asyncio.Task[None]] = {}
         self._killed: set[str] = set()
         self._notes: dict[str, str] = {}  # why a pod could not start, for its logs
+        self._identities: dict[str, tuple[str, str]] = {}  # a running pod's uid and container id, by job
         self._closed = False
 
     @property
@@ -232,7 +236,8 @@ class KubeRuntime:
             return
         view = await self._run(self._api.read_job, job)
         run_id = run_labels(view.annotations, view.labels).get(LABEL_RUN_ID) if view is not None else None
-        if run_id:
+        # The run id names a host folder: only one the Job's own name agrees with (never a path from the cluster).
+        if run_id and RUN_ID_SHAPE.fullmatch(run_id) and container_name(run_id) == job:
             self._ensure_bridge(job, self._channel_dir(run_id))
 
     async def wait(self, container_id: str, timeout_seconds: float | None = None) -> int | None:
@@ -296,6 +301,7 @@ class KubeRuntime:
         await self._stop_bridge(container_id)
         await self._run(self._api.delete_job, container_id)
         self._notes.pop(container_id, None)
+        self._identities.pop(container_id, None)
         self._killed.discard(container_id)
 
     async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:
@@ -311,10 +317,15 @@ class KubeRuntime:
         return infos
 
     async def usage(self, container_id: str) -> ResourceSample | None:
-        pod = await self._pod(container_id)
-        if pod is None or pod.container_id is None or pod.exit_code is not None:
-            return None
-        return await self._run(pod_sample, pod.uid, pod.container_id)
+        """From the pod's cgroup on this machine. Its uid and container id are asked of the API once: the
+        supervisor samples every second, and a cgroup gone (it exited) or never here (another node) is None."""
+        identity = self._identities.get(container_id)
+        if identity is None:
+            pod = await self._pod(container_id)
+            if pod is None or pod.container_id is None or pod.exit_code is not None:
+                return None
+            identity = self._identities[container_id] = (pod.uid, pod.container_id)
+        return await self._run(pod_sample, *identity)
 
     async def image_exists(self, image: str) -> bool:
         """The nodes' images are not the bot's to list (a namespaced Role): a missing one fails its run with
