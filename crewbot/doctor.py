@@ -352,7 +352,10 @@ async def run_doctor(
         def probe(owned: ContainerRuntime, runtime_class: str | None) -> Awaitable[CheckResult]:
             return _container_check(settings, owned, runtime_class)
 
-        results.extend(await check_kubernetes(settings, runtime, probe))
+        def probe_spec(code: str, runtime_class: str | None) -> ContainerSpec:
+            return _probe_spec(settings, code, runtime_class)
+
+        results.extend(await check_kubernetes(settings, runtime, probe, probe_spec))
     else:
         results.extend(await _docker_checks(settings, runtime))
     # Library errors quote what they were given (a rejected token, say): never print a secret.

@@ -34,6 +34,7 @@ async def test_doctor_checks_the_cluster_the_role_and_a_job(
     assert by_name["rbac"].startswith("ok")
     assert by_name["container"].startswith("ok")
     assert ("under runtimeClassName gvisor" in by_name["container"]) == (runtime_class is not None)
+    assert by_name["network"].startswith("ok")  # the kit's pods have no network at all
 
 
 async def test_doctor_names_a_runtime_class_the_cluster_does_not_have(tmp_path: Path, kube_target: KubeTarget) -> None:
