@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from container.contract import BRIDGE_TARGET_EGRESS, BRIDGE_TARGET_RUN
-from container.mux import HEADER, MAX_FRAME_PAYLOAD_BYTES, Mux, MuxError, Role
+from container.mux import Mux, Role
+from container.mux_frames import HEADER, MAX_FRAME_PAYLOAD_BYTES, MuxError
 from container.paths import ContainerPaths
 
 EXIT_OK = 0  # stdin ended: the host went away

@@ -14,21 +14,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum
+from enum import Enum
 
-HEADER = struct.Struct("!BII")
-CREDIT = struct.Struct("!I")
-MAX_FRAME_PAYLOAD_BYTES = 64 * 1024
+from container.mux_frames import (
+    CREDIT,
+    MAX_FRAME_PAYLOAD_BYTES,
+    MAX_TARGET_BYTES,
+    Frame,
+    FrameType,
+    MuxError,
+    encode_frame,
+    read_frame,
+)
+
 INITIAL_WINDOW_BYTES = 256 * 1024  # per stream and direction: what one stream may hold in memory at each end
 MAX_STREAMS = 32  # open at once; the pod side closes a connection past it, the host side ends the mux
 # A frame the peer does not take within this long ends the session: a healthy peer always reads (its receiving
 # loop never waits on a local socket), so only one that stopped reading its end blocks a send this long.
 SEND_TIMEOUT_SECONDS = 60.0
-MAX_TARGET_BYTES = 32  # an OPEN's payload: a target's name
 CREDIT_BATCH_BYTES = 64 * 1024  # credit is returned at this size, or as soon as a stream's queue is empty
 FRAMES_PER_YIELD = 64  # the receiving loop gives the event loop a turn this often, even on a flood of frames
 
@@ -36,18 +42,6 @@ LocalConnection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 # The host side's way to a target: a fresh local connection, or None when this run has no such target.
 Connector = Callable[[str], Awaitable[LocalConnection | None]]
 Sink = Callable[[bytes], Awaitable[None]]  # writes bytes to the peer, waiting while the transport is full
-
-
-class FrameType(IntEnum):
-    HELLO = 1  # host to pod: a new session; the pod drops every stream of an earlier one
-    OPEN = 2  # pod to host: a new stream; payload = the target's name (ascii)
-    DATA = 3
-    WINDOW = 4  # payload = the credit returned, 4 bytes
-    EOF = 5  # the sender writes no more on this stream (a half-close)
-    RESET = 6  # the stream is aborted
-
-
-FRAME_TYPES = frozenset(FrameType)
 
 
 class Role(Enum):
@@ -61,37 +55,6 @@ class StreamState(Enum):
     GOT_EOF = "got_eof"  # the peer's direction has ended
     CLOSED = "closed"  # both have ended: it no longer counts against the cap
     RESET = "reset"  # aborted by either side: late frames for it are dropped
-
-
-class MuxError(Exception):
-    """The peer broke the protocol; the mux has ended."""
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    type: FrameType
-    stream_id: int
-    payload: bytes = b""
-
-
-def encode_frame(frame_type: FrameType, stream_id: int, payload: bytes = b"") -> bytes:
-    if len(payload) > MAX_FRAME_PAYLOAD_BYTES:
-        raise ValueError(f"a frame's payload is at most {MAX_FRAME_PAYLOAD_BYTES} bytes, not {len(payload)}")
-    return HEADER.pack(frame_type, stream_id, len(payload)) + payload
-
-
-async def read_frame(reader: asyncio.StreamReader) -> Frame | None:
-    """The next frame; None when the stream ends (at a frame's boundary or inside one: the transport broke).
-    A bad type or an oversize length raises MuxError before any payload is read."""
-    try:
-        raw_type, stream_id, length = HEADER.unpack(await reader.readexactly(HEADER.size))
-        if raw_type not in FRAME_TYPES:
-            raise MuxError(f"unknown frame type {raw_type}")
-        if length > MAX_FRAME_PAYLOAD_BYTES:
-            raise MuxError(f"frame payload of {length} bytes is over {MAX_FRAME_PAYLOAD_BYTES}")
-        return Frame(FrameType(raw_type), stream_id, await reader.readexactly(length) if length else b"")
-    except asyncio.IncompleteReadError:
-        return None
 
 
 @dataclass(eq=False, slots=True)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Protocol
 
 from container.contract import BRIDGE_TARGET_EGRESS, BRIDGE_TARGET_RUN
-from container.mux import INITIAL_WINDOW_BYTES, MAX_STREAMS, LocalConnection, Mux, MuxError, Role
+from container.mux import INITIAL_WINDOW_BYTES, MAX_STREAMS, LocalConnection, Mux, Role
+from container.mux_frames import MuxError
 from core.logging import get_logger
 
 log = get_logger(__name__)

@@ -13,7 +13,8 @@ import pytest
 
 from container.bridge import EXIT_OK, EXIT_PROTOCOL
 from container.contract import BRIDGE_TARGET_EGRESS, BRIDGE_TARGET_RUN, EGRESS_SOCKET_FILE
-from container.mux import CREDIT, INITIAL_WINDOW_BYTES, Frame, FrameType, encode_frame, read_frame
+from container.mux import INITIAL_WINDOW_BYTES
+from container.mux_frames import CREDIT, Frame, FrameType, encode_frame, read_frame
 from container.protocol import CHANNEL_SOCKET_FILE
 from tests.container.bridge_helpers import BridgeProcess, read_all
 

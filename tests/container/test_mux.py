@@ -13,19 +13,14 @@ from pathlib import Path
 import pytest
 
 from container.contract import BRIDGE_TARGET_EGRESS, BRIDGE_TARGET_RUN
-from container.mux import (
+from container.mux import INITIAL_WINDOW_BYTES, MAX_STREAMS, Connector, LocalConnection, Mux, Role
+from container.mux_frames import (
     CREDIT,
     HEADER,
-    INITIAL_WINDOW_BYTES,
     MAX_FRAME_PAYLOAD_BYTES,
-    MAX_STREAMS,
-    Connector,
     Frame,
     FrameType,
-    LocalConnection,
-    Mux,
     MuxError,
-    Role,
     encode_frame,
     read_frame,
 )

@@ -18,7 +18,8 @@ from aiohttp import web
 
 from container.bridge import EXIT_OK
 from container.contract import BRIDGE_TARGET_EGRESS, BRIDGE_TARGET_RUN, EGRESS_SOCKET_FILE
-from container.mux import HEADER, MAX_STREAMS, FrameType, encode_frame
+from container.mux import MAX_STREAMS
+from container.mux_frames import HEADER, FrameType, encode_frame
 from container.protocol import CHANNEL_SOCKET_FILE
 from runner.channel.capped_site import CappedUnixSite
 from runner.kube.pod_bridge import BridgeState, ByteStream, PodBridge
