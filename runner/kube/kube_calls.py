@@ -57,6 +57,7 @@ class PodView:
     waiting_reason: str | None  # ContainerCreating, ErrImageNeverPull, ...
     waiting_message: str | None
     deleting: bool  # a deletion was asked for
+    ended_why: str | None = None  # the pod's own reason and message (Evicted: ...), when the kubelet gives one
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ def pod_view(pod: Any) -> PodView:
         waiting_reason=waiting.reason if waiting is not None else None,
         waiting_message=waiting.message if waiting is not None else None,
         deleting=pod.metadata.deletion_timestamp is not None,
+        ended_why=": ".join(part for part in (status.reason, status.message) if part) or None,
     )
 
 
@@ -234,11 +236,12 @@ class KubeCalls:
         self._call(f"delete pod {name}", self._core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0)
 
     def pod_log(self, name: str) -> bytes:
-        """Its output so far; empty while its container has not started (the server answers 400 then)."""
+        """Its output so far; empty when its container has none to give (not started yet, or removed with an
+        evicted pod: the server answers 400 then)."""
         try:
             return self._pod_log(name)
         except KubeRefused as exc:
-            if f"{HTTP_BAD_REQUEST} " in str(exc) and "waiting to start" in str(exc):
+            if f": {HTTP_BAD_REQUEST} " in str(exc):
                 return b""
             raise
 

@@ -60,6 +60,7 @@ FATAL_WAITING_REASONS = frozenset(
 )
 RUN_ID_SHAPE = re.compile(ID_PATTERN)
 BRIDGE_RETRY_SECONDS = 1.0  # the pod's state is asked again this soon when the API server did not answer
+ENDED_PHASES = frozenset({"Succeeded", "Failed"})
 BRIDGE_SOCKETS = {"run": CHANNEL_SOCKET_FILE, "egress": EGRESS_SOCKET_FILE}
 
 
@@ -273,6 +274,9 @@ class KubeRuntime:
             return START_FAILED_EXIT_CODE
         if job in self._killed:
             return SIGKILL_EXIT_CODE if pod is None or pod.deleting else None
+        if pod is not None and pod.phase in ENDED_PHASES:  # ended with no container status: evicted, say
+            self._notes[job] = f"crewbot: the pod ended without an exit code: {pod.ended_why or pod.phase}\n"
+            raise ContainerGone(f"the pod of Job {job} ended without an exit code ({pod.ended_why or pod.phase})")
         if pod is None and (refusal := await self._run(self._api.pod_refusal, job)) is not None:
             self._notes[job] = f"crewbot: the cluster made no pod for the run: {refusal}\n"
             await self._run(self._api.delete_job, job)

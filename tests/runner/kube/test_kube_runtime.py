@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from container.contract import WORKSPACE_DIR
 from core.setting_runtime import PullPolicy
 from runner.kube.job_spec import JobOptions
 from runner.kube.kube_calls import KubeCalls
@@ -25,6 +27,7 @@ from runner.runtimes.runtime import (
     LABEL_RUN_ID,
     ContainerGone,
     ContainerSpec,
+    Mount,
     container_name,
 )
 from tests.fakes.memory_kube import no_bridge
@@ -183,3 +186,14 @@ async def test_a_runtime_class_runs_the_pod_under_gvisor(runtime: KubeRuntime) -
         assert await runtime.wait(job) == 0
     out = await runtime.logs(job)
     assert b"gVisor" in out and b"1000" in out
+
+
+async def test_a_pod_evicted_for_filling_its_workspace_ends_its_run_with_the_reason(runtime: KubeRuntime) -> None:
+    given = spec("dd if=/dev/zero of=/workspace/fill bs=1M count=120; echo filled; sleep 600")
+    given = replace(given, mounts=[Mount(Path("/unused"), WORKSPACE_DIR)])  # an emptyDir of quota + 64 MiB (80 MiB)
+    job = await runtime.start(given)
+    with pytest.raises(ContainerGone, match=r"Evicted|ephemeral|without an exit code"):
+        async with asyncio.timeout(RUN_SECONDS * 2):
+            code = await runtime.wait(job)
+            raise AssertionError(f"exited with {code} instead of being evicted")  # pragma: no cover
+    assert b"ended without an exit code" in await runtime.logs(job)
