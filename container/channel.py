@@ -298,13 +298,11 @@ def _send(
     body: bytes | Iterable[bytes] | None,
     headers: dict[str, str],
 ) -> None:
-    """Send the request. A host that refuses an upload early answers and closes before reading all of it: the
-    write then fails, and the answer waiting on the socket is still the one to read."""
-    try:
+    """Send the request. A host that refuses a request early (an upload, a second result) may answer and close
+    before reading all of it: the write then fails, and the answer waiting on the socket is still the one to read
+    (a host that died has none: reading it fails, as the caller expects)."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         connection.request(method, path, body=body, headers=headers)
-    except (BrokenPipeError, ConnectionResetError):
-        if body is None or isinstance(body, bytes):
-            raise
 
 
 def _read_answer(response: http.client.HTTPResponse) -> bytes:
