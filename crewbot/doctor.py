@@ -19,6 +19,7 @@ from core.logging import SecretRedactor
 from core.setting_runtime import RuntimeKind
 from core.settings import LLMProvider, Settings
 from core.store.db import Database
+from crewbot.doctor_probe import probe_outcome
 from crewbot.doctor_result import CheckResult, fail, render
 from crewbot.startup import (
     IntegrityCheck,
@@ -186,12 +187,7 @@ async def _container_check(
             f"the engine refused a test container ({_reason(exc)})",
             "check SUBAGENT_MEMORY, SUBAGENT_CPUS, SUBAGENT_PIDS and SUBAGENT_NETWORK",
         )
-    try:
-        code = await runtime.wait(container_id, CONTAINER_CHECK_TIMEOUT_SECONDS)
-        output = (await runtime.logs(container_id)).decode(errors="replace").strip()
-    finally:
-        await runtime.kill(container_id)
-        await runtime.remove(container_id)
+    code, output = await probe_outcome(runtime, container_id, CONTAINER_CHECK_TIMEOUT_SECONDS)
     if code is None:
         return fail(
             f"a test container did not finish within {CONTAINER_CHECK_TIMEOUT_SECONDS:.0f} s",
@@ -216,12 +212,7 @@ async def _runtime_class_check(settings: Settings, runtime: ContainerRuntime, ru
         return fail(f"the engine has no runtime {runtime_class!r} (SUBAGENT_RUNTIME_CLASS)", RUNTIME_CLASS_FIX)
     except ContainerStartError as exc:
         return fail(f"the engine could not start a container under {runtime_class} ({_reason(exc)})", engine_log)
-    try:
-        code = await runtime.wait(container_id, CONTAINER_CHECK_TIMEOUT_SECONDS)
-        output = (await runtime.logs(container_id)).decode(errors="replace").strip()
-    finally:
-        await runtime.kill(container_id)
-        await runtime.remove(container_id)
+    code, output = await probe_outcome(runtime, container_id, CONTAINER_CHECK_TIMEOUT_SECONDS)
     if code != 0:
         ended = "did not finish in time" if code is None else f"exited with code {code}"
         return fail(

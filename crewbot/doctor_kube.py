@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from core.settings import Settings
+from crewbot.doctor_probe import probe_outcome
 from crewbot.doctor_result import CheckResult, fail
 from runner.runtimes.runtime import ContainerRuntime, ContainerSpec
 
@@ -116,19 +117,11 @@ async def _checks(settings: Settings, runtime: ContainerRuntime, probe: Probe) -
 
 
 async def _network_check(runtime: ContainerRuntime, spec: ContainerSpec) -> CheckResult:
-    job = await runtime.start(spec)
-    try:
-        code = await runtime.wait(job, JOB_CHECK_SECONDS)
-        output = (await runtime.logs(job)).decode(errors="replace")
-    finally:
-        await runtime.kill(job)
-        await runtime.remove(job)
+    code, output = await probe_outcome(runtime, await runtime.start(spec), JOB_CHECK_SECONDS)
     reached = [line.split()[0] for line in output.splitlines() if line.endswith(" open")]
     if code != 0 or not any(line.startswith("api ") for line in output.splitlines()):
-        return fail(f"the network probe ended with code {code}: {output.strip()[-200:]}", NETWORK_FIX)
+        return fail(f"the network probe ended with code {code}: {output[-200:]}", NETWORK_FIX)
     if reached:
-        what = " and ".join(
-            {"api": "the API server", "metadata": "the metadata address 169.254.169.254"}[r] for r in reached
-        )
+        what = " and ".join(NETWORK_TARGETS[name] for name in reached if name in NETWORK_TARGETS)
         return fail(f"a run's pod reaches {what}", NETWORK_FIX)
     return CheckResult("ok", "a run's pod reaches neither the API server nor the metadata address")
