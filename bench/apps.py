@@ -27,7 +27,7 @@ from crewbot.serve import ObservedSubagents, unguarded
 from runner.runs.file_source import FileSource
 from runner.runs.live_runs import LiveRuns
 from runner.runtimes.docker_runtime import DockerRuntime
-from runner.runtimes.runtime import ContainerSpec
+from runner.runtimes.runtime import ContainerRuntime, ContainerSpec
 from runner.service import SubagentService
 
 if TYPE_CHECKING:
@@ -126,9 +126,14 @@ class BenchApp:
 
 @asynccontextmanager
 async def bench_app(
-    settings: Settings, *, model: Model | None = None, with_subagents: bool = False
+    settings: Settings,
+    *,
+    model: Model | None = None,
+    with_subagents: bool = False,
+    runtime: ContainerRuntime | None = None,
 ) -> AsyncIterator[BenchApp]:
-    """As tests.harness.telegram_app, but with the timing runtime and a typed handle on the service."""
+    """As tests.harness.telegram_app, but with the timing runtime and a typed handle on the service. `runtime`:
+    the subagents' runtime instead of the timing Docker one (subagents implied; BenchApp.runtime is then None)."""
     stores = await Stores.open(settings)
     if settings.telegram_bot_token is None:
         raise ValueError("the benchmark app needs TELEGRAM_BOT_TOKEN (the fake server's)")
@@ -137,23 +142,24 @@ async def bench_app(
         settings.telegram_api_base_url,
         poll_timeout_seconds=POLL_TIMEOUT_SECONDS,
     )
-    runtime = TimedDockerRuntime(settings.max_concurrent_subagents) if with_subagents else None
+    timed = TimedDockerRuntime(settings.max_concurrent_subagents) if with_subagents and runtime is None else None
+    engine = runtime or timed
     downloads = TimedFileSource(channel)
     built: list[SubagentService] = []
 
     def factory(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
-        assert runtime is not None
-        service = SubagentService(settings, stores, delivery, typing, runtime, file_source=downloads)
+        assert engine is not None
+        service = SubagentService(settings, stores, delivery, typing, engine, file_source=downloads)
         built.append(service)
         return unguarded(settings, stores, service)
 
-    app = App(settings, channel, stores, factory if with_subagents else None, model=model)
+    app = App(settings, channel, stores, factory if engine is not None else None, model=model)
     try:
         await app.start()
     except BaseException:
         await app.stop()  # as the CLI does: otherwise the database thread keeps the process alive
         raise
     try:
-        yield BenchApp(app, built[0] if built else None, runtime, downloads)
+        yield BenchApp(app, built[0] if built else None, timed, downloads)
     finally:
         await app.stop()

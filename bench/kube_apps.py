@@ -11,16 +11,11 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bench.apps import POLL_TIMEOUT_SECONDS, FirstCallProbe, bench_app
+from bench.apps import FirstCallProbe, bench_app
 from bench.common import BenchContext, bench_settings
-from bot.channels.telegram import TelegramChannel
-from core.delivery import Delivery
 from core.settings import Settings
 from core.store.runs import FINAL_STATUSES
-from core.stores import Stores
-from core.typing_indicator import TypingIndicator
 from crewbot.app import App
-from crewbot.serve import ObservedSubagents, unguarded
 from runner.ipc.requests import ensure_chat_dirs
 from runner.runtimes.runtime import ContainerRuntime, ContainerSpec
 from runner.service import SubagentService, build_runtime
@@ -84,30 +79,9 @@ async def kube_app(
     """bench/apps.py's `bench_app` with the runtime the product builds from the settings (here: Kubernetes)."""
     runtime = await asyncio.to_thread(build_runtime, settings)
     starts = StartStamps(runtime)
-    stores = await Stores.open(settings)
-    assert settings.telegram_bot_token is not None
-    channel = TelegramChannel(
-        settings.telegram_bot_token.get_secret_value(),
-        settings.telegram_api_base_url,
-        poll_timeout_seconds=POLL_TIMEOUT_SECONDS,
-    )
-    built: list[SubagentService] = []
-
-    def factory(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
-        service = SubagentService(settings, stores, delivery, typing, runtime, file_source=channel)
-        built.append(service)
-        return unguarded(settings, stores, service)
-
-    app = App(settings, channel, stores, factory, model=model)
-    try:
-        await app.start()
-    except BaseException:
-        await app.stop()
-        raise
-    try:
-        yield app, built[0], starts
-    finally:
-        await app.stop()
+    async with bench_app(settings, model=model, runtime=runtime) as bench:
+        assert bench.service is not None
+        yield bench.app, bench.service, starts
 
 
 async def subagents(

@@ -11,7 +11,6 @@ Samples alternate runc, runsc, one container at a time, so a change in the machi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import time
@@ -23,6 +22,7 @@ from bench.apps import BenchApp, FirstCallProbe, bench_app
 from bench.common import BenchContext, bench_settings, ms
 from bench.engine import engine_client
 from bench.report import Measure, Row
+from bench.spawn import Arrivals
 from container.protocol import SpawnRequest
 from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
 from runner.runtimes.docker_runtime import DockerRuntime
@@ -51,33 +51,8 @@ def label(runtime_class: str | None) -> str:
     return runtime_class or "runc"
 
 
-class _Arrivals:
-    """A Unix socket server noting when each container's process connected (by the token it sends)."""
-
-    def __init__(self) -> None:
-        self.at: dict[str, float] = {}
-        self._changed = asyncio.Event()
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        at = time.perf_counter()
-        self.at[(await reader.read(128)).decode(errors="replace")] = at
-        self._changed.set()
-        writer.close()
-
-    async def wait(self, token: str, timeout_seconds: float) -> float:
-        deadline = time.monotonic() + timeout_seconds
-        while token not in self.at:
-            self._changed.clear()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"container {token} did not connect within {timeout_seconds:g} s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
-        return self.at[token]
-
-
 async def _container_sample(
-    runtime: DockerRuntime, arrivals: _Arrivals, base: ContainerSpec, runtime_class: str | None, token: str
+    runtime: DockerRuntime, arrivals: Arrivals, base: ContainerSpec, runtime_class: str | None, token: str
 ) -> dict[str, float]:
     """One container: ms from create to start returned and to its process connecting; kill → exited."""
     spec = replace(base, name=f"crewbot-bench-{token}", command=[token], runtime_class=runtime_class)
@@ -100,7 +75,7 @@ async def _containers(ctx: BenchContext, image: str, count: int) -> dict[str | N
     socket_dir.mkdir()
     if os.getuid() == 0:
         os.chown(socket_dir, CONTAINER_UID, CONTAINER_GID)
-    arrivals = _Arrivals()
+    arrivals = Arrivals()
     server = await asyncio.start_unix_server(arrivals.handle, path=str(socket_dir / "s.sock"))
     os.chmod(socket_dir / "s.sock", 0o666)
     client = await asyncio.to_thread(engine_client)

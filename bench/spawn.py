@@ -54,8 +54,8 @@ CONNECT_CODE = (
 AGENT_IMPORTS = "import container.__main__, container.run\n"
 
 
-class _Arrivals:
-    """A Unix socket server noting when each bare container's process connected (by the token it sends)."""
+class Arrivals:
+    """A Unix socket server noting when each container's process connected (by the token it sends)."""
 
     def __init__(self) -> None:
         self.at: dict[str, float] = {}
@@ -74,7 +74,7 @@ class _Arrivals:
             self._changed.clear()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"bare container {token} did not connect within {timeout_seconds:g} s")
+                raise TimeoutError(f"container {token} did not connect within {timeout_seconds:g} s")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), remaining)
         return self.at[token]
@@ -87,7 +87,7 @@ class _BareRunner:
         self._ctx = ctx
         self._image = image
         self._socket_dir = ctx.work_dir / "bare"
-        self._arrivals = _Arrivals()
+        self._arrivals = Arrivals()
         self._server: asyncio.Server | None = None
         self._client: docker.DockerClient | None = None
         self._interpreter = ""
