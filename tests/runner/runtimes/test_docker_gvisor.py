@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +33,6 @@ GVISOR_KERNEL = "Linux version 4.4.0"  # what gVisor's /proc/version reports, wh
 
 def gvisor_spec(image: str, label: str, command: list[str], **overrides: Any) -> ContainerSpec:
     return make_spec(image, label, command, runtime_class=RUNSC, pids=GVISOR_PIDS, **overrides)
-
-
-@pytest.fixture
-async def runtime(docker_engine: None) -> AsyncIterator[DockerRuntime]:
-    rt = DockerRuntime(max_concurrency=2, wait_slice_seconds=1.0)
-    yield rt
-    await rt.close()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import os
 import tarfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +97,6 @@ def inspect() -> Iterator[Any]:
     client = docker.from_env()
     yield lambda container_id: client.api.inspect_container(container_id)
     client.close()
-
-
-@pytest.fixture
-async def runtime(docker_engine: None) -> AsyncIterator[DockerRuntime]:
-    rt = DockerRuntime(max_concurrency=2, wait_slice_seconds=1.0)
-    yield rt
-    await rt.close()
 
 
 @pytest.fixture
