@@ -1,6 +1,7 @@
 """Telegram's webhook: updates POSTed by Telegram (through the operator's reverse proxy) to a listener on
 TELEGRAM_WEBHOOK_LISTEN, each answered 200 only once it is handled (stored), as polling acknowledges it.
 
+Connections come first: a bounded number at once, none held idle or half-sent (bot/channels/webhook_guard.py).
 What a request is answered, in the order it is checked:
 - a path other than TELEGRAM_WEBHOOK_URL's, or a method other than POST: 404 / 405;
 - no `X-Telegram-Bot-Api-Secret-Token`, or another one (compared in constant time): 403, before the body is read;
@@ -42,6 +43,8 @@ from aiohttp import web
 from telegram import Bot, Update
 
 from bot.channels.polling import STORAGE_ERRORS, why_unreadable
+from bot.channels.webhook_guard import ConnectionGuard, ConnectionLimits
+from core.capped_site import CappedTCPSite
 from core.logging import get_logger
 
 if TYPE_CHECKING:
@@ -124,8 +127,9 @@ class Rejected(Exception):
 class WebhookListener:
     """The HTTP side: checks each request, hands each update to `handle`, answers once it returned."""
 
-    def __init__(self, config: WebhookConfig, bot: Bot, handle: Handle) -> None:
+    def __init__(self, config: WebhookConfig, bot: Bot, handle: Handle, limits: ConnectionLimits | None = None) -> None:
         self._config = config
+        self.guard = ConnectionGuard(limits or ConnectionLimits())  # its connections (bot/channels/webhook_guard.py)
         self._secret = config.secret.encode()
         self._bot = bot
         self._handle = handle
@@ -138,9 +142,21 @@ class WebhookListener:
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._receive)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+        limits = self.guard.limits
+        # aiohttp's own keep-alive closes silently and uncounted: it stays only as a backstop, after the guard's.
+        backstop_seconds = limits.head_timeout_seconds + limits.keepalive_seconds
+        runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS, keepalive_timeout=backstop_seconds
+        )
         await runner.setup()
-        site = web.TCPSite(runner, self._config.host, self._config.port)
+        site = CappedTCPSite(
+            runner,
+            self._config.host,
+            self._config.port,
+            max_connections=limits.max_connections,
+            on_refused=self.guard.over_cap,
+            wrap=self.guard.watch,
+        )
         try:
             await site.start()
         except OSError as exc:
@@ -161,8 +177,16 @@ class WebhookListener:
         await runner.cleanup()  # waits up to SHUTDOWN_GRACE_SECONDS for updates being stored
         if self.rejected:
             log.info("webhook_requests_rejected", counts=dict(self.rejected))
+        self.guard.log_counts()
 
     async def _receive(self, request: web.Request) -> web.Response:
+        self.guard.request_began(request.protocol)
+        try:
+            return await self._answer(request)
+        finally:
+            self.guard.request_ended(request.protocol)
+
+    async def _answer(self, request: web.Request) -> web.Response:
         try:
             data = await self._checked_body(request)
             update = self._update(data)

@@ -23,6 +23,7 @@ from telegram.error import BadRequest, InvalidToken, RetryAfter
 
 from bot.channels.polling import PollingTask
 from bot.channels.webhook import Handle, WebhookConfig, WebhookListener, WebhookProblem
+from bot.channels.webhook_guard import TELEGRAM_MAX_CONNECTIONS
 from core.logging import get_logger
 
 log = get_logger(__name__)
@@ -113,6 +114,7 @@ async def start_webhook(
             config.url,
             secret_token=config.secret,
             allowed_updates=list(allowed_updates),
+            max_connections=TELEGRAM_MAX_CONNECTIONS,  # the listener holds this many and more (webhook_guard)
             drop_pending_updates=False,  # what arrived while the bot was down is still wanted
         )
     except BadRequest as exc:

@@ -18,6 +18,7 @@ import structlog
 
 from bot.channels.telegram import ALLOWED_UPDATES, TelegramChannel
 from bot.channels.webhook import WebhookProblem
+from bot.channels.webhook_guard import TELEGRAM_MAX_CONNECTIONS
 from core.store.messages import MessageStore
 from crewbot.startup import explain
 from tests.bot.channels.webhook_helpers import SECRET, URL, message_update, post, webhook_settings
@@ -42,6 +43,7 @@ async def test_start_sets_the_webhook_a_stop_keeps_it_and_polling_deletes_it(tmp
             assert call.params.get("drop_pending_updates") in (None, "False", "false", False)
             hook = tg.webhook
             assert (hook.url, hook.secret_token, hook.allowed_updates) == (URL, SECRET, list(ALLOWED_UPDATES))
+            assert int(call.params["max_connections"]) == TELEGRAM_MAX_CONNECTIONS  # within the listener's cap
         # A plain stop leaves it set: what arrives now is kept for the next start.
         assert tg.webhook.url == URL and tg.webhook.history == [f"set {URL}"]
         tg.push_message(GROUP_ID, "sent while the bot was down")
