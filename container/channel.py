@@ -70,7 +70,11 @@ HOST_MAX_RETRY_SECONDS = 30.0
 
 
 class ChannelRefused(Exception):
-    """The host refused the request; the message is its reason."""
+    """The host refused the request; the message is its reason, `status` its HTTP status when it answered one."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -362,7 +366,7 @@ def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) ->
 def _detail(status: int, answer: bytes) -> str:
     """An accepting answer's detail ("sent"); a refusal raises ChannelRefused with the host's reason."""
     if status != 200:
-        raise ChannelRefused(_reason(status, answer))
+        raise ChannelRefused(_reason(status, answer), status)
     try:
         detail = json.loads(answer).get("detail", "")
     except (ValueError, AttributeError):

@@ -27,6 +27,7 @@ BINARY_SNIFF_BYTES = 8_192
 LIST_MAX_ENTRIES = 500
 MESSAGE_ID_BYTES = 8
 UPLOAD_ID_BYTES = 8
+TOO_MANY_STATUS = 429  # the host's answer once the run has sent its SUBAGENT_MAX_MESSAGES
 # The last component is opened as it is: a link is refused (ELOOP), a FIFO opens at once (no writer needed)
 # so fstat can refuse it; the bytes are then read from this fd, never by name again.
 _OPEN_TO_SEND = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -54,9 +55,10 @@ class ChatSender(MessageSender, FileSender, Protocol):
 
 @dataclass(slots=True)
 class FilesSent:
-    """The run's count of files sent: the one mutable part of the Toolbox."""
+    """The run's count of files sent, and why it may send no more messages: the mutable part of the Toolbox."""
 
     count: int = 0
+    messages_refused: str | None = None  # the host's word once the run's messages are used up
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +197,14 @@ class Toolbox:
             raise ToolFailed("the message is empty")
         if len(text) > MAX_PROGRESS_CHARS:
             raise ToolFailed(f"the message has {len(text)} characters; the limit is {MAX_PROGRESS_CHARS}")
+        if self.files_sent.messages_refused is not None:
+            # Asked once: the host counts a run that keeps sending past its budget as misbehaving.
+            raise ToolFailed(f"the message was not sent: {self.files_sent.messages_refused}")
         try:
             detail = await self.channel.send_message(secrets.token_hex(MESSAGE_ID_BYTES), text)
         except ChannelRefused as exc:
+            if exc.status == TOO_MANY_STATUS:
+                self.files_sent.messages_refused = str(exc)
             raise ToolFailed(f"the message was not sent: {exc}") from exc
         except OSError as exc:
             raise ToolFailed(f"the message could not be sent: {exc.strerror or exc}") from exc

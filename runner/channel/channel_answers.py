@@ -10,12 +10,14 @@ INVALID_STATUS = 400  # a refusal that counts towards the run's limit of invalid
 
 
 class ChannelRefused(Exception):
-    """The endpoint refuses the request: HTTP status and the reason the container sees."""
+    """The endpoint refuses the request: HTTP status and the reason the container sees. `invalid`: the request
+    is one the agent's own loop never sends, and counts towards the run's limit (by default a 400 does)."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, *, invalid: bool | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.invalid = status == INVALID_STATUS if invalid is None else invalid
 
 
 def answer(status: int, ok: bool, detail: str) -> web.Response:

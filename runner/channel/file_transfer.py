@@ -1,7 +1,8 @@
 """Files on the run API: `GET /run/files/<index>` serves an offered file from host-only storage, and
 `POST /run/files` takes one file a run sends (multipart: a `meta` part, then a `file` part).
 
-An upload is bounded before and while it is read: a declared length is required and capped, the meta
+An upload is bounded before and while it is read: a declared length is required and capped, the body is read
+within the rules of runner/channel/multipart_bounds.py (no preamble, a few lines outside its parts), the meta
 part is measured and validated like every body, the file part is counted as it streams to a host-chosen
 path (written in a thread, never on the event loop), and what it is, photo or document, is decided from
 its first bytes. Anything malformed counts against the run's invalid requests; nothing of a refused
@@ -23,6 +24,7 @@ from core.logging import get_logger
 from runner.channel import bounded_json
 from runner.channel.bounded_json import BodyRefused
 from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused, answer
+from runner.channel.multipart_bounds import bounded_multipart
 from runner.channel.photo_kind import PHOTO_HEAD_BYTES, photo_of
 from runner.channel.run_file_desk import ReceivedFile
 
@@ -75,7 +77,7 @@ async def receive_file(endpoint: FileEndpoint, request: web.Request) -> web.Resp
         return answer(413, False, f"the upload is over the limit of {endpoint.max_file_bytes} bytes a file")
     target: Path | None = None
     try:
-        reader = await request.multipart()
+        reader = bounded_multipart(request)
         meta = await _meta(await _part(reader, "meta"))
         target = await endpoint.begin_upload(meta)
         if target is None:
@@ -88,7 +90,7 @@ async def receive_file(endpoint: FileEndpoint, request: web.Request) -> web.Resp
         target = None  # kept: the outbox sends it from there
         return answer(200, True, detail)
     except ChannelRefused as exc:
-        if exc.status == INVALID_STATUS or exc.status == 413:
+        if exc.invalid or exc.status == 413:
             endpoint.invalid(exc.status, exc.reason)
         return answer(exc.status, False, exc.reason)
     # aiohttp's multipart parser on malformed input; BadHttpMessage: a part's header line too long, too many
@@ -145,7 +147,8 @@ async def _write(part: BodyPartReader, target: Path, max_bytes: int) -> Received
     finally:
         await asyncio.to_thread(handle.close)
     if size == 0:
-        raise ChannelRefused(422, "the file is empty: Telegram takes no empty files")
+        # The tool refuses an empty file before it sends it (container/tools.py): only another client sends one.
+        raise ChannelRefused(422, "the file is empty: Telegram takes no empty files", invalid=True)
     return ReceivedFile(path=target, size_bytes=size, photo=photo_of(bytes(head), size))
 
 

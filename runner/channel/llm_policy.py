@@ -137,6 +137,15 @@ class RequestPolicy:
                 )
         return Sanitized(body, _labels(dropped), output_cap)
 
+    def recapped(self, sanitized: Sanitized, output_cap: int) -> Sanitized:
+        """The sanitized body with its output lowered to `output_cap` (at least 1; never raised)."""
+        body = dict(sanitized.payload)
+        anthropic = self.provider is LLMProvider.ANTHROPIC
+        capped = _cap_output(body, min(output_cap, sanitized.output_cap), anthropic)
+        if anthropic:
+            _clamp_thinking(body)
+        return Sanitized(body, sanitized.dropped, capped)
+
 
 def _invalid(message: str) -> ProxyError:
     return ProxyError(400, INVALID_REQUEST, message)

@@ -24,30 +24,25 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
 from container.protocol import MAX_STEP_BYTES, RUN_API_PREFIX
 from core.logging import get_logger
-from runner.channel.bounded_json import BodyRefused, ShapeScanner
+from runner.channel import llm_request
 from runner.channel.capped_site import CappedUnixSite
 from runner.channel.llm_allowance import AllowanceRefused, Payer, ProxyAllowance
 from runner.channel.llm_budget import BudgetCallback, BudgetNotices, BudgetSpent, input_hold
 from runner.channel.llm_call_log import CallLog
-from runner.channel.llm_policy import (
-    INVALID_REQUEST,
-    MAX_REQUEST_VALUES,
-    RequestPolicy,
-    Sanitized,
-    parse_body,
-    with_followups,
-)
+from runner.channel.llm_policy import INVALID_REQUEST, RequestPolicy
+from runner.channel.llm_request import Forwarded
 from runner.channel.llm_upstream import Call, Upstream, UpstreamConfig
 from runner.channel.llm_usage import Usage
 from runner.channel.offline_subagent import OfflineSubagentModel
 from runner.channel.proxy_error import ProxyError
-from runner.channel.run_api import READ_CHUNK_BYTES, RunEndpoint, answer, handle_run_api
+from runner.channel.request_framing import FramingRefused, framing_refusal
+from runner.channel.run_api import RunEndpoint, answer, handle_run_api
 
 # UpstreamConfig is re-exported: callers build the proxy from this module (runner/service.py).
 __all__ = ["LlmProxy", "RunGate", "Spent", "UpstreamConfig", "UsageSink"]
@@ -175,8 +170,13 @@ class LlmProxy:
         app = web.Application(client_max_size=self._max_body_bytes)
         app[_RUN_KEY] = run
         app.router.add_route("*", "/{path:.*}", self._handle)
+        # auto_decompress off: a compressed body is never inflated on the loop (it is refused unread anyway).
         runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=CLOSE_GRACE_SECONDS, lingering_time=LINGERING_SECONDS
+            app,
+            access_log=None,
+            shutdown_timeout=CLOSE_GRACE_SECONDS,
+            lingering_time=LINGERING_SECONDS,
+            auto_decompress=False,
         )
         await runner.setup()
         try:
@@ -220,6 +220,9 @@ class LlmProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         run = request.app[_RUN_KEY]
+        refused = framing_refusal(request)
+        if refused is not None:
+            return self._misframed(run, request, refused)
         # Up to 16 connections each with a body of megabytes: what a run's bodies hold on the host at once is
         # bounded, refused unread past it (a body of unknown length counts as the largest).
         size = self._declared_size(request)
@@ -234,11 +237,16 @@ class LlmProxy:
             run.bytes_in_flight -= size
 
     def _declared_size(self, request: web.Request) -> int:
-        # The largest body either side takes (a larger declared one is refused, 413, before it is read).
-        largest = max(self._max_body_bytes, MAX_STEP_BYTES)
-        if request.content_length is not None:
-            return min(request.content_length, largest)
-        return largest if request.body_exists else 0  # chunked: it may be the largest
+        # The largest body either side takes (a larger declared one is refused, 413, before it is read). Every
+        # body has a Content-Length here (runner/channel/request_framing.py).
+        return min(request.content_length or 0, max(self._max_body_bytes, MAX_STEP_BYTES))
+
+    def _misframed(self, run: _Run, request: web.Request, refused: FramingRefused) -> web.Response:
+        if run.endpoint is not None:
+            run.endpoint.invalid(refused.status, refused.reason)  # neither our client nor our SDK frames it so
+        if request.path.startswith(RUN_API_PREFIX):
+            return answer(refused.status, False, refused.reason)
+        return ProxyError(refused.status, INVALID_REQUEST, refused.reason).response()
 
     def _too_much_at_once(self, run: _Run, request: web.Request) -> web.Response:
         reason = f"run {run.run_id} has {self._max_bytes_in_flight} bytes of requests in flight already"
@@ -252,47 +260,59 @@ class LlmProxy:
         started = time.monotonic()
         if not self._live(run):
             return self._refuse(run, request, started)
-        held = 0
+        held = cap = 0
         try:
             target = self._upstream.target(request)
             if run.requests >= self._max_requests:
                 reason = f"run {run.run_id} reached its limit of {self._max_requests} LLM requests"
                 raise ProxyError(429, "run_request_limit", reason)
             run.requests += 1  # every request counts, refused or not: refusals cost the host work too
-            body = await self._read_body(request)
+            body = await llm_request.read_body(request, self._max_body_bytes)
+            # Held at once for what the container sent, so that calls racing this one see it while it is made safe.
             held = self._hold_input(run, len(body))
-            # Parsing and the policy's walk of up to 8 MB are CPU work: never on the event loop.
-            sanitized = await asyncio.to_thread(self._parse_and_sanitize, run, request.path, body)
-        except ProxyError as exc:
+            followups = self._gate.followups(run.run_id)  # read once: the call holds for what it forwards
+            left = self._max_tokens - run.tokens - run.reserved
+            # Parsing, the policy's walk and serializing up to 8 MB are CPU work: never on the event loop.
+            forwarded = await asyncio.to_thread(
+                llm_request.prepared, self._policy, self._upstream, request.path, body, followups, left
+            )
+            # Then for what the host forwards (the follow-ups added), and its output for what is left after that.
             run.reserved -= held
+            held = 0
+            held = self._hold_input(run, len(forwarded.data))
+            cap = min(forwarded.output_cap, max(1, self._max_tokens - run.tokens - run.reserved))
+            run.reserved += cap
+            if cap < forwarded.output_cap:
+                forwarded = await asyncio.to_thread(llm_request.recapped, self._policy, forwarded, cap)
+        except ProxyError as exc:
+            run.reserved -= held + cap
             if exc.error_type == INVALID_REQUEST and run.endpoint is not None:
                 run.endpoint.invalid(exc.status, exc.message)  # the host's own SDK never sends one
             self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
             return exc.response()
-        if sanitized.dropped:
-            self._log.warning("llm_request_fields_dropped", run_id=run.run_id, dropped=list(sanitized.dropped))
+        if dropped := forwarded.sanitized.dropped:
+            self._log.warning("llm_request_fields_dropped", run_id=run.run_id, dropped=list(dropped))
         if not self._live(run):
-            run.reserved -= held
+            run.reserved -= held + cap
             return self._refuse(run, request, started)
 
-        run.reserved += sanitized.output_cap
         try:
             # The day's allowance of its chat and of the bot: reserved here, settled once the call is recorded.
-            async with self._allowance.call(run.run_id, run.payer, len(body), sanitized.output_cap) as call:
-                payload = with_followups(sanitized.payload, self._gate.followups(run.run_id))
-                return await self._call(run, request, target, payload, started, call)
+            async with self._allowance.call(run.run_id, run.payer, len(forwarded.data), cap) as call:
+                return await self._call(run, request, target, forwarded, started, call)
         except AllowanceRefused as exc:
             self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
             return exc.response()
         finally:
             # Released only after _call recorded the tokens: never a moment when the call counts for nothing.
-            run.reserved -= held + sanitized.output_cap
+            run.reserved -= held + cap
 
     async def _call(
-        self, run: _Run, request: web.Request, target: str, payload: dict[str, Any], started: float, call: Call
+        self, run: _Run, request: web.Request, target: str, forwarded: Forwarded, started: float, call: Call
     ) -> web.StreamResponse:
+        answer = self._upstream.answer(request, target, forwarded.payload, forwarded.data, call)
         try:
-            response = await self._guarded(run, self._upstream.answer(request, target, payload, call))
+            response = await self._guarded(run, answer)
         except (_RunClosed, ProxyError) as exc:
             error = exc if isinstance(exc, ProxyError) else _closed_error(run.run_id)
             await self._record(run, call.usage)
@@ -318,33 +338,6 @@ class LlmProxy:
             raise
         run.reserved += estimate
         return estimate
-
-    def _parse_and_sanitize(self, run: _Run, path: str, body: bytes) -> Sanitized:
-        """In a worker thread: the policy's copy of the request, its output capped by what is left of the
-        budget after the calls in flight and this call's own input."""
-        left = self._max_tokens - run.tokens - run.reserved
-        return self._policy.sanitize(path, parse_body(body), max(1, left))
-
-    async def _read_body(self, request: web.Request) -> bytes:
-        """The body, measured as it arrives (runner/channel/bounded_json.py): one over the caps is refused at
-        the first piece that shows it, unread beyond."""
-        too_large = ProxyError(413, "request_too_large", f"request body is over {self._max_body_bytes} bytes")
-        if request.content_length is not None and request.content_length > self._max_body_bytes:
-            raise too_large
-        scanner = ShapeScanner(MAX_REQUEST_VALUES)
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async for chunk in request.content.iter_chunked(READ_CHUNK_BYTES):
-                size += len(chunk)
-                if size > self._max_body_bytes:
-                    raise too_large
-                scanner.feed(chunk)
-                chunks.append(chunk)
-            scanner.finish()
-        except BodyRefused as exc:
-            raise ProxyError(400, INVALID_REQUEST, f"request body refused: {exc}") from None
-        return b"".join(chunks)
 
     async def _guarded(self, run: _Run, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
         """Run the call as a task the run owns; cancel it as soon as the run stops being live."""

@@ -103,13 +103,22 @@ class Upstream:
             raise ProxyError(405, "method_not_allowed", f"{request.path} takes POST")
         return self.config.base_url + _UPSTREAM_PATHS[self.config.provider]
 
+    def outgoing(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The payload as the provider gets it: an OpenAI stream asks for its usage (without it a stream carries
+        none, and the run's tokens would go uncounted)."""
+        forwarded = self.config.provider is not LLMProvider.OFFLINE
+        if forwarded and payload.get("stream") and path == "/v1/chat/completions":
+            return {**payload, "stream_options": {**(payload.get("stream_options") or {}), "include_usage": True}}
+        return payload
+
     async def answer(
-        self, request: web.Request, target: str, payload: dict[str, Any], call: Call
+        self, request: web.Request, target: str, payload: dict[str, Any], data: bytes, call: Call
     ) -> web.StreamResponse:
-        """The answer to one call; tokens go to `call.usage`, and `call.stream` is set once a relay starts."""
+        """The answer to one call of `payload` (`outgoing`'s, serialized as `data`); tokens go to `call.usage`,
+        and `call.stream` is set once a relay starts."""
         if self.config.provider is LLMProvider.OFFLINE:
             return self._answer_offline(payload, call)
-        return await self._forward(request, target, payload, call)
+        return await self._forward(request, target, bool(payload.get("stream")), data, call)
 
     def stream_error_event(self, error: ProxyError) -> str:
         """The event that ends a stream already under way with an error, in the shape the provider's SDK raises on."""
@@ -150,18 +159,14 @@ class Upstream:
         return self._session
 
     async def _forward(
-        self, request: web.Request, target: str, payload: dict[str, Any], call: Call
+        self, request: web.Request, target: str, stream: bool, data: bytes, call: Call
     ) -> web.StreamResponse:
-        stream = bool(payload.get("stream"))
-        if stream and request.path == "/v1/chat/completions":
-            # Without it an OpenAI stream carries no usage and the run's tokens would go uncounted.
-            payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
         limit = self.config.timeout_seconds
         # A stream may legitimately run longer than the timeout; it is bounded by silence instead.
         timeout = aiohttp.ClientTimeout(total=None if stream else limit, sock_connect=limit, sock_read=limit)
         try:
             async with self._client().post(
-                target, data=json.dumps(payload).encode(), headers=self._headers(request), timeout=timeout
+                target, data=data, headers=self._headers(request), timeout=timeout
             ) as upstream:
                 content_type = upstream.headers.get("Content-Type", "application/json")
                 if stream and upstream.status == 200 and content_type.startswith(SSE_CONTENT_TYPE):

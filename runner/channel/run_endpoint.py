@@ -76,6 +76,8 @@ class RunInbox:
         self._model_steps = 0
         self._stepping = False
         self._invalid_requests = 0
+        self._retried_messages: set[str] = set()  # at most the run's accepted messages: only those repeat
+        self._over_budget_messages = 0
         self.limits = ConversationLimits.for_task(spec, EXTRA_MODEL_STEPS)
         # Its chat's archive when the run syncs its workspace over the channel (no shared folder); else None.
         self.workspace = (
@@ -160,13 +162,24 @@ class RunInbox:
         outgoing = replace(staged, run_id=self._live.id)
         outcome = await self._runs.add_progress(self._live.id, message.message_id, outgoing, self._max_messages)
         if outcome is ProgressOutcome.OVER_BUDGET:
-            log.warning("progress_message_over_budget", run_id=self._live.id, limit=self._max_messages)
+            # The tool stops sending once told (container/tools.py): a run that goes on is not that loop.
+            self._over_budget_messages += 1
+            if self._over_budget_messages > 1:
+                self.invalid(429, self._over_messages())
+            else:
+                log.warning("progress_message_over_budget", run_id=self._live.id, limit=self._max_messages)
             raise ChannelRefused(429, self._over_messages())
         if outcome is ProgressOutcome.NOT_LIVE:
             raise ChannelRefused(403, f"run {self._live.id} is cancelled or finished")
-        if outcome is ProgressOutcome.ACCEPTED:
-            self._delivery.send_soon(self._live.chat_id)
-        return "already sent" if outcome is ProgressOutcome.DUPLICATE else "sent"
+        if outcome is ProgressOutcome.DUPLICATE:
+            # A retry after a lost answer learns it went out, once; each repeat still costs the host a store read.
+            if message.message_id in self._retried_messages:
+                self.invalid(409, "a progress message repeated after its retry was answered")
+                raise ChannelRefused(409, "this message was sent, and its retry was answered so already")
+            self._retried_messages.add(message.message_id)
+            return "already sent"
+        self._delivery.send_soon(self._live.chat_id)
+        return "sent"
 
     async def session(self, history_json: bytes) -> str:
         self._check_not_stopping()

@@ -50,6 +50,7 @@ class FilesOut:
     max_files: int
     max_file_bytes: int
     accepted: set[str] = field(default_factory=set)  # upload ids taken in this process
+    retried: set[str] = field(default_factory=set)  # of those, the ones whose retry was answered "already sent"
 
 
 class RunFileDesk:
@@ -89,6 +90,7 @@ class RunFileDesk:
     async def begin(self, meta: FileMeta) -> Path | None:
         """Where to write the file's bytes; None: a retry of an upload already sent (nothing to write)."""
         if meta.upload_id in self._out.accepted:
+            self._retry(meta.upload_id)
             return None
         self.admit()
         if len(self._out.accepted) >= self._out.max_files:
@@ -103,6 +105,13 @@ class RunFileDesk:
             self._uploading = False
             raise
         return target
+
+    def _retry(self, upload_id: str) -> None:
+        """A retry learns its upload was sent; the client retries once after a lost answer, and a run that
+        sends it again is not that client (each repeat costs the host a read of the body: invalid)."""
+        if upload_id in self._out.retried:
+            raise ChannelRefused(409, "this upload was sent, and its retry was answered so already", invalid=True)
+        self._out.retried.add(upload_id)
 
     async def abandon(self, target: Path | None) -> None:
         """The upload failed or was refused: its bytes are not kept."""
@@ -145,8 +154,9 @@ class RunFileDesk:
         )
         if outcome is not FileOutOutcome.ACCEPTED:
             await asyncio.to_thread(_remove, file.path)
-        if outcome is FileOutOutcome.DUPLICATE:
+        if outcome is FileOutOutcome.DUPLICATE:  # sent by this run before the host restarted: this is its retry
             self._out.accepted.add(meta.upload_id)
+            self._out.retried.add(meta.upload_id)
             return "already sent"
         if outcome is FileOutOutcome.OVER_LIMIT:
             raise ChannelRefused(429, f"this run has sent its {self._out.max_files} files (SUBAGENT_MAX_FILES)")

@@ -235,13 +235,13 @@ MALFORMED: dict[str, tuple[bytes, str | None, str]] = {
     # Fixed: these two were taken (the third part ignored; the cut-off body's last CRLF kept as file bytes).
     "third-part": (multipart(META, FILE, file_part(b"more", "more")), None, "nothing may follow"),
     "no-closing-boundary": (multipart(META, FILE, closed=False), None, "not a valid file upload"),
-    "garbage": (b"garbage " * 500, None, "starting boundary"),
-    "endless-preamble": (b"x\r\n" * 60_000, None, "starting boundary"),
+    "garbage": (b"garbage " * 500, None, "no preamble"),
+    "endless-preamble": (b"x\r\n" * 60_000, None, "no preamble"),
     "no-boundary": (multipart(META, FILE), "multipart/form-data", "boundary"),
     "not-multipart": (multipart(META, FILE), "application/json", "multipart"),
     # Fixed: aiohttp's own refusals of part headers escaped as 500s, not counted against the run.
-    "too-many-part-headers": (START + b"X-A: b\r\n" * 200 + b"\r\n{}", None, "Too many headers"),
-    "part-header-too-long": (START + b"X-A: " + b"b" * 20_000 + b"\r\n\r\n{}", None, "bytes when reading"),
+    "too-many-part-headers": (START + b"X-A: b\r\n" * 200 + b"\r\n{}", None, "over 24 lines"),
+    "part-header-too-long": (START + b"X-A: " + b"b" * 20_000 + b"\r\n\r\n{}", None, "a line over 8190 bytes"),
 }
 
 

@@ -40,7 +40,8 @@ CHAT_ID, OTHER_CHAT_ID = -100, -200
 DAY = "2026-11-26"
 MAX_TOKENS = 40  # each call's output cap
 ASK = {**CHAT, "max_tokens": MAX_TOKENS}
-INPUT_HOLD = tokens_of_bytes(len(json.dumps(ASK).encode()))  # what the proxy holds for ASK's prompt: a token a byte
+FORWARDED = {**ASK, "model": MODEL}  # ASK as the provider gets it (the model pinned)
+INPUT_HOLD = tokens_of_bytes(len(json.dumps(FORWARDED).encode()))  # held for what is forwarded: a token a byte
 ESTIMATE = INPUT_HOLD + MAX_TOKENS  # a call's whole reservation
 NOON = datetime.fromisoformat(f"{DAY}T12:00").replace(tzinfo=ZoneInfo("UTC")).timestamp()
 
@@ -164,7 +165,7 @@ async def test_a_provider_that_reports_no_usage_is_counted_estimated(tmp_path: P
     assert status == 200 and "usage" not in body
     ((key, (input_tokens, output_tokens, calls, estimated)),) = rows.items()
     assert key == (CHAT_ID, SpendKind.SUBAGENT) and (calls, estimated) == (1, 1)
-    # Input from the request's size (what was held for it); output from the answer's size, at most its cap.
+    # Input from the size of what was forwarded (what was held for it); output from the answer's size, at most its cap.
     assert input_tokens == INPUT_HOLD
     assert 0 < output_tokens <= MAX_TOKENS
     assert counted == INPUT_HOLD

@@ -14,8 +14,8 @@ import structlog
 from runner.channel.llm_budget import BODY_BYTES_PER_TOKEN
 from runner.channel.llm_policy import DEFAULT_MAX_OUTPUT_TOKENS
 from runner.channel.llm_proxy import Spent
-from tests.fakes.llm_server import FakeLLM, openai_text
-from tests.runner.llm_proxy_helpers import CHAT, RUN, ProxyFactory, Sink, fake_openai, post
+from tests.fakes.llm_server import FakeLLM, RecordedRequest, openai_text
+from tests.runner.llm_proxy_helpers import CHAT, MODEL, RUN, ProxyFactory, Sink, fake_openai, post
 
 
 class Told:
@@ -48,8 +48,19 @@ async def test_a_run_at_its_budget_gets_429_and_the_manager_is_told_once(
 
 
 def held_input(body: dict[str, Any]) -> int:
-    """The input tokens the proxy holds for a call before forwarding it: its body's size in tokens."""
+    """The input tokens the proxy holds for a call's body (the size of the JSON `body`, in tokens)."""
     return max(1, len(json.dumps(body).encode()) // BODY_BYTES_PER_TOKEN)
+
+
+def held_for(seen: RecordedRequest) -> int:
+    """What the proxy held for a call's input: the size of what it forwarded (the follow-ups and the output
+    cap added, the model pinned), as the provider got it."""
+    return max(1, len(seen.raw_body) // BODY_BYTES_PER_TOKEN)
+
+
+def forwarded_chat(cap: int) -> dict[str, Any]:
+    """CHAT as the provider gets it with an output cap of `cap`."""
+    return {"model": MODEL, "messages": CHAT["messages"], "max_completion_tokens": cap}
 
 
 async def test_calls_spend_the_budget_and_each_is_capped_by_what_is_left(
@@ -81,7 +92,8 @@ async def test_calls_spend_the_budget_and_each_is_capped_by_what_is_left(
 async def test_a_reattached_run_keeps_what_it_spent(
     fake_llm: FakeLLM, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path, refusal: str
 ) -> None:
-    held = held_input(CHAT)
+    # Held for what is forwarded; 10 and the cap the policy first gives it have as many digits.
+    held = held_input(forwarded_chat(10))
     # Token case: room for one call's input and 10 output tokens, not for a second call after it spends 15.
     spent = Spent(tokens=1_000 - held - 10) if refusal == "run_token_budget" else Spent(requests=2)
     await make_proxy(fake_openai(fake_llm), max_tokens_per_run=1_000, max_requests_per_run=3, spent=spent)
@@ -92,6 +104,7 @@ async def test_a_reattached_run_keeps_what_it_spent(
 
     assert (first, second, body["error"]["type"]) == (200, 429, refusal)
     [seen] = fake_llm.requests()
+    assert held_for(seen) == held
     assert seen.body["max_completion_tokens"] == min(1_000 - spent.tokens - held, DEFAULT_MAX_OUTPUT_TOKENS)
     assert sink.calls == [(RUN, 10, 5, 1)]  # increments: what was spent before is on the record already
 
@@ -124,9 +137,10 @@ async def test_parallel_calls_share_what_is_left_of_the_budget(
 
     assert (third, body["error"]["type"]) == (429, "run_token_budget_in_flight")
     assert [status for status, _ in answers] == [200, 200] and fourth == 200
-    second_cap = budget - held_input(bounded) - 60 - held_input(CHAT)
-    fourth_cap = budget - 30 - held_input(CHAT)
-    assert [seen.body["max_completion_tokens"] for seen in fake_llm.requests()] == [60, second_cap, fourth_cap]
+    seen = fake_llm.requests()
+    second_cap = budget - held_for(seen[0]) - 60 - held_for(seen[1])
+    fourth_cap = budget - 30 - held_for(seen[2])
+    assert [call.body["max_completion_tokens"] for call in seen] == [60, second_cap, fourth_cap]
     assert told.runs == []  # held back is not spent: the run goes on
 
 

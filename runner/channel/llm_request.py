@@ -1,0 +1,87 @@
+"""One LLM call's request as the proxy forwards it: the container's body made safe by the policy
+(runner/channel/llm_policy.py), with the chat's follow-ups, serialized once, in a worker thread.
+
+The run's budget and its chat's allowance hold what is forwarded, not what the container sent: the
+follow-ups the host adds (up to ten of 2,000 characters) go to every call, so sixteen tiny calls at once each
+held 81 tokens and used 5,000. The bytes held for are the bytes sent (JSON escapes every non-ASCII character,
+so dense text holds more, as it costs more).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiohttp import web
+
+from runner.channel.bounded_json import BodyRefused, ShapeScanner
+from runner.channel.llm_policy import (
+    INVALID_REQUEST,
+    MAX_REQUEST_VALUES,
+    RequestPolicy,
+    Sanitized,
+    parse_body,
+    with_followups,
+)
+from runner.channel.llm_upstream import Upstream
+from runner.channel.proxy_error import ProxyError
+
+READ_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """The call as the provider gets it: the sanitized payload with the follow-ups, and its bytes."""
+
+    sanitized: Sanitized
+    data: bytes
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return self.sanitized.payload
+
+    @property
+    def output_cap(self) -> int:
+        return self.sanitized.output_cap
+
+
+async def read_body(request: web.Request, max_body_bytes: int) -> bytes:
+    """The body, measured as it arrives (runner/channel/bounded_json.py): one over the caps is refused at the
+    first piece that shows it, unread beyond."""
+    too_large = ProxyError(413, "request_too_large", f"request body is over {max_body_bytes} bytes")
+    if request.content_length is not None and request.content_length > max_body_bytes:
+        raise too_large
+    scanner = ShapeScanner(MAX_REQUEST_VALUES)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.content.iter_chunked(READ_CHUNK_BYTES):
+            size += len(chunk)
+            if size > max_body_bytes:
+                raise too_large
+            scanner.feed(chunk)
+            chunks.append(chunk)
+        scanner.finish()
+    except BodyRefused as exc:
+        raise ProxyError(400, INVALID_REQUEST, f"request body refused: {exc}") from None
+    return b"".join(chunks)
+
+
+def prepared(
+    policy: RequestPolicy, upstream: Upstream, path: str, body: bytes, followups: list[str], remaining_tokens: int
+) -> Forwarded:
+    """Blocking (parsing and serializing up to 8 MB): the call's forwarded form, its output capped by
+    `remaining_tokens` (what the run has left before this call's own input is held)."""
+    sanitized = policy.sanitize(path, parse_body(body), max(1, remaining_tokens))
+    payload = upstream.outgoing(path, with_followups(sanitized.payload, followups))
+    return _serialized(replace(sanitized, payload=payload))
+
+
+def recapped(policy: RequestPolicy, call: Forwarded, output_cap: int) -> Forwarded:
+    """Blocking: the same call with a lower output cap (once its input is held, less may be left for output)."""
+    return _serialized(policy.recapped(call.sanitized, output_cap))
+
+
+def _serialized(sanitized: Sanitized) -> Forwarded:
+    return Forwarded(sanitized, json.dumps(sanitized.payload).encode())
