@@ -5,7 +5,10 @@ A request is matched by what the client asked for: a name only by a name pattern
 `[::1]:8080`), so `localhost:8080` is refused when only `127.0.0.1:8080` is allowed. An entry without a
 port allows ports 80 and 443. Whatever a name resolves to must then be a public address, unless that
 address and port are listed as an address entry: loopback, private, link-local (the cloud metadata
-address among them), multicast, reserved and the host's own addresses are refused otherwise.
+address among them), multicast, reserved, IANA's special-purpose ranges and the host's own addresses are
+refused otherwise. A refusal names the rule (`a loopback address`) apart from its detail (which address):
+the client is told the rule only, so the door tells it neither what a name resolves to nor the host's own
+addresses.
 
 Standard library only: the settings validate entries with it, the host's egress door applies it.
 """
@@ -26,6 +29,46 @@ _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 # The cloud metadata services; link-local or private already, named so a reason can say what they are.
 METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
 ALLOW_HINT = " (allow it as an ip:port entry to reach it)"
+SPECIAL_PURPOSE = "a special-purpose address"
+
+# IANA's IPv4 and IPv6 Special-Purpose Address Registries (2025), every block not globally reachable (False or
+# N/A), whole: the few globally reachable anycast addresses inside 192.0.0.0/24 and 2001::/23 go with them
+# (nothing a subagent needs). Refused whatever Python's ipaddress says, which calls some of them global and
+# differs between releases (3.11.7: 192.0.0.8, 192.88.99.0/24, 3fff::/20). Left out: ::ffff:0:0/96 and
+# 2002::/16, checked as the IPv4 address they carry or are routed to.
+SPECIAL_PURPOSE_RANGES: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = tuple(
+    (ipaddress.ip_network(network), name)
+    for network, name in (
+        ("0.0.0.0/8", "this network"),
+        ("10.0.0.0/8", "private use"),
+        ("100.64.0.0/10", "shared address space"),
+        ("127.0.0.0/8", "loopback"),
+        ("169.254.0.0/16", "link local"),
+        ("172.16.0.0/12", "private use"),
+        ("192.0.0.0/24", "IETF protocol assignments"),
+        ("192.0.2.0/24", "documentation"),
+        ("192.88.99.0/24", "deprecated 6to4 relay anycast"),
+        ("192.168.0.0/16", "private use"),
+        ("198.18.0.0/15", "benchmarking"),
+        ("198.51.100.0/24", "documentation"),
+        ("203.0.113.0/24", "documentation"),
+        ("240.0.0.0/4", "reserved"),
+        ("255.255.255.255/32", "limited broadcast"),
+        ("168.63.129.16/32", "a cloud's host endpoint"),  # Azure's: public space, reached from every VM
+        ("::/128", "unspecified"),
+        ("::1/128", "loopback"),
+        ("64:ff9b:1::/48", "local-use IPv4/IPv6 translation"),
+        ("100::/64", "discard-only"),
+        ("100:0:0:1::/64", "dummy IPv6 prefix"),
+        ("2001::/23", "IETF protocol assignments"),
+        ("2001:db8::/32", "documentation"),
+        ("3fff::/20", "documentation"),
+        ("5f00::/16", "segment routing (SRv6) SIDs"),
+        ("fc00::/7", "unique local"),
+        ("fe80::/10", "link-local unicast"),
+        ("fec0::/10", "deprecated site-local"),  # RFC 3879; not in the registry, and global to Python
+    )
+)
 
 
 class EgressMode(StrEnum):
@@ -147,12 +190,20 @@ def request_refusal(mode: EgressMode, allow: tuple[AllowEntry, ...], host: str, 
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class AddressRefusal:
+    """Why an address is refused, twice: the rule, which the client may read, and the detail, for the operator."""
+
+    rule: str  # `a loopback address`, `the host's own address`: never the address itself
+    detail: str  # `127.0.0.1 is a loopback address (allow it ...)`: the address, what it is, what would allow it
+
+
 def address_refusal(
     address: IpAddress, port: int, allow: tuple[AllowEntry, ...], own: frozenset[IpAddress] = frozenset()
-) -> str | None:
+) -> AddressRefusal | None:
     """Why connecting to this resolved address is refused; None: it is public, or listed with its port."""
     if getattr(address, "scope_id", None) is not None:
-        return f"{address} has a zone: a standard address is needed"
+        return AddressRefusal("an address with a zone", f"{address} has a zone: a standard address is needed")
     plain = unwrapped(address)
     listed = any(
         entry.address is not None and unwrapped(entry.address) == plain and port in entry.ports for entry in allow
@@ -161,26 +212,34 @@ def address_refusal(
         return None
     what = _what(plain, own)
     if what is not None:
-        phrase, hint = what
-        return f"{plain} is {phrase}{ALLOW_HINT if hint else ''}"
+        rule, detail, hint = what
+        return AddressRefusal(rule, f"{plain} is {detail}{ALLOW_HINT if hint else ''}")
     if isinstance(plain, ipaddress.IPv6Address) and plain.sixtofour is not None:
         # 6to4 is routed to the IPv4 address it carries: 2002:7f00:1:: is loopback wherever 6to4 works.
         carried = _what(plain.sixtofour, own)
         if carried is not None:
-            return f"{plain} is 6to4, routed to {plain.sixtofour}, {carried[0]}"
+            return AddressRefusal(
+                f"a 6to4 address routed to {carried[0]}", f"{plain} is 6to4, routed to {plain.sixtofour}, {carried[1]}"
+            )
     return None
 
 
-def _what(plain: IpAddress, own: frozenset[IpAddress]) -> tuple[str, bool] | None:
-    """What kind of address refused this is, and whether listing it as ip:port would allow it; None: public."""
+def _what(plain: IpAddress, own: frozenset[IpAddress]) -> tuple[str, str, bool] | None:
+    """The rule that refuses this address, its detail, and whether listing it as ip:port would allow it; None:
+    public. The host's own addresses come last: one that is private anyway is refused as private, so the rule
+    tells a client nothing about which private addresses are the host's."""
     if plain in METADATA_ADDRESSES:
-        return "a cloud metadata address", False
-    if plain in own:
-        return "this host's own address", False
+        return "the cloud metadata service", "the cloud metadata service", False
     kind = _private_kind(plain)
-    if kind is None:
-        return None
-    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} address", True
+    if kind is not None:
+        rule = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} address"
+        return rule, rule, True
+    special = next((name for network, name in SPECIAL_PURPOSE_RANGES if plain in network), None)
+    if special is not None:
+        return SPECIAL_PURPOSE, f"{SPECIAL_PURPOSE} ({special})", True
+    if plain in own:
+        return "the host's own address", "the host's own address", False
+    return None
 
 
 def _private_kind(address: IpAddress) -> str | None:

@@ -5,7 +5,8 @@ run's rules, and carried through a tunnel to an address the door checked itself.
 bounded: connections still sending their head or being refused (MAX_OPENING; more are answered 429 as
 they arrive, unread), connections carried at once (the rules' max_connections; more are answered 429
 before anything is resolved), and bytes (the rules' max_bytes: once spent, every tunnel of the run is cut
-and new requests are refused, while the run itself goes on). Every attempt ends in one EgressEvent.
+and new requests are refused, while the run itself goes on). Every attempt ends in one EgressEvent, which
+keeps a refusal's detail; the client reads only its reason.
 """
 
 from __future__ import annotations
@@ -243,7 +244,7 @@ class EgressDoor:
             await tunnel.run(request.head)
             attempt.reason = f"cut: {tunnel.cut_reason}" if tunnel.cut_reason else ""
         except Refused as refused:
-            attempt.reason = refused.reason
+            attempt.reason = refused.detail  # the operator's; the client is answered the reason only
             if reader is not None and writer is not None:
                 await _answer(reader, writer, refused)
         except HeadUnfinished as unfinished:

@@ -27,7 +27,7 @@ class EgressEvent:
     port: int
     address: str | None  # the address connected to, if any
     allowed: bool
-    reason: str  # refused: why, in one line; allowed: "" or why it was cut
+    reason: str  # refused: why, in one line, with the detail the client was not told; allowed: "" or why cut
     bytes_up: int  # client -> server
     bytes_down: int  # server -> client
     started_at: float

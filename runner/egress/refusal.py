@@ -1,4 +1,9 @@
-"""A request the door turns down, and the short HTTP answer that tells the client why."""
+"""A request the door turns down, and the short HTTP answer that tells the client why.
+
+A refusal carries two texts: its reason, which the client reads, names the rule that refused and what the
+client itself asked for; its detail, for the operator's records and logs, may add what only the host knows
+(the address a name resolved to, that an address is the host's own). The client is never told the detail:
+the door would be an oracle for the host's resolver and addresses."""
 
 from __future__ import annotations
 
@@ -9,22 +14,24 @@ MAX_REASON_CHARS = 300
 BAD_REQUEST = 400  # malformed: not a proxy request the door can read
 FORBIDDEN = 403  # policy: the rules do not allow it
 TIMEOUT = 408  # the request head did not arrive in time
-TOO_MANY = 429  # over the run's connection cap
+TOO_MANY = 429  # over the run's connection cap or its lookups
 BAD_GATEWAY = 502  # the name did not resolve, or the address did not answer
 GATEWAY_TIMEOUT = 504  # resolving or connecting took too long
 
 
 class Refused(Exception):
-    """Why the door will not carry this connection: an HTTP status and one line of plain text."""
+    """Why the door will not carry this connection: an HTTP status, one line for the client and one (the same,
+    unless given) for the operator."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, detail: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = one_line(reason)
+        self.detail = self.reason if detail is None else one_line(detail)
 
 
 def one_line(text: str) -> str:
-    """The text on one printable line, bounded: it goes into an HTTP body, an event and a log line."""
+    """The text on one printable line, bounded: it goes into an HTTP body, an event or a log line."""
     flat = "".join(char if char.isprintable() else " " for char in text)
     return flat[:MAX_REASON_CHARS]
 

@@ -3,8 +3,10 @@
 A name is resolved once per connection, on the host, and the door connects only to an address returned
 here: a second lookup (which a hostile name server could answer differently) never happens. Of the answer,
 the addresses that pass the address check are kept, in the resolver's order; when none passes the request
-is refused with the first address's reason. Keeping the passing ones (rather than refusing an answer that
-mixes public and private addresses) is safe because only a checked address is ever connected to.
+is refused with the first address's rule. Keeping the passing ones (rather than refusing an answer that
+mixes public and private addresses) is safe because only a checked address is ever connected to. The
+client is told which rule refused a name, never what it resolved to (the detail keeps that, for the
+operator): the door is no resolver for a container that has none.
 """
 
 from __future__ import annotations
@@ -70,12 +72,16 @@ async def checked_addresses(
             raise Refused(BAD_GATEWAY, f"{host[:80]} did not resolve: {exc.strerror or exc}") from exc
         if not answer:
             raise Refused(BAD_GATEWAY, f"{host[:80]} resolved to no address")
-    passing = [address for address in answer if address_refusal(address, port, rules.allow, own) is None]
-    if not passing:
-        first = address_refusal(answer[0], port, rules.allow, own)
-        shown = "" if literal is not None else f"{host[:80]} resolves to {answer[0]}: "
-        raise Refused(FORBIDDEN, f"{shown}{first}")
-    return passing
+    checked = [(address, address_refusal(address, port, rules.allow, own)) for address in answer]
+    passing = [address for address, refusal in checked if refusal is None]
+    if passing:
+        return passing
+    address, first = next((address, refusal) for address, refusal in checked if refusal is not None)
+    if literal is not None:  # the client's own words, and the rule: nothing it did not know
+        raise Refused(FORBIDDEN, f"{host[:80]} is {first.rule}", first.detail)
+    raise Refused(
+        FORBIDDEN, f"{host[:80]} resolves to {first.rule}", f"{host[:80]} resolves to {address}: {first.detail}"
+    )
 
 
 class SystemLookups:

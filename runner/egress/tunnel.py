@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Callable
 
@@ -40,11 +41,13 @@ async def connect(
 ) -> tuple[IpAddress, asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection to the first of the checked `addresses` that answers, each given an equal share of what
     is left of `seconds` (one that drops packets does not use up the others' time). Numeric only: nothing is
-    looked up again here. Refused: 504 none answered in time, 502 none would connect."""
+    looked up again here. Refused: 504 none answered in time, 502 none would connect; what each address said,
+    to the client without the address (a name's addresses are the host's to know)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     tries = addresses[:MAX_CONNECT_TRIES]
     failures: list[str] = []
+    shown: list[str] = []
     timed_out = 0
     for index, address in enumerate(tries):
         # An IPv4-mapped IPv6 address is its IPv4 address (it was checked as that).
@@ -57,14 +60,16 @@ async def connect(
                 )
         except TimeoutError:
             timed_out += 1
-            failures.append(f"{target}: no answer in {share:.1f} s")
-            continue
-        except OSError as exc:
-            failures.append(f"{target}: {exc.strerror or type(exc).__name__}")
-            continue
-        return target, reader, writer
+            failure = f"no answer in {share:.1f} s"
+        except OSError as exc:  # not its strerror: asyncio's names the address (`Connect call failed (...)`)
+            failure = os.strerror(exc.errno) if exc.errno else type(exc).__name__
+        else:
+            return target, reader, writer
+        shown.append(failure)
+        failures.append(f"{target}: {failure}")
     status = GATEWAY_TIMEOUT if timed_out == len(tries) else BAD_GATEWAY
-    raise Refused(status, f"could not connect on port {port}: {'; '.join(failures)}")
+    said = f"could not connect on port {port}: "
+    raise Refused(status, said + "; ".join(shown), said + "; ".join(failures))
 
 
 class Tunnel:

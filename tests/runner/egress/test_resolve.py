@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from core.egress_rules import EgressMode, IpAddress
+from core.egress_rules import SPECIAL_PURPOSE_RANGES, EgressMode, IpAddress
 from runner.egress.refusal import BAD_GATEWAY, FORBIDDEN, GATEWAY_TIMEOUT, Refused
 from runner.egress.resolve import SystemLookups, checked_addresses, own_addresses, request_check
 from tests.runner.egress.door_rig import FakeResolver, rules
@@ -46,7 +46,8 @@ async def test_a_name_resolving_to_a_private_address_is_refused_even_when_the_na
     for mode_rules in (listed, OPEN):
         refusal = await refused(mode_rules, "intranet.test", 443, resolver=resolver, own=frozenset())
         assert refusal.status == FORBIDDEN
-        assert refusal.reason.startswith(f"intranet.test resolves to {private}: ")
+        assert private not in refusal.reason and refusal.reason.startswith("intranet.test resolves to ")
+        assert refusal.detail.startswith(f"intranet.test resolves to {private}: ")
 
 
 async def test_a_private_address_listed_as_ip_port_is_reached_on_that_port_only() -> None:
@@ -67,13 +68,24 @@ async def test_of_a_mixed_answer_only_the_passing_addresses_are_kept_in_order() 
 async def test_an_answer_with_no_passing_address_is_refused_with_the_first_ones_reason() -> None:
     resolver = FakeResolver({"private.test": ["169.254.169.254", "10.0.0.1"]})
     refusal = await refused(OPEN, "private.test", 80, resolver=resolver, own=frozenset())
-    assert "169.254.169.254 is a cloud metadata address" in refusal.reason
+    assert refusal.reason == "private.test resolves to the cloud metadata service"
+    assert "169.254.169.254 is the cloud metadata service" in refusal.detail
 
 
 async def test_the_hosts_own_public_address_is_refused() -> None:
     resolver = FakeResolver({"me.test": [PUBLIC]})
     refusal = await refused(OPEN, "me.test", 443, resolver=resolver, own=frozenset({ip(PUBLIC)}))
-    assert "this host's own address" in refusal.reason
+    assert refusal.reason == "me.test resolves to the host's own address"
+    assert refusal.detail == f"me.test resolves to {PUBLIC}: {PUBLIC} is the host's own address"
+
+
+async def test_the_hosts_own_private_address_is_refused_as_any_private_one() -> None:
+    # Not `the host's own address`: that would tell a client which of the private addresses are the host's.
+    resolver = FakeResolver({"me.test": ["10.0.0.7"], "other.test": ["10.0.0.8"]})
+    own = frozenset({ip("10.0.0.7")})
+    mine = await refused(OPEN, "me.test", 443, resolver=resolver, own=own)
+    other = await refused(OPEN, "other.test", 443, resolver=resolver, own=own)
+    assert mine.reason.replace("me.test", "") == other.reason.replace("other.test", "")
 
 
 async def test_a_literal_address_is_not_looked_up() -> None:
@@ -81,7 +93,8 @@ async def test_a_literal_address_is_not_looked_up() -> None:
     assert await checked_addresses(OPEN, PUBLIC, 443, resolver=resolver, own=frozenset()) == [ip(PUBLIC)]
     assert resolver.calls == []
     refusal = await refused(OPEN, "::ffff:127.0.0.1", 443, resolver=resolver, own=frozenset())
-    assert refusal.reason.startswith("127.0.0.1 is a loopback address")
+    assert refusal.reason == "::ffff:127.0.0.1 is a loopback address"
+    assert refusal.detail.startswith("127.0.0.1 is a loopback address")
 
 
 async def test_a_slow_lookup_is_a_gateway_timeout() -> None:
@@ -158,3 +171,23 @@ async def test_a_run_asking_for_names_nobody_answers_holds_only_its_own_lookups(
 async def test_own_addresses_include_loopback() -> None:
     mine = await asyncio.to_thread(own_addresses)
     assert ip("127.0.0.1") in mine
+
+
+async def test_a_name_resolving_into_any_special_purpose_range_is_refused_without_saying_where() -> None:
+    samples = [network[-1] for network, _ in SPECIAL_PURPOSE_RANGES] + [ip("168.63.129.16"), ip("fec0::1")]
+    resolver = FakeResolver({f"n{n}.test": [str(address)] for n, address in enumerate(samples)})
+    for n, address in enumerate(samples):
+        refusal = await refused(OPEN, f"n{n}.test", 443, resolver=resolver, own=frozenset())
+        assert refusal.status == FORBIDDEN and str(address) not in refusal.reason
+        assert refusal.reason.startswith(f"n{n}.test resolves to a") and str(address) in refusal.detail
+
+
+async def test_a_special_purpose_address_listed_as_ip_port_is_reached() -> None:
+    listed = rules(EgressMode.OPEN, ["168.63.129.16:80", "[fec0::1]:443"])
+    resolver = FakeResolver({"azure.test": ["168.63.129.16"], "site.test": ["fec0::1"]})
+    assert await checked_addresses(listed, "azure.test", 80, resolver=resolver, own=frozenset()) == [
+        ip("168.63.129.16")
+    ]
+    assert await checked_addresses(listed, "site.test", 443, resolver=resolver, own=frozenset()) == [ip("fec0::1")]
+    refusal = await refused(listed, "azure.test", 443, resolver=resolver, own=frozenset())
+    assert refusal.reason == "azure.test resolves to a special-purpose address"
