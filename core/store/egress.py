@@ -25,6 +25,7 @@ class EgressRecord:
     bytes_down: int
     started_at: float
     ended_at: float
+    lookups: int = 0  # names the host looked up for it (0 or 1): counted in the run's totals only
 
     @property
     def bytes_total(self) -> int:
@@ -37,6 +38,7 @@ class EgressTotals:
     refused: int = 0
     bytes_up: int = 0
     bytes_down: int = 0
+    lookups: int = 0  # DNS lookups the host made for the runs
 
 
 def _record(row: aiosqlite.Row) -> EgressRecord:
@@ -87,12 +89,13 @@ class EgressStore:
                 await conn.execute(
                     "UPDATE subagent_runs SET egress_bytes_up = egress_bytes_up + ?, "
                     "egress_bytes_down = egress_bytes_down + ?, egress_connections = egress_connections + ?, "
-                    "egress_refused = egress_refused + ? WHERE id = ?",
+                    "egress_refused = egress_refused + ?, egress_lookups = egress_lookups + ? WHERE id = ?",
                     (
                         sum(r.bytes_up for r in counted),
                         sum(r.bytes_down for r in counted),
                         len(counted),
                         sum(1 for r in counted if not r.allowed),
+                        sum(r.lookups for r in counted),
                         run_id,
                     ),
                 )
@@ -118,10 +121,11 @@ class EgressStore:
     async def _sum(self, where: str, params: tuple[object, ...]) -> EgressTotals:
         async with self._db.conn.execute(
             "SELECT COALESCE(SUM(egress_connections), 0), COALESCE(SUM(egress_refused), 0), "
-            f"COALESCE(SUM(egress_bytes_up), 0), COALESCE(SUM(egress_bytes_down), 0) FROM subagent_runs {where}",
+            "COALESCE(SUM(egress_bytes_up), 0), COALESCE(SUM(egress_bytes_down), 0), "
+            f"COALESCE(SUM(egress_lookups), 0) FROM subagent_runs {where}",
             params,
         ) as cursor:
             row = await cursor.fetchone()
         if row is None:
             return EgressTotals()
-        return EgressTotals(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        return EgressTotals(int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]))

@@ -4,9 +4,10 @@ Each connection is one request: its head is read under a size cap and a deadline
 run's rules, and carried through a tunnel to an address the door checked itself. What a run can hold is
 bounded: connections still sending their head or being refused (MAX_OPENING; more are answered 429 as
 they arrive, unread), connections carried at once (the rules' max_connections; more are answered 429
-before anything is resolved), and bytes (the rules' max_bytes: once spent, every tunnel of the run is cut
-and new requests are refused, while the run itself goes on). Every attempt ends in one EgressEvent, which
-keeps a refusal's detail; the client reads only its reason.
+before anything is resolved), names looked up (the rules' max_lookups; more are answered 429 before the
+lookup), and bytes (the rules' max_bytes, each lookup's estimate among them: once spent, every tunnel of the
+run is cut and new requests are refused, while the run itself goes on). Every attempt ends in one
+EgressEvent, which keeps a refusal's detail; the client reads only its reason.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.egress_rules import EgressMode, IpAddress
+from core.egress_rules import EgressMode, IpAddress, literal_address
 from core.logging import get_logger
-from runner.egress.records import EgressEvent, EgressRules, budget_reason
+from runner.egress.records import EgressEvent, EgressRules, budget_reason, lookups_reason
 from runner.egress.refusal import FORBIDDEN, TIMEOUT, TOO_MANY, Refused, answer
 from runner.egress.request_head import MAX_HEAD_BYTES, HeadUnfinished, ProxyRequest, parse_head, read_head
 from runner.egress.resolve import (
@@ -33,6 +34,7 @@ from runner.egress.resolve import (
     Resolver,
     SystemLookups,
     checked_addresses,
+    lookup_bytes,
     request_check,
 )
 from runner.egress.tunnel import CONNECT_SECONDS, ByteBudget, Tunnel, connect
@@ -61,6 +63,8 @@ class _Attempt:
     address: str | None = None
     allowed: bool = False
     reason: str = ""
+    lookups: int = 0  # 1 once the door looks its name up
+    lookup_bytes: int = 0  # what that lookup took from the run's byte budget
     opening: bool = True  # holds one of the slots of connections still sending their head
     holding: bool = False  # holds one of the run's connection slots
     writer: asyncio.StreamWriter | None = None  # once set, the writer owns the socket
@@ -106,12 +110,17 @@ class EgressDoor:
         self._attempts: dict[asyncio.Task[None], _Attempt] = {}
         self._opening = 0
         self._holding = 0
+        self._lookups = 0
         self._closed = False
         self._log = get_logger(__name__)
 
     @property
     def bytes_used(self) -> int:
         return self._budget.used
+
+    @property
+    def lookups_made(self) -> int:
+        return self._lookups
 
     async def start(self) -> None:
         """Listen on the socket (a stale one from an earlier bot process is replaced). The socket's folder
@@ -223,6 +232,7 @@ class EgressDoor:
             request = await self._request(reader)
             attempt.host, attempt.port = request.host, request.port
             self._take_slot(attempt, request)
+            self._count_lookup(attempt, request.host)
             addresses = await checked_addresses(
                 self._rules,
                 request.host,
@@ -293,6 +303,20 @@ class EgressDoor:
         attempt.holding = True
         self._leave_opening(attempt)  # a refused one keeps its opening slot while its answer is handed over
 
+    def _count_lookup(self, attempt: _Attempt, host: str) -> None:
+        """A name is about to be looked up: refused (429) past the run's cap, else counted, its estimate taken
+        from the byte budget (a lookup that spends it is not made). A literal address is no lookup."""
+        if literal_address(host) is not None:
+            return
+        if self._lookups >= self._rules.max_lookups:
+            raise Refused(TOO_MANY, lookups_reason(self._rules.max_lookups))
+        attempt.lookup_bytes = self._budget.take(lookup_bytes(host))
+        if self._budget.spent:
+            self._spent()
+            raise Refused(FORBIDDEN, budget_reason(self._rules.max_bytes))
+        self._lookups += 1
+        attempt.lookups = 1
+
     def _spent(self) -> None:
         """The budget is spent: every tunnel of the run is cut (each one's event says why)."""
         reason = budget_reason(self._rules.max_bytes)
@@ -314,10 +338,11 @@ class EgressDoor:
             address=attempt.address,
             allowed=attempt.allowed,
             reason=attempt.reason,
-            bytes_up=tunnel.bytes_up if tunnel is not None else 0,
+            bytes_up=attempt.lookup_bytes + (tunnel.bytes_up if tunnel is not None else 0),
             bytes_down=tunnel.bytes_down if tunnel is not None else 0,
             started_at=attempt.started_at,
             ended_at=time.time(),
+            lookups=attempt.lookups,
         )
         try:
             self._on_event(event)

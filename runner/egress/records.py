@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from core.egress_rules import AllowEntry, EgressMode
 
 MIB = 1024 * 1024
+# Names a run's door looks up, in all: each is real DNS traffic from the host, to names the run chooses.
+# Generous for a task's fetches (a page's hosts, a package index's mirrors); a literal address is no lookup.
+MAX_LOOKUPS_PER_RUN = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +20,7 @@ class EgressRules:
     allow: tuple[AllowEntry, ...]
     max_bytes: int  # SUBAGENT_EGRESS_MAX_MB * 1 MiB, both directions together
     max_connections: int  # SUBAGENT_EGRESS_MAX_CONNECTIONS, held at once
+    max_lookups: int = MAX_LOOKUPS_PER_RUN  # names looked up, in the run's whole life
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +32,11 @@ class EgressEvent:
     address: str | None  # the address connected to, if any
     allowed: bool
     reason: str  # refused: why, in one line, with the detail the client was not told; allowed: "" or why cut
-    bytes_up: int  # client -> server
+    bytes_up: int  # client -> server, and what the name's lookup was counted as (lookup_bytes)
     bytes_down: int  # server -> client
     started_at: float
     ended_at: float
+    lookups: int = 0  # 1: the host looked the name up for it (or began to)
 
 
 def megabytes(count: int) -> str:
@@ -41,3 +46,7 @@ def megabytes(count: int) -> str:
 
 def budget_reason(max_bytes: int) -> str:
     return f"this run has used its SUBAGENT_EGRESS_MAX_MB ({megabytes(max_bytes)}, both directions together)"
+
+
+def lookups_reason(max_lookups: int) -> str:
+    return f"this run has made its {max_lookups} DNS lookups (a literal IP address needs none)"

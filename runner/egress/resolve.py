@@ -35,6 +35,11 @@ MAX_ADDRESSES = 16  # of one answer: a name with hundreds of addresses is checke
 # then holds these, never the default executor the rest of the bot reads and writes files with.
 DNS_THREADS = 8
 LOOKUPS_PER_DOOR = 2  # a run's lookups at once: it cannot hold more than its share of the threads
+# What one lookup costs the run's byte budget, an estimate of the traffic it causes from the host: getaddrinfo
+# asks twice (A and AAAA), and each question and its answer carry the name and about 48 bytes besides (IP and
+# UDP headers 28, DNS header 12, type and class 4, the name's framing 2, rounded up; answers' records aside).
+DNS_MESSAGES_PER_LOOKUP = 4
+DNS_MESSAGE_OVERHEAD_BYTES = 48
 
 SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
 IF_INET6 = Path("/proc/net/if_inet6")
@@ -46,6 +51,11 @@ def request_check(rules: EgressRules, host: str, port: int) -> None:
     refusal = request_refusal(rules.mode, rules.allow, host, port)
     if refusal is not None:
         raise Refused(FORBIDDEN, refusal)
+
+
+def lookup_bytes(host: str) -> int:
+    """What looking `host` up is counted as in the run's byte budget: a 253-byte name, about 1.2 KB."""
+    return DNS_MESSAGES_PER_LOOKUP * (len(host.encode()) + DNS_MESSAGE_OVERHEAD_BYTES)
 
 
 async def checked_addresses(

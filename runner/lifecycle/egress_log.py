@@ -59,6 +59,7 @@ class EgressLog:
             bytes_down=event.bytes_down,
             started_at=event.started_at,
             ended_at=event.ended_at,
+            lookups=event.lookups,
         )
         run.pending.append(record)
         self._wake.set()

@@ -192,7 +192,7 @@ async def test_the_command_reads_the_database_and_prints_json_and_a_plot(tmp_pat
     assert report["memory_peak_bytes"]["p95"] == 38.5 * MIB
     assert report["tokens_by_chat"] == {str(CHAT): 480}
     assert report["files"] == {"files_in": 1, "bytes_in": 412 * 1024, "files_out": 1, "bytes_out": 34 * 1024}
-    assert report["egress"] == {"connections": 2, "refused": 1, "bytes_up": MIB, "bytes_down": 12 * MIB}
+    assert report["egress"] == {"connections": 2, "refused": 1, "bytes_up": MIB, "bytes_down": 12 * MIB, "lookups": 0}
     assert report["advice"]["lines"][-1].startswith("suggested MAX_CONCURRENT_SUBAGENTS=")
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from core.egress_rules import EgressMode, IpAddress, parse_entry
 from runner.egress.door import EgressDoor
-from runner.egress.records import EgressEvent, EgressRules
+from runner.egress.records import MAX_LOOKUPS_PER_RUN, EgressEvent, EgressRules
 
 LOOPBACK = "127.0.0.1"
 WAIT_SECONDS = 10.0  # for anything a test waits on: an answer, an event
@@ -30,12 +30,14 @@ def rules(
     *,
     max_bytes: int = PLENTY_BYTES,
     max_connections: int = 16,
+    max_lookups: int = MAX_LOOKUPS_PER_RUN,
 ) -> EgressRules:
     return EgressRules(
         mode=mode,
         allow=tuple(parse_entry(entry) for entry in allow),
         max_bytes=max_bytes,
         max_connections=max_connections,
+        max_lookups=max_lookups,
     )
 
 

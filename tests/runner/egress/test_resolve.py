@@ -12,7 +12,7 @@ import pytest
 
 from core.egress_rules import SPECIAL_PURPOSE_RANGES, EgressMode, IpAddress
 from runner.egress.refusal import BAD_GATEWAY, FORBIDDEN, GATEWAY_TIMEOUT, Refused
-from runner.egress.resolve import SystemLookups, checked_addresses, own_addresses, request_check
+from runner.egress.resolve import SystemLookups, checked_addresses, lookup_bytes, own_addresses, request_check
 from tests.runner.egress.door_rig import FakeResolver, rules
 
 PUBLIC = "93.184.215.14"  # never connected to: these tests stop at the decision
@@ -191,3 +191,8 @@ async def test_a_special_purpose_address_listed_as_ip_port_is_reached() -> None:
     assert await checked_addresses(listed, "site.test", 443, resolver=resolver, own=frozenset()) == [ip("fec0::1")]
     refusal = await refused(listed, "azure.test", 443, resolver=resolver, own=frozenset())
     assert refusal.reason == "azure.test resolves to a special-purpose address"
+
+
+def test_a_lookup_is_counted_as_its_name_and_the_messages_around_it() -> None:
+    longest = "a" * 63 + "." + "b" * 63 + "." + "c" * 63 + "." + "d" * 61  # 253 bytes
+    assert lookup_bytes("a.test") < lookup_bytes(longest) == 4 * (253 + 48)
