@@ -95,6 +95,7 @@ class ScriptedLLM:
     model: str = "scripted-model"
     requests: list[dict[str, Any]] = field(default_factory=list)
     messages: list[ProgressMessage] = field(default_factory=list)
+    messages_over_budget: int = 0  # messages refused as over the run's budget
     sessions: list[bytes] = field(default_factory=list)
     results: list[RunResult] = field(default_factory=list)
     files: FakeFiles = field(default_factory=FakeFiles)  # the offered files, and the uploads that arrived
@@ -177,6 +178,7 @@ class _FakeRunEndpoint:
             return "already sent"
         budget = self._host.task.max_messages if self._host.task is not None else 0
         if len(self._host.messages) >= budget:
+            self._host.messages_over_budget += 1
             raise HostRefusal(
                 429, f"this run has sent its {budget} progress messages; put the rest in the final answer"
             )

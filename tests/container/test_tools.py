@@ -260,6 +260,12 @@ async def test_send_message_over_the_budget_fails_with_the_hosts_reason(
     )
     assert [message.text for message in host.messages] == ["message 0", "message 1"]
 
+    # Told once: the next ones are refused here, never sent (the host counts a run that keeps sending).
+    with pytest.raises(ToolFailed) as again:
+        await tools.send_message("and another")
+    assert str(again.value) == str(refused.value)
+    assert host.messages_over_budget == 1
+
 
 async def test_send_message_refused_by_the_host_fails_with_its_reason(toolbox: Toolbox, socket_path: Path) -> None:
     task = TaskSpec(run_id="run-123456", task="t", label="l")

@@ -31,12 +31,13 @@ PLENTY = 10_000_000  # a run's token budget when the budget is not what a test i
 @dataclass
 class Gate:
     live: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)  # what the chat sent every run (the main agent's `send`)
 
     def is_live(self, run_id: str) -> bool:
         return run_id in self.live
 
     def followups(self, run_id: str) -> list[str]:
-        return []
+        return list(self.notes)
 
 
 @dataclass

@@ -11,14 +11,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import pytest
 
 from container.protocol import FILES_PATH, TaskSpec
+from core.delivery import Delivery
+from core.outbox import Outbox
 from core.store.chats import ChatStore
 from core.store.db import Database
-from core.store.outbox import OutboxRow, OutboxStore
+from core.store.outbox import OutboxRow, OutboxStore, Outgoing
 from core.store.run_files import RunFile, RunFileStore
 from core.store.run_record import RunStatus
 from core.store.runs import RunStore
@@ -38,10 +40,16 @@ OFFERED = [b"first offered file\n", b"second,offered\n1,2\n"]
 
 
 class SendSoon:
-    """Delivery at its edge: records that the outbox was asked to send (rows stay pending, to be counted)."""
+    """Delivery at its edge: records that the outbox was asked to send (rows stay pending, to be counted); what it
+    stages for a progress message is the real Delivery's."""
 
     def __init__(self) -> None:
         self.chats: list[int] = []
+        # Only its outgoing() is used, which touches neither the store nor the outbox.
+        self._staging = Delivery(cast(OutboxStore, None), cast(Outbox, None), "Crew")
+
+    def outgoing(self, chat_id: int, content: str, *, kind: str, sender_name: str | None = None) -> Outgoing:
+        return self._staging.outgoing(chat_id, content, kind=kind, sender_name=sender_name)
 
     def send_soon(self, chat_id: int) -> None:
         self.chats.append(chat_id)

@@ -222,6 +222,42 @@ async def test_fifty_racing_calls_of_several_runs_spend_at_most_the_allowance_pl
         assert await made.allowances.left_for(CHAT_ID) is not None
 
 
+NOTES = {
+    "plain": ["words and more words " * 100] * 10,  # the review's: ten of 2,000 characters
+    "dense": ["字" * 2_000] * 8 + ["🙂" * 2_000] * 2,  # a token a character or more
+}
+
+
+@pytest.mark.parametrize("notes", NOTES.values(), ids=NOTES.keys())
+async def test_sixteen_tiny_calls_with_the_chats_follow_ups_overshoot_by_at_most_one_call(
+    tmp_path: Path, fake_llm: FakeLLM, notes: list[str]
+) -> None:
+    """The review's race: 16 tiny calls of one run at once (its connection cap), each carrying the chat's ten
+    follow-ups. Held for the container's body alone (81 tokens each), all 16 were admitted against 50,000 and
+    used 80,624. The provider here bills the most a call can cost: a token a byte of its text as UTF-8."""
+
+    async def provider(body: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(random.uniform(0, 0.02))
+        billed = tokens_of_bytes(len(json.dumps(body, ensure_ascii=False).encode()))
+        return openai_text("done", prompt_tokens=billed, completion_tokens=body["max_tokens"])
+
+    fake_llm.openai.handle_with(provider)
+    allowance = 50_000
+    async with proxied(tmp_path, fake_llm, CHAT_DAILY_TOKENS=str(allowance)) as made:
+        made.gate.notes.extend(notes)
+        socket = await made.open("run-followups", Payer.of_run(CHAT_ID, None))
+
+        answers = await asyncio.gather(*(post(socket, "/v1/chat/completions", ASK) for _ in range(16)))
+
+        forwarded = fake_llm.requests("/v1/chat/completions")
+        used = (await made.allowances.status(CHAT_ID)).used
+    one_call = max(call.body["max_tokens"] + tokens_of_bytes(len(call.raw_body)) for call in forwarded)
+    print(f"16 calls with follow-ups: admitted {len(forwarded)}, used {used} of {allowance}, one call {one_call}")
+    assert all(call.body["messages"][-1]["content"].count(notes[-1]) == notes.count(notes[-1]) for call in forwarded)
+    assert used <= allowance + one_call
+    assert [status for status, _ in answers].count(200) == len(forwarded) < 16
+
+
 async def test_a_refused_call_is_not_retried_by_the_sdks(tmp_path: Path, fake_llm: FakeLLM) -> None:
     async with proxied(tmp_path, fake_llm, CHAT_DAILY_TOKENS="15") as made:
         socket = await made.open("run-spent1", Payer.of_run(CHAT_ID, None))
