@@ -1,11 +1,14 @@
 """A hostile run on its channel: what one chat's subagent can do to the bot for every other chat.
 
-The subagent (bench.hostile_container, a process of its own) sends the reviewer's reproduction at a run's
-maximum: a step and a session as large as the caps allow, every model step it may ask for as 8 MB of `{}`,
-every session upload as 4 MB of `{}`, a junk progress message and result (the run is stopped after its
-third invalid body; the rest find its socket gone). The host is the full app (real PTB against the fake Bot
-API in a process of its own, SQLite, the task manager, the run channels) on the in-memory container runtime,
-so no engine work is in the figures. Per round, against the same app idle in the same round:
+The subagent (bench.hostile_container, a process of its own) sends the reviewers' reproductions, one
+hostile run each: at a run's maximum (`bodies`: a step and a session as large as the caps allow, every model
+step it may ask for as 8 MB of `{}`, every session upload as 4 MB of `{}`, a junk progress message and
+result), an upload with a preamble of 8 MB of line feeds, plain (`preamble`) and deflated into 8 KB
+(`deflate`), and a progress message in 1-byte chunks (`chunks`). A run is stopped after its third invalid
+request; the rest find its socket gone. The follow-up allowance race is bench/allowance_race.py.
+
+The host is the full app (real PTB against the fake Bot API in a process of its own, SQLite, the task manager,
+the run channels) on the in-memory container runtime, so no engine work is in the figures. Per round, against the same app idle in the same round:
 
 - the longest event-loop gap (a probe wakes every 5 ms; goal <= 50 ms), the `/healthz` answer's bound;
 - the host's peak RSS over the window (VmHWM after /proc/self/clear_refs), less its RSS when the window
@@ -26,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.allowance_race import allowance_race
 from bench.common import BenchContext, bench_settings, ms, poll_until
-from bench.hostile_container import hostile_container
+from bench.hostile_container import ATTACKS, hostile_container
 from bench.loop_probe import GcRecorder, Window, measured
 from bench.report import Measure, Row
 from bench.stall_pass import stall_app
@@ -45,10 +49,16 @@ RSS_GOAL_MIB = 64.0
 REPLY_GOAL_RATIO = 1.5
 MIB = 1024 * 1024
 MIN_REPLIES = 5  # per window, at least
-WINDOWS = ("idle", "attack")
+WINDOWS = ("idle", *ATTACKS)
 SETTLE_SECONDS = 1.0  # after the chats' folders appear: the watcher restarts and sweeps
 REPLY_POLL_SECONDS = 0.01
 WATCH_SECONDS = 0.02
+ATTACK_NAMES = {
+    "bodies": "a hostile run at its maximum",
+    "preamble": "uploads with 8 MB preambles of line feeds",
+    "deflate": "the same uploads deflated into 8 KB",
+    "chunks": "500 KB messages in 1-byte chunks",
+}
 
 
 def reset_peak_rss() -> int:
@@ -74,14 +84,16 @@ class Attacks:
 
     def __init__(self, peer: Peer) -> None:
         self._peer = peer
+        self.kinds: dict[str, str] = {}  # run id -> its attack (bench/hostile_container.py ATTACKS)
         self.done: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
     async def behave(self, container: MemoryContainer) -> int | None:
         assert container.spec is not None
         mount = next(m for m in container.spec.mounts if m.target == CHANNEL_DIR)
-        command = {"socket": str(mount.source / CHANNEL_SOCKET_FILE)}
+        run_id = container.labels[LABEL_RUN_ID]
+        command = {"socket": str(mount.source / CHANNEL_SOCKET_FILE), "attack": self.kinds[run_id]}
         call = asyncio.ensure_future(self._peer.call(command))
-        self.done[container.labels[LABEL_RUN_ID]] = call
+        self.done[run_id] = call
         await asyncio.shield(call)
         return 0
 
@@ -116,9 +128,10 @@ async def idle_work(
     return {"rss_growth": peak_rss() - started_rss}, []
 
 
-async def one_attack(service: SubagentService, attacks: Attacks, folder: str) -> tuple[dict[str, Any], str]:
+async def one_attack(service: SubagentService, attacks: Attacks, folder: str, kind: str) -> tuple[dict[str, Any], str]:
     """One hostile run from spawn request to cleanup: what its container got, and how the run ended."""
     run_id = f"hostile-{secrets.token_hex(6)}"
+    attacks.kinds[run_id] = kind
     request = SpawnRequest(request_id=run_id, task="Do as the chat said.", label="hostile")
     await asyncio.to_thread(write_spawn_request, service.paths.ipc_root, folder, request)
 
@@ -136,13 +149,19 @@ async def one_attack(service: SubagentService, attacks: Attacks, folder: str) ->
 
 
 async def attack_work(
-    tg: TelegramProcess, service: SubagentService, attacks: Attacks, peer_chat: int, folder: str, times: list[float]
+    tg: TelegramProcess,
+    service: SubagentService,
+    attacks: Attacks,
+    peer_chat: int,
+    folder: str,
+    kind: str,
+    times: list[float],
 ) -> tuple[dict[str, Any], list[tuple[str, float]]]:
     """One hostile run from its spawn request to its cleanup; the other chat's replies are timed from the
     same moment (the first mention goes out with the spawn request)."""
     started_rss = reset_peak_rss()
     started = time.monotonic()
-    attacking = asyncio.ensure_future(one_attack(service, attacks, folder))
+    attacking = asyncio.ensure_future(one_attack(service, attacks, folder, kind))
     times += await replies(tg, peer_chat, attacking)
     answer, ended = await attacking
     facts = {
@@ -156,10 +175,8 @@ async def attack_work(
 
 @dataclass(slots=True)
 class Round:
-    idle: Window
-    attack: Window
-    idle_replies: list[float]
-    attack_replies: list[float]
+    windows: dict[str, Window]  # idle, then one per attack
+    replies: dict[str, list[float]]
 
 
 async def run_round(ctx: BenchContext, tg: TelegramProcess, peer: Peer, recorder: GcRecorder, index: int) -> Round:
@@ -179,13 +196,15 @@ async def run_round(ctx: BenchContext, tg: TelegramProcess, peer: Peer, recorder
         await asyncio.to_thread(ensure_chat_dirs, service.paths.ipc_root, chat.folder)
         await asyncio.sleep(SETTLE_SECONDS)
         await replies(tg, peer_chat, None)  # warm: the first turn loads what later ones reuse
-        idle_replies: list[float] = []
-        attack_replies: list[float] = []
-        idle = await measured("idle", recorder, lambda: idle_work(tg, peer_chat, idle_replies))
-        attack = await measured(
-            "attack", recorder, lambda: attack_work(tg, service, attacks, peer_chat, chat.folder, attack_replies)
-        )
-    return Round(idle, attack, idle_replies, attack_replies)
+        done = Round({}, {window: [] for window in WINDOWS})
+        done.windows["idle"] = await measured("idle", recorder, lambda: idle_work(tg, peer_chat, done.replies["idle"]))
+        for kind in ATTACKS:
+            done.windows[kind] = await measured(
+                kind,
+                recorder,
+                functools.partial(attack_work, tg, service, attacks, peer_chat, chat.folder, kind, done.replies[kind]),
+            )
+    return done
 
 
 def _row(metric: str, unit: str, result: list[float], label: str, baseline: list[float]) -> Row:
@@ -206,35 +225,42 @@ async def run(ctx: BenchContext) -> list[Row]:
         async with TelegramProcess() as tg, hostile_container() as peer:
             for index in range(rounds):
                 results.append(await run_round(ctx, tg, peer, recorder, index))
-    gap = {w: [getattr(r, w).max_ms for r in results] for w in WINDOWS}
-    rss = {w: [float(getattr(r, w).facts["rss_growth"]) / MIB for r in results] for w in WINDOWS}
-    reply = {w: [ms(statistics.median(getattr(r, f"{w}_replies"))) for r in results] for w in WINDOWS}
-    first = {w: [ms(getattr(r, f"{w}_replies")[0]) for r in results] for w in WINDOWS}
+    gap = {w: [r.windows[w].max_ms for r in results] for w in WINDOWS}
+    rss = {w: [float(r.windows[w].facts["rss_growth"]) / MIB for r in results] for w in WINDOWS}
+    reply = {w: [ms(statistics.median(r.replies[w])) for r in results] for w in WINDOWS}
+    first = {w: [ms(r.replies[w][0]) for r in results] for w in WINDOWS}
     for r in results:
-        ctx.note(
-            f"round: longest gap {r.attack.max_ms:.1f} ms ({r.attack.longest_gap_phase()}; idle "
-            f"{r.idle.max_ms:.1f} ms); the hostile run's {r.attack.facts['attack_s']} s of requests got "
-            f"{r.attack.facts['statuses']}; it ended {r.attack.facts['run']}"
-        )
-    worst_gap, worst_rss = max(gap["attack"]), max(rss["attack"])
-    ratio = statistics.median(reply["attack"]) / statistics.median(reply["idle"])
+        for kind in ATTACKS:
+            facts = r.windows[kind].facts
+            ctx.note(
+                f"round, {kind}: longest gap {r.windows[kind].max_ms:.1f} ms ({r.windows[kind].longest_gap_phase()}; "
+                f"idle {r.windows['idle'].max_ms:.1f} ms); the hostile run's {facts['attack_s']} s of requests got "
+                f"{facts['statuses']}; it ended {facts['run']}"
+            )
+    worst_gap = max(max(gap[kind]) for kind in ATTACKS)
+    worst_rss = max(max(rss[kind]) for kind in ATTACKS)
+    ratio = max(statistics.median(reply[kind]) for kind in ATTACKS) / statistics.median(reply["idle"])
     ctx.note(
         f"goals: longest gap <= {STALL_GOAL_MS:g} ms {'met' if worst_gap <= STALL_GOAL_MS else 'NOT met'} "
         f"(worst {worst_gap:.1f} ms); RSS growth <= {RSS_GOAL_MIB:g} MiB "
         f"{'met' if worst_rss <= RSS_GOAL_MIB else 'NOT met'} (worst {worst_rss:.1f} MiB); another chat's reply "
-        f"<= {REPLY_GOAL_RATIO:g}x idle {'met' if ratio <= REPLY_GOAL_RATIO else 'NOT met'} ({ratio:.2f}x)"
+        f"<= {REPLY_GOAL_RATIO:g}x idle {'met' if ratio <= REPLY_GOAL_RATIO else 'NOT met'} "
+        f"({ratio:.2f}x, the worst attack)"
     )
-    hostile = "a hostile run at its maximum"
     idle = "the app idle, same round"
-    return [
-        _row(f"{hostile}: longest event-loop gap", "ms", gap["attack"], idle, gap["idle"]),
-        _row(f"{hostile}: host peak RSS growth", "MiB", rss["attack"], idle, rss["idle"]),
-        _row(
-            f"{hostile}: the first reply in another chat (asked with the spawn)",
-            "ms",
-            first["attack"],
-            idle,
-            first["idle"],
-        ),
-        _row(f"{hostile}: another chat's reply time (median)", "ms", reply["attack"], idle, reply["idle"]),
-    ]
+    rows: list[Row] = []
+    for kind in ATTACKS:
+        hostile = ATTACK_NAMES[kind]
+        rows += [
+            _row(f"{hostile}: longest event-loop gap", "ms", gap[kind], idle, gap["idle"]),
+            _row(f"{hostile}: host peak RSS growth", "MiB", rss[kind], idle, rss["idle"]),
+            _row(
+                f"{hostile}: the first reply in another chat (asked with the spawn)",
+                "ms",
+                first[kind],
+                idle,
+                first["idle"],
+            ),
+            _row(f"{hostile}: another chat's reply time (median)", "ms", reply[kind], idle, reply["idle"]),
+        ]
+    return rows + await allowance_race(ctx)
