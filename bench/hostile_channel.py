@@ -8,7 +8,8 @@ result), an upload with a preamble of 8 MB of line feeds, plain (`preamble`) and
 request; the rest find its socket gone. The follow-up allowance race is bench/allowance_race.py.
 
 The host is the full app (real PTB against the fake Bot API in a process of its own, SQLite, the task manager,
-the run channels) on the in-memory container runtime, so no engine work is in the figures. Per round, against the same app idle in the same round:
+the run channels) on the in-memory container runtime, so no engine work is in the figures. Per round, against
+the same app idle in the same round (another chat's replies timed in a chat of their own each window):
 
 - the longest event-loop gap (a probe wakes every 5 ms; goal <= 50 ms), the `/healthz` answer's bound;
 - the host's peak RSS over the window (VmHWM after /proc/self/clear_refs), less its RSS when the window
@@ -180,29 +181,38 @@ class Round:
 
 
 async def run_round(ctx: BenchContext, tg: TelegramProcess, peer: Peer, recorder: GcRecorder, index: int) -> Round:
-    attacker, peer_chat = ctx.chat_id(2 * index), ctx.chat_id(2 * index + 1)
+    # Another chat per window: Telegram lets a bot send a group about 20 messages a minute, and the outbox keeps
+    # to that (bot/channels/telegram_limits.py), so one chat asked in every window would time the throttle.
+    first_chat = len(WINDOWS) * 2 * index
+    attacker = ctx.chat_id(first_chat)
+    peers = {window: ctx.chat_id(first_chat + 1 + number) for number, window in enumerate(WINDOWS)}
     settings = bench_settings(
         ctx.work_dir / f"data-{index}",
         token=tg.token,
         base_url=tg.base_url,
         LOG_LEVEL="INFO",
-        ALLOWED_CHAT_IDS=f"{attacker},{peer_chat}",
+        ALLOWED_CHAT_IDS=",".join(str(chat_id) for chat_id in [attacker, *peers.values()]),
     )
-    await tg.add_chats([attacker, peer_chat])
+    await tg.add_chats([attacker, *peers.values()])
     attacks = Attacks(peer)
     runtime = MemoryRuntime(on_start=attacks.behave)
     async with stall_app(settings, runtime) as (app, service):
         chat = await app.stores.chats.ensure(attacker, "supergroup", f"bench hostile {attacker}")
         await asyncio.to_thread(ensure_chat_dirs, service.paths.ipc_root, chat.folder)
         await asyncio.sleep(SETTLE_SECONDS)
-        await replies(tg, peer_chat, None)  # warm: the first turn loads what later ones reuse
+        for peer_chat in peers.values():
+            await replies(tg, peer_chat, None)  # warm: the first turn loads what later ones reuse
         done = Round({}, {window: [] for window in WINDOWS})
-        done.windows["idle"] = await measured("idle", recorder, lambda: idle_work(tg, peer_chat, done.replies["idle"]))
+        done.windows["idle"] = await measured(
+            "idle", recorder, lambda: idle_work(tg, peers["idle"], done.replies["idle"])
+        )
         for kind in ATTACKS:
             done.windows[kind] = await measured(
                 kind,
                 recorder,
-                functools.partial(attack_work, tg, service, attacks, peer_chat, chat.folder, kind, done.replies[kind]),
+                functools.partial(
+                    attack_work, tg, service, attacks, peers[kind], chat.folder, kind, done.replies[kind]
+                ),
             )
     return done
 
