@@ -22,7 +22,8 @@ from container.channel_files import LocalFileFailed
 from container.contract import MAX_ERROR_CHARS, MAX_RESULT_CHARS, WORKSPACE_SYNC_ENV
 from container.run import describe_error
 from container.task import RunResult
-from container.workspace_tar import Skips, StreamBody, empty, pack, unpack
+from container.workspace_stream import StreamBody
+from container.workspace_tar import Skips, empty, pack, unpack
 
 SYNC_ON = "1"
 

@@ -5,14 +5,15 @@ The archive the host hands back is what some earlier run of the chat sent: hosti
 places every entry itself, through directory descriptors opened with O_NOFOLLOW from the workspace down, so no
 entry is ever written through a link, wherever the links in the archive point (they are kept as links). It
 refuses absolute names, `..`, devices, FIFOs and sparse files, and skips each such entry with a reason. The
-image's Python (3.11.2) has no `tarfile.data_filter`; this does not rely on it.
+image's Python (3.11.2) has no `tarfile.data_filter`; this does not rely on it. What tarfile holds in memory is
+bounded (container/workspace_stream.py), and so is the number of members: past it, or past a member's header
+bound, the archive is refused whole (ArchiveRefused), which the run reports (container/workspace_sync.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import http.client
 import os
 import shutil
 import stat
@@ -20,19 +21,20 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from container.channel_files import LocalFileFailed
+from container.workspace_stream import FILE_READ_BYTES, ArchiveRefused, DownloadCut, StreamBody, TarSource
 
 T = TypeVar("T")
 
 BLOCK_BYTES = tarfile.BLOCKSIZE
 RECORD_BYTES = tarfile.RECORDSIZE
 PIECE_BYTES = 256 * 1024  # small entries are gathered into pieces of this size before they are sent
-FILE_READ_BYTES = 1024 * 1024
-# tarfile reads a stream in pieces of this size (its default, one 10 KB record, costs a call per record).
-STREAM_BUFFER_BYTES = 256 * 1024
 MAX_NAME_BYTES = 4096  # PATH_MAX: a longer name could not be opened anyway
+# Files, folders and links in one archive, as a mounted workspace counts WORKSPACE_MAX_ENTRIES
+# (runner/storage/workspaces.py): pack sends no more, and unpack refuses an archive with more.
+MAX_MEMBERS = 200_000
 MAX_SKIPS_SHOWN = 10
 DIR_MODE = 0o755
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -40,6 +42,11 @@ _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CL
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # A folder on an entry's way is a link, a file, or missing: the archive is inconsistent or hostile; skip it.
 _REFUSED_WAY = frozenset({errno.ELOOP, errno.ENOTDIR, errno.ENOENT})
+# What else an entry's own name or kind makes the file system refuse: the entry is skipped, the run goes on.
+_REFUSED_ENTRY = _REFUSED_WAY | {errno.EEXIST, errno.ENAMETOOLONG, errno.EMLINK}
+# What tarfile raises on some hostile headers besides its own errors (a number out of range, a name it cannot
+# decode, a sparse map that does not add up): the archive is not one pack made.
+_PARSE_ERRORS = (ValueError, OverflowError, EOFError, IndexError, RecursionError)
 
 
 @dataclass(slots=True)
@@ -65,7 +72,8 @@ class Skips:
 def pack(root: Path, skips: Skips) -> Iterator[bytes]:
     """The tar stream of everything below `root`: folders, regular files and symlinks (stored as links, never
     followed); FIFOs, sockets and devices are skipped. Each file is read once, by descriptor, and sent as the
-    size it had when opened (cut or padded with zeros if it changes meanwhile)."""
+    size it had when opened (cut or padded with zeros if it changes meanwhile). Over MAX_MEMBERS entries it
+    stops with LocalFileFailed: the upload breaks off and the host keeps the chat's previous archive."""
     pending = bytearray()
     total = 0
     for piece in _entries(root, skips):
@@ -87,6 +95,7 @@ def pack(root: Path, skips: Skips) -> Iterator[bytes]:
 
 def _entries(root: Path, skips: Skips) -> Iterator[bytes]:
     stack: list[tuple[str, str]] = [("", os.fspath(root))]
+    count = 0
     while stack:
         rel_dir, abs_dir = stack.pop()
         try:
@@ -102,6 +111,9 @@ def _entries(root: Path, skips: Skips) -> Iterator[bytes]:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue  # vanished meanwhile
+            count += 1
+            if count > MAX_MEMBERS:  # the next run's unpack would refuse the archive: it is not sent
+                raise LocalFileFailed(OSError(errno.EFBIG, f"the workspace has over {MAX_MEMBERS} entries"))
             if stat.S_ISDIR(st.st_mode):
                 yield _header(rel, tarfile.DIRTYPE, st)
                 folders.append((rel, entry.path))
@@ -159,72 +171,46 @@ def _file(path: str, rel: str, skips: Skips) -> Iterator[bytes]:
 # --- unpack ---------------------------------------------------------------------------------------------
 
 
-class Readable(Protocol):
-    def read(self, size: int, /) -> bytes: ...
-
-
-class DownloadCut(ConnectionError):
-    """The download broke off: the channel tries it again (unlike a local file's error, LocalFileFailed)."""
-
-
-class StreamBody:
-    """A download as tarfile's stream mode reads it, counted: it ends at `length` bytes, and a body that ends
-    before, or a connection that fails, raises DownloadCut."""
-
-    def __init__(self, source: Readable, length: int) -> None:
-        self._source = source
-        self._left = length
-
-    def read(self, size: int, /) -> bytes:
-        try:
-            chunk = self._source.read(min(size, self._left)) if self._left else b""
-        except (OSError, http.client.HTTPException) as exc:
-            raise DownloadCut(f"the workspace download broke off: {exc}") from exc
-        if not chunk and self._left:
-            raise DownloadCut(f"the workspace download ended {self._left} bytes early")
-        self._left -= len(chunk)
-        return chunk
-
-    def drain(self) -> None:
-        """Read what follows the archive's end (padding), so that the whole body is known to have arrived."""
-        while self.read(FILE_READ_BYTES):
-            pass
-
-    def write(self, data: bytes, /) -> int:
-        raise OSError(errno.EBADF, "a download is read only")
-
-    def tell(self) -> int:
-        raise OSError(errno.ESPIPE, "a download cannot seek")
-
-    def seek(self, offset: int, /) -> int:
-        raise OSError(errno.ESPIPE, "a download cannot seek")
-
-    def close(self) -> None:
-        return None
-
-
 def unpack(body: StreamBody, root: Path, skips: Skips) -> int:
     """Write the archive streamed by `body` into the folder `root`; returns the entries placed.
 
-    tarfile.TarError: the archive is not a tar stream. LocalFileFailed: the workspace could not be written."""
+    tarfile.TarError: the archive is not a tar stream, or past a bound (ArchiveRefused). LocalFileFailed: the
+    workspace could not be written. DownloadCut: the download broke off."""
     root_fd = _local(lambda: os.open(root, _DIR_FLAGS))
-    placed = 0
+    source = TarSource(body)
+    placed = members = 0
     try:
-        with tarfile.open(
-            fileobj=body, mode="r|", bufsize=STREAM_BUFFER_BYTES, encoding="utf-8", errors="surrogateescape"
-        ) as tar:
-            while (member := tar.next()) is not None:
+        with source.headers():
+            tar = tarfile.TarFile(fileobj=source, mode="r", encoding="utf-8", errors="surrogateescape")
+        with tar:
+            while True:
+                with source.headers():
+                    member = tar.next()
+                if member is None:
+                    break
                 # tarfile keeps every member it read (a million entries, a million objects); typeshed omits the list.
                 tar.members.clear()  # type: ignore[attr-defined]
+                members += 1
+                _check_bounds(tar, members)
                 reason = _place(tar, member, root_fd)
                 if reason is None:
                     placed += 1
                 else:
                     skips.add(member.name, reason)
-        body.drain()
+        source.drain()
+    except _PARSE_ERRORS as exc:
+        raise ArchiveRefused(f"a header tarfile cannot read: {type(exc).__name__}: {str(exc)[:200]}") from exc
     finally:
         os.close(root_fd)
     return placed
+
+
+def _check_bounds(tar: tarfile.TarFile, members: int) -> None:
+    if members > MAX_MEMBERS:
+        raise ArchiveRefused(f"more than {MAX_MEMBERS} files, folders and links")
+    # A global header's keys would apply to, and be copied into, every later member: pack writes none.
+    if tar.pax_headers:
+        raise ArchiveRefused("a global pax header, which no workspace archive has")
 
 
 def empty(root: Path) -> None:
@@ -256,13 +242,15 @@ def _place(tar: tarfile.TarFile, member: tarfile.TarInfo, root_fd: int) -> str |
     except OSError as exc:
         if exc.errno in _REFUSED_WAY:
             return "a folder on its way is a link or a file"
+        if exc.errno in _REFUSED_ENTRY:
+            return f"a folder on its way could not be made: {exc.strerror}"
         raise LocalFileFailed(exc) from exc
     try:
         return _make(tar, member, parts[-1], parent, root_fd)
     except DownloadCut:
         raise
     except OSError as exc:
-        if exc.errno in _REFUSED_WAY or exc.errno == errno.EEXIST:
+        if exc.errno in _REFUSED_ENTRY:
             return f"not placed: {exc.strerror}"
         raise LocalFileFailed(exc) from exc
     finally:
@@ -305,7 +293,8 @@ def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, parent
         # As tarfile's data filter: no setuid or group/other write bits, always the owner's read and write.
         mode = member.mode & 0o755 | 0o600
         os.fchmod(fd, mode if member.mode & 0o100 else mode & ~0o111)
-        os.utime(fd, (member.mtime, member.mtime))
+        with contextlib.suppress(OverflowError, ValueError):  # a time no file can have: it keeps the present one
+            os.utime(fd, (member.mtime, member.mtime))
     finally:
         os.close(fd)
 

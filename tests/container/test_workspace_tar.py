@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from container.channel_files import LocalFileFailed
-from container.workspace_tar import Skips, StreamBody, empty, pack, unpack
+from container.workspace_stream import StreamBody
+from container.workspace_tar import Skips, empty, pack, unpack
 
 
 def packed(root: Path) -> tuple[bytes, Skips]:
