@@ -60,3 +60,9 @@ BRIDGE_TARGET_EGRESS = "egress"  # a connection to the door to the web
 # `GET` it at the start into an empty /workspace, `PUT` it back before the result, up to WORKSPACE_QUOTA_MB.
 WORKSPACE_SYNC_ENV = "CREWBOT_WORKSPACE_SYNC"
 WORKSPACE_PATH = "/run/workspace"
+# A GET's answer names the archive it served (WORKSPACE_SERVED_HEADER: an id the host chose, SERVED_ID_PATTERN).
+# A run that cannot unpack it says so with `POST` (protocol.UnreadableWorkspace: that id, and why, in at most
+# MAX_UNREADABLE_REASON_CHARS): the host sets that archive aside, so no later run is served it.
+WORKSPACE_SERVED_HEADER = "X-Crewbot-Workspace-Served"
+SERVED_ID_PATTERN = r"^[0-9a-f]{16}$"
+MAX_UNREADABLE_REASON_CHARS = 500

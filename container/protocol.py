@@ -51,10 +51,12 @@ from container.contract import (
     MAX_TOOL_NAME_CHARS,
     MAX_TOOL_SCHEMA_CHARS,
     MAX_TOOLS,
+    MAX_UNREADABLE_REASON_CHARS,
     MESSAGE_PATH,
     MODEL_PATH,
     RESULT_PATH,
     RUN_API_PREFIX,
+    SERVED_ID_PATTERN,
     SESSION_PATH,
     TASK_PATH,
     WORKSPACE_DIR,
@@ -218,6 +220,14 @@ class ModelStep(_Strict):
 
     messages: list[Any] = Field(min_length=1)
     tools: list[ToolSpec] = Field(default_factory=list, max_length=MAX_TOOLS)
+
+
+class UnreadableWorkspace(_Strict):
+    """`POST /run/workspace`: the archive this run's GET was served (`served`, the answer's WORKSPACE_SERVED_HEADER)
+    could not be unpacked, and why; the host sets it aside (runner/channel/workspace_desk.py)."""
+
+    served: str = Field(pattern=SERVED_ID_PATTERN)
+    reason: str = Field(max_length=MAX_UNREADABLE_REASON_CHARS)
 
 
 class ChannelAnswer(_Strict):

@@ -1,6 +1,11 @@
-"""`GET`/`PUT /run/workspace`: a chat's workspace as one opaque archive, for backends whose containers share no
-folder with the host (container/contract.py, WORKSPACE_SYNC_ENV). The host stores and serves the bytes and never
+"""`GET`/`PUT`/`POST /run/workspace`: a chat's workspace as one opaque archive, for backends whose containers share
+no folder with the host (container/contract.py, WORKSPACE_SYNC_ENV). The host stores and serves the bytes and never
 opens them; the chat is the one the run's endpoint was built for, never anything in the request.
+
+A run that cannot unpack what it was served says so (`POST`, container/workspace_sync.py), naming it by the id
+the GET's answer gave it: the host sets that archive aside for an admin (runner/storage/workspace_archive.py),
+so the chat's next run starts empty instead of failing on it too. Only an archive this run was served, and only
+while it is still the chat's: a later push by another run is never set aside.
 
 A PUT is bounded before and while it is read: a declared length over the quota is refused unread, the body is
 counted as it streams (Content-Length or chunked) and cut one byte past the quota, a body that stalls for
@@ -11,21 +16,32 @@ refused leaves the chat's previous archive whole (runner/storage/workspace_archi
 from __future__ import annotations
 
 import asyncio
+import enum
+import secrets
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import NoReturn, Protocol, runtime_checkable
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from container.contract import WORKSPACE_PATH
+from container.contract import WORKSPACE_PATH, WORKSPACE_SERVED_HEADER
+from container.protocol import UnreadableWorkspace
 from core.logging import get_logger
-from runner.channel.channel_answers import ChannelRefused, answer
+from runner.channel import bounded_json
+from runner.channel.bounded_json import BodyRefused
+from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused, answer
 
 log = get_logger(__name__)
 
 # A pull is retried after a broken connection, a push too: a few of each, never an unbounded disk or CPU sink.
 MAX_PULLS_PER_RUN = 8
 MAX_PUSHES_PER_RUN = 4
+# A run reports its archive unreadable once (again only when the answer was lost): a few, then it is not that loop.
+MAX_REPORTS_PER_RUN = 3
+MAX_REPORT_BYTES = 4 * 1024  # an UnreadableWorkspace: an id, and a reason of 500 printable ASCII characters
+MAX_REPORT_VALUES = 8
+SERVED_ID_BYTES = 8
 IDLE_SECONDS = 60.0  # an upload that sends nothing for this long is given up (a slow body holds a temp file)
 READ_CHUNK_BYTES = 256 * 1024
 SEND_CHUNK_BYTES = 1024 * 1024
@@ -40,11 +56,31 @@ class OverQuota(Exception):
     """An upload went past the chat's quota; the message says by how much it may grow."""
 
 
+@dataclass(frozen=True, slots=True)
+class ArchiveIdentity:
+    """Which stored archive a reader opened: an upload's commit makes a new file, so a new identity."""
+
+    device: int
+    inode: int
+    size_bytes: int
+    modified_ns: int
+    changed_ns: int
+
+
+class AsideOutcome(enum.Enum):
+    SET_ASIDE = "set aside"  # it was the chat's archive: moved aside, the chat has none now
+    GONE = "gone"  # the chat has no archive now (another run of it set that one aside already)
+    REPLACED = "replaced"  # the chat's archive is another one now: nothing was moved
+
+
 class ArchiveReader(Protocol):
     """The stored archive, opened: a snapshot that a later upload's rename does not change."""
 
     @property
     def size_bytes(self) -> int: ...
+
+    @property
+    def identity(self) -> ArchiveIdentity: ...
 
     async def read(self, max_bytes: int) -> bytes:
         """The next bytes (b"" at the end), read in a thread."""
@@ -75,6 +111,9 @@ class ArchiveStore(Protocol):
 
     async def begin(self) -> ArchiveUpload: ...
 
+    async def set_aside(self, served: ArchiveIdentity, reason: str) -> AsideOutcome:
+        """Keep the archive `served` aside for an admin if it is still the chat's; `reason` is the run's word."""
+
 
 class WorkspaceDesk:
     """One run's workspace endpoints over its chat's `ArchiveStore`."""
@@ -93,7 +132,9 @@ class WorkspaceDesk:
         self._idle_seconds = idle_seconds
         self._pulls = 0
         self._pushes = 0
+        self._reports = 0
         self._uploading = False
+        self._served: dict[str, ArchiveIdentity] = {}  # by the id each GET's answer gave: MAX_PULLS_PER_RUN at most
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
         """The stored archive as it is (200), or 204 when the chat has none yet."""
@@ -106,8 +147,12 @@ class WorkspaceDesk:
             if reader is not None:
                 await reader.close()
             return web.Response(status=204)
+        served = secrets.token_hex(SERVED_ID_BYTES)
+        self._served[served] = reader.identity
         try:
-            response = web.StreamResponse(headers={"Content-Type": ARCHIVE_CONTENT_TYPE})
+            response = web.StreamResponse(
+                headers={"Content-Type": ARCHIVE_CONTENT_TYPE, WORKSPACE_SERVED_HEADER: served}
+            )
             response.content_length = reader.size_bytes
             await response.prepare(request)
             sent = 0
@@ -180,7 +225,50 @@ class WorkspaceDesk:
             raise
         return size
 
-    def _refuse_invalid(self, status: int, reason: str) -> None:
+    async def set_aside(self, request: web.Request) -> web.Response:
+        """The run could not unpack the archive it was served: that one goes aside, if still the chat's."""
+        self._check_live()
+        self._reports += 1
+        if self._reports > MAX_REPORTS_PER_RUN:
+            self._refuse_invalid(429, f"this run has reported its workspace unreadable {MAX_REPORTS_PER_RUN} times")
+        report = await self._read_report(request)
+        served = self._served.get(report.served)
+        if served is None:
+            self._refuse_invalid(
+                INVALID_STATUS, "this run was served no workspace by that id: only one it fetched can be set aside"
+            )
+        outcome = await self._store.set_aside(served, report.reason)
+        if outcome is AsideOutcome.REPLACED:
+            log.info("workspace_set_aside_refused", reason=report.reason)
+            return answer(
+                409,
+                False,
+                "the chat's workspace was replaced by another run's since this run fetched it; nothing was set "
+                "aside (the chat's next run starts from the new one)",
+            )
+        if outcome is AsideOutcome.GONE:
+            return answer(200, True, "the chat has no stored workspace now (it was set aside already)")
+        return answer(200, True, "set aside for an admin; the chat has no stored workspace now")
+
+    async def _read_report(self, request: web.Request) -> UnreadableWorkspace:
+        """The body: a small JSON with its length declared and nothing compressed, as the container sends it."""
+        declared = request.content_length
+        if hdrs.CONTENT_ENCODING in request.headers or declared is None or declared > MAX_REPORT_BYTES:
+            self._refuse_invalid(
+                INVALID_STATUS, f"a report is an uncompressed body of at most {MAX_REPORT_BYTES} bytes, with its length"
+            )
+        try:
+            body = await asyncio.wait_for(request.content.readexactly(declared), self._idle_seconds)
+        except TimeoutError:
+            raise ChannelRefused(408, f"the report did not arrive in {self._idle_seconds:g} s") from None
+        except asyncio.IncompleteReadError:
+            raise ChannelRefused(400, "the report broke off") from None
+        try:
+            return bounded_json.validate(UnreadableWorkspace, body, MAX_REPORT_VALUES)
+        except BodyRefused as exc:
+            self._refuse_invalid(INVALID_STATUS, f"not a valid UnreadableWorkspace: {exc}")
+
+    def _refuse_invalid(self, status: int, reason: str) -> NoReturn:
         """A refusal a working agent never meets: it counts against the run's invalid requests."""
         self._invalid(status, reason)
         raise ChannelRefused(status, reason)
@@ -221,6 +309,8 @@ async def handle_workspace(endpoint: object, request: web.Request) -> web.Stream
             return await desk.serve(request)
         if request.method == "PUT":
             return await desk.receive(request)
+        if request.method == "POST":
+            return await desk.set_aside(request)
     except ChannelRefused as exc:
         return answer(exc.status, False, exc.reason)
-    return answer(405, False, f"{WORKSPACE_PATH} takes GET or PUT, not {request.method[:20]}")
+    return answer(405, False, f"{WORKSPACE_PATH} takes GET, PUT or POST, not {request.method[:20]}")

@@ -6,25 +6,38 @@ a new file whose name the host chose, counted against WORKSPACE_QUOTA_MB (read a
 is written, and renamed over the stored archive only once complete: a refused, cut or failed upload leaves
 the previous archive, and of two uploads of one chat the last to complete wins, whole. Every file call runs in
 a thread, in chunks of at most WRITE_BATCH_BYTES.
+
+An archive a run could not unpack is moved aside, unopened, to DATA_DIR/workspace-archives/unreadable/<chat
+folder>.<UTC time>.tar for an admin (the newest MAX_KEPT_ASIDE of a chat are kept), and only while it is the very
+file the run was served: the commit's rename and that check take the folder's lock (flock), so another run's
+newer archive is never the one moved.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import re
 import secrets
 import stat
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from runner.channel.workspace_desk import OverQuota, over_quota_reason
+from core.logging import get_logger
+from runner.channel.workspace_desk import ArchiveIdentity, AsideOutcome, OverQuota, over_quota_reason
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_usage import WorkspaceUsage
 
+log = get_logger(__name__)
+
 ARCHIVES_DIR_NAME = "workspace-archives"
+UNREADABLE_DIR_NAME = "unreadable"  # archives runs could not unpack, kept for an admin
+MAX_KEPT_ASIDE = 3  # per chat, each at most WORKSPACE_QUOTA_MB: older ones are removed
+NS_PER_SECOND = 1_000_000_000
 ARCHIVE_SUFFIX = ".tar"
 PARTIAL_SUFFIX = ".part"  # an upload in progress: `.<folder>.<token>.part`, hidden beside the archives
 DIR_MODE = 0o700
@@ -45,10 +58,11 @@ def archives_dir(paths: DataPaths) -> Path:
 class StoredReader:
     """The stored archive opened once: a rename over it meanwhile does not change what is read."""
 
-    def __init__(self, fd: int, size_bytes: int) -> None:
+    def __init__(self, fd: int, st: os.stat_result) -> None:
         self._fd = fd
         self._offset = 0
-        self.size_bytes = size_bytes
+        self.size_bytes = st.st_size
+        self.identity = identity_of(st)
 
     async def read(self, max_bytes: int) -> bytes:
         chunk = await asyncio.to_thread(os.pread, self._fd, max_bytes, self._offset)
@@ -103,7 +117,8 @@ class Upload:
             os.fsync(self._fd)
             self._close()
             # The rename is the commit: a reader sees the old archive or this one, never a mix.
-            os.replace(self._partial, self._target)
+            with _locked(self._target.parent):
+                os.replace(self._partial, self._target)
             self._committed = True
         _sync_dir(self._target.parent)
 
@@ -155,7 +170,7 @@ class ChatArchive:
         except BaseException:
             os.close(fd)
             raise
-        return StoredReader(fd, st.st_size)
+        return StoredReader(fd, st)
 
     async def begin(self) -> Upload:
         quota = self.quota_bytes()
@@ -181,6 +196,62 @@ class ChatArchive:
     async def clear(self) -> bool:
         """Forget the stored archive (the chat's next run starts empty); False when there was none."""
         return await asyncio.to_thread(self._unlink)
+
+    async def set_aside(self, served: ArchiveIdentity, reason: str) -> AsideOutcome:
+        """Move the stored archive aside if it is still `served` (the file a run was served)."""
+        outcome, kept = await asyncio.to_thread(self._set_aside, served)
+        if kept is not None:
+            log.warning("workspace_archive_set_aside", folder=self._folder, kept=str(kept), reason=reason)
+        return outcome
+
+    def _set_aside(self, served: ArchiveIdentity) -> tuple[AsideOutcome, Path | None]:
+        aside = self._directory / UNREADABLE_DIR_NAME
+        try:
+            with _locked(self._directory):
+                try:
+                    st = os.stat(self.path, follow_symlinks=False)
+                except FileNotFoundError:
+                    return AsideOutcome.GONE, None
+                if identity_of(st) != served:
+                    return AsideOutcome.REPLACED, None
+                aside.mkdir(mode=DIR_MODE, exist_ok=True)
+                now_ns = time.time_ns()
+                stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now_ns // NS_PER_SECOND))
+                kept = aside / f"{self._folder}.{stamp}.{now_ns % NS_PER_SECOND:09d}Z{ARCHIVE_SUFFIX}"
+                os.rename(self.path, kept)
+        except FileNotFoundError:  # no archives folder: the chat never had one
+            return AsideOutcome.GONE, None
+        _sync_dir(self._directory)
+        for old in self._kept_aside()[:-MAX_KEPT_ASIDE]:
+            with contextlib.suppress(FileNotFoundError):
+                old.unlink()
+        return AsideOutcome.SET_ASIDE, kept
+
+    def _kept_aside(self) -> list[Path]:
+        """The archives of this chat set aside, oldest first (their names start with the time)."""
+        try:
+            names = os.listdir(self._directory / UNREADABLE_DIR_NAME)
+        except FileNotFoundError:
+            return []
+        prefix = f"{self._folder}."  # a folder name has no dot: `chat_1.` is never `chat_10.`
+        aside = self._directory / UNREADABLE_DIR_NAME
+        return [aside / name for name in sorted(names) if name.startswith(prefix) and name.endswith(ARCHIVE_SUFFIX)]
+
+    async def kept_aside(self) -> int:
+        """How many archives of this chat that runs could not unpack are kept aside."""
+        return len(await asyncio.to_thread(self._kept_aside))
+
+    async def drop_kept_aside(self) -> int:
+        """Remove the archives kept aside (`/workspace clear`); their count."""
+        return await asyncio.to_thread(self._drop_kept_aside)
+
+    def _drop_kept_aside(self) -> int:
+        removed = 0
+        for kept in self._kept_aside():
+            with contextlib.suppress(FileNotFoundError):
+                kept.unlink()
+                removed += 1
+        return removed
 
     def _unlink(self) -> bool:
         try:
@@ -222,6 +293,28 @@ class WorkspaceArchives:
                     os.unlink(entry.path)
                     removed += 1
         return removed
+
+
+def identity_of(st: os.stat_result) -> ArchiveIdentity:
+    return ArchiveIdentity(
+        device=st.st_dev,
+        inode=st.st_ino,
+        size_bytes=st.st_size,
+        modified_ns=st.st_mtime_ns,
+        changed_ns=st.st_ctime_ns,
+    )
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """The archives folder's lock, held by a commit's rename and by a set-aside's check and move. An flock on a
+    descriptor of one's own: threads of this process exclude each other as other processes do."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -3,7 +3,7 @@
 The workspace is the one folder a container writes, so both walk it without following a link
 (runner/storage/workspace_usage.py), in a thread. On a backend without a shared folder (Kubernetes) the
 workspace is the chat's archive (runner/storage/workspace_archive.py): its size is the usage, and clearing
-deletes it.
+deletes it along with the chat's archives that runs could not unpack and set aside (`/workspace` counts them).
 """
 
 from __future__ import annotations
@@ -61,10 +61,17 @@ class Workspaces:
             return "This chat has no workspace yet."
         usage = await self._measure(chat.folder)
         size = f"more than {WORKSPACE_MAX_ENTRIES} files" if usage.truncated else f"{usage.bytes / BYTES_PER_MB:.1f} MB"
-        return (
+        text = (
             f"This chat's workspace (files its subagents keep between runs) uses {size} of {self._quota_mb} MB "
             f"({usage.entries} entries). An admin can empty it with /workspace clear."
         )
+        kept = await self._archives.chat(chat.folder).kept_aside() if self._archives is not None else 0
+        if kept:
+            text += (
+                f" {kept} stored workspace(s) that a run could not unpack were set aside on the host for an admin "
+                "(DATA_DIR/workspace-archives/unreadable/); /workspace clear deletes them too."
+            )
+        return text
 
     async def clear(self, chat_id: int) -> str:
         chat = await self._chats.get(chat_id)
@@ -73,7 +80,10 @@ class Workspaces:
         running = self._live.count(chat_id)
         if running:
             return f"{running} subagent run(s) of this chat are using the workspace: /cancel all first, then clear it."
+        dropped = 0
         if self._archives is not None:
             await self._archives.chat(chat.folder).clear()
+            dropped = await self._archives.chat(chat.folder).drop_kept_aside()
         await asyncio.to_thread(clear, self._paths.workspace(chat.folder))
-        return "Cleared this chat's workspace."
+        aside = f", and the {dropped} unreadable workspace(s) set aside" if dropped else ""
+        return f"Cleared this chat's workspace{aside}."

@@ -1,11 +1,13 @@
-"""`GET`/`PUT /run/workspace` on a run's real Unix socket, served by the LLM proxy as the manager opens it, against
-a hostile container: lying and huge lengths, bodies past the quota, cut, stalled or sent twice at once."""
+"""`GET`/`PUT`/`POST /run/workspace` on a run's real Unix socket, served by the LLM proxy as the manager opens it,
+against a hostile container: lying and huge lengths, bodies past the quota, cut, stalled or sent twice at once;
+reports of an unreadable archive for one it was not served, or one replaced since."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -14,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from container.contract import WORKSPACE_PATH
-from runner.channel.workspace_desk import MAX_PUSHES_PER_RUN
+from container.contract import SERVED_ID_PATTERN, WORKSPACE_PATH, WORKSPACE_SERVED_HEADER
+from runner.channel.workspace_desk import MAX_PUSHES_PER_RUN, MAX_REPORT_BYTES, MAX_REPORTS_PER_RUN
 from runner.storage.paths import DataPaths
-from runner.storage.workspace_archive import BYTES_PER_MB, WorkspaceArchives, archives_dir
+from runner.storage.workspace_archive import BYTES_PER_MB, UNREADABLE_DIR_NAME, WorkspaceArchives, archives_dir
 from tests.runner.channel.run_api_client import Answer, Request, exchange, exchange_raw, head
 from tests.runner.channel.run_api_server import Recorder, serve
 from tests.runner.channel.workspace_rig import FOLDER, SyncedRecorder, synced
@@ -40,6 +42,10 @@ class Rig:
         data = await reader.read(reader.size_bytes + 1)
         await reader.close()
         return data
+
+    def kept_aside(self) -> list[bytes]:
+        aside = archives_dir(DataPaths(self.data_dir)) / UNREADABLE_DIR_NAME
+        return [path.read_bytes() for path in sorted(aside.glob("*.tar"))]
 
     def leftovers(self) -> list[str]:
         folder = archives_dir(DataPaths(self.data_dir))
@@ -209,8 +215,8 @@ async def test_a_run_cancelled_mid_upload_keeps_nothing(rig: Rig) -> None:
 
 
 async def test_other_methods_are_refused(rig: Rig) -> None:
-    answer = await exchange(rig.socket, Request("POST", WORKSPACE_PATH, b"{}"))
-    assert answer.status == 405 and "GET or PUT" in detail(answer)
+    answer = await exchange(rig.socket, Request("DELETE", WORKSPACE_PATH))
+    assert answer.status == 405 and "GET, PUT or POST" in detail(answer)
 
 
 async def test_a_download_dropped_midway_leaves_the_server_serving(rig: Rig) -> None:
@@ -224,3 +230,103 @@ async def test_a_download_dropped_midway_leaves_the_server_serving(rig: Rig) -> 
             await loop.sock_recv(sock, 1000)
     answer = await exchange(rig.socket, Request("GET", WORKSPACE_PATH))
     assert answer.status == 200 and answer.body == body
+
+
+# --- an archive the run could not unpack ---------------------------------------------------------------------
+
+
+def report(served: str, reason: str = "ReadError: invalid header") -> Request:
+    return Request("POST", WORKSPACE_PATH, json.dumps({"served": served, "reason": reason}).encode())
+
+
+async def fetched(rig: Rig) -> str:
+    """A GET of the stored archive: the id its answer gave it."""
+    answer = await exchange(rig.socket, Request("GET", WORKSPACE_PATH))
+    assert answer.status == 200
+    served = answer.headers[WORKSPACE_SERVED_HEADER.lower()]
+    assert re.fullmatch(SERVED_ID_PATTERN, served)
+    return served
+
+
+async def test_the_archive_a_run_fetched_is_set_aside_and_the_next_pull_finds_none(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"garbage" * 100))
+    served = await fetched(rig)
+    answer = await exchange(rig.socket, report(served))
+    assert answer.status == 200 and "set aside for an admin" in detail(answer)
+    assert await rig.stored() is None and rig.kept_aside() == [b"garbage" * 100]
+    assert (await exchange(rig.socket, Request("GET", WORKSPACE_PATH))).status == 204
+    assert (await exchange(rig.socket, report(served))).status == 200  # a repeat (its answer was lost) is no harm
+    assert (await exchange(rig.socket, put(b"the run's new workspace"))).status == 200
+    assert await rig.stored() == b"the run's new workspace" and rig.endpoint.invalid_reasons == []
+
+
+@pytest.mark.parametrize("pulled", [False, True])
+async def test_a_run_cannot_set_aside_an_archive_it_was_not_served(rig: Rig, pulled: bool) -> None:
+    await exchange(rig.socket, put(b"a good archive"))
+    if pulled:
+        await fetched(rig)
+    answer = await exchange(rig.socket, report("0123456789abcdef"))
+    assert answer.status == 400 and "served no workspace by that id" in detail(answer)
+    assert await rig.stored() == b"a good archive" and rig.kept_aside() == []
+    assert len(rig.endpoint.invalid_reasons) == 1
+
+
+async def test_an_archive_replaced_since_the_run_fetched_it_is_kept(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"garbage"))
+    served = await fetched(rig)
+    upload = await rig.archives.chat(FOLDER).begin()  # another run of the chat pushes meanwhile
+    await upload.write(b"newer")
+    await upload.commit()
+    answer = await exchange(rig.socket, report(served))
+    assert answer.status == 409 and "replaced by another run's" in detail(answer)
+    assert await rig.stored() == b"newer" and rig.kept_aside() == []
+    assert rig.endpoint.invalid_reasons == []  # a race, not a hostile run
+
+
+async def test_an_archive_set_aside_meanwhile_is_no_refusal(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"garbage"))
+    served = await fetched(rig)
+    await rig.archives.chat(FOLDER).clear()  # as another run of the chat that reported it first leaves it
+    answer = await exchange(rig.socket, report(served))
+    assert answer.status == 200 and "no stored workspace now" in detail(answer)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{}",
+        b'{"served": "0123456789abcdef", "reason": "x", "chat": 1}',
+        json.dumps({"served": "0123456789abcdef", "reason": "x" * 501}).encode(),
+        b"[" * 1000,
+        b"x" * (MAX_REPORT_BYTES + 1),
+    ],
+    ids=["empty", "extra-field", "long-reason", "deep", "too-long"],
+)
+async def test_a_report_that_is_not_one_counts_as_invalid(rig: Rig, body: bytes) -> None:
+    await exchange(rig.socket, put(b"kept"))
+    answer = await exchange(rig.socket, Request("POST", WORKSPACE_PATH, body))
+    assert answer.status == 400 and len(rig.endpoint.invalid_reasons) == 1
+    assert await rig.stored() == b"kept"
+
+
+async def test_a_chunked_report_is_refused_unread(rig: Rig) -> None:
+    answer = await exchange(rig.socket, Request("POST", WORKSPACE_PATH, b"{}", "chunked"))
+    # Refused before the desk (runner/channel/request_framing.py) or by it; counted either way.
+    assert answer.status in (400, 411) and len(rig.endpoint.invalid_reasons) == 1
+
+
+async def test_reports_beyond_a_few_are_refused(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"garbage"))
+    served = await fetched(rig)
+    for _ in range(MAX_REPORTS_PER_RUN):
+        assert (await exchange(rig.socket, report(served))).status == 200
+    assert (await exchange(rig.socket, report(served))).status == 429
+    assert len(rig.endpoint.invalid_reasons) == 1
+
+
+async def test_a_cancelled_run_sets_nothing_aside(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"garbage"))
+    served = await fetched(rig)
+    rig.endpoint.cancelled = True
+    assert (await exchange(rig.socket, report(served))).status == 403
+    assert await rig.stored() == b"garbage"
