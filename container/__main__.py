@@ -24,7 +24,7 @@ from container.contract import CHANNEL_BRIDGED_ENV
 from container.paths import ContainerPaths
 from container.run import describe_error, run_task
 from container.task import RunResult, Task
-from container.workspace_sync import pull_workspace, push_workspace, sync_enabled
+from container.workspace_sync import PullState, pull_workspace, push_workspace, sync_enabled
 
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1
@@ -97,16 +97,17 @@ async def run_main(paths: ContainerPaths, *, sync_workspace: bool = False, bridg
 
 async def _run_synced(task: Task, channel: RunChannel, paths: ContainerPaths) -> RunResult:
     """The run between a pull and a push of its workspace. A failed pull ends it: pushing what it then made
-    would replace the chat's stored workspace with a partial one."""
+    would replace the chat's stored workspace with a partial one. A stored workspace that could not be unpacked
+    was set aside instead: the run starts empty, and its task says so."""
 
     def run_log(line: str) -> None:
         log(f"run {task.run_id}: {line}")
 
-    failure = await pull_workspace(channel, paths.workspace_dir, run_log)
-    if failure is not None:
-        run_log(failure)
-        return RunResult(status="failed", error=failure)
-    result = await _run_until_signal(task, channel, paths)
+    pulled = await pull_workspace(channel, paths.workspace_dir, run_log)
+    if pulled.state is PullState.FAILED:
+        run_log(pulled.text)
+        return RunResult(status="failed", error=pulled.text)
+    result = await _run_until_signal(pulled.noted(task), channel, paths)
     return await push_workspace(channel, paths.workspace_dir, result, run_log)
 
 

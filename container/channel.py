@@ -231,6 +231,13 @@ class RunChannel:
         status, answer = await while_host_away(lambda: self._alone(exchange), "the workspace", self._log)
         return _detail(status, answer)
 
+    async def set_aside_workspace(self, served: str, reason: str) -> str:
+        """`POST /run/workspace`: the archive a GET served as `served` could not be unpacked, for `reason`; the host
+        sets it aside. Returns the host's word; a refusal (it was replaced since) raises ChannelRefused. Tried again
+        while the host is away: the host answers a repeat as it did the first."""
+        body = json.dumps({"served": served, "reason": reason}).encode()
+        return await while_host_away(lambda: self._post(WORKSPACE_PATH, body), "the workspace", self._log)
+
     async def _alone(self, work: Callable[[], T]) -> T:
         async with self._connections:
             return await _in_daemon_thread(work)

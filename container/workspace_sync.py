@@ -4,13 +4,20 @@ task, and pushed back whole before the result (`GET`/`PUT /run/workspace`). The 
 and never opens it; container/workspace_tar.py makes and unpacks it.
 
 A pull that fails ends the run before its task: a run that went on would push a partial workspace over the
-stored one. A push the host refuses (over WORKSPACE_QUOTA_MB) or that fails leaves the stored one as it was,
-and the result says so.
+stored one. But an archive that cannot be unpacked (not a tar stream, or past unpack's bounds) would fail every
+later run of the chat the same way: the run tells the host (`POST /run/workspace`, naming the archive by the id
+its GET's answer gave), which sets that archive aside for an admin, and goes on in an empty workspace with a
+note at the head of its task; its push then stores the chat's new workspace. A host that does not set it aside
+(another run's push replaced it meanwhile, or the channel is down) ends the run as any failed pull does.
+
+A push the host refuses (over WORKSPACE_QUOTA_MB) or that fails leaves the stored one as it was, and the result
+says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import http.client
 import tarfile
 import time
@@ -19,28 +26,60 @@ from pathlib import Path
 
 from container.channel import ChannelRefused, RunChannel
 from container.channel_files import LocalFileFailed
-from container.contract import MAX_ERROR_CHARS, MAX_RESULT_CHARS, WORKSPACE_SYNC_ENV
+from container.contract import (
+    MAX_ERROR_CHARS,
+    MAX_RESULT_CHARS,
+    MAX_UNREADABLE_REASON_CHARS,
+    WORKSPACE_SERVED_HEADER,
+    WORKSPACE_SYNC_ENV,
+)
 from container.run import describe_error
-from container.task import RunResult
+from container.task import RunResult, Task
 from container.workspace_stream import StreamBody
 from container.workspace_tar import Skips, empty, pack, unpack
 
 SYNC_ON = "1"
+UNREADABLE_NOTE = (
+    "Note: the chat's stored workspace could not be unpacked ({reason}); this run starts with an empty "
+    "workspace. The unreadable archive was kept aside for an admin."
+)
+
+
+class PullState(enum.Enum):
+    RESTORED = "restored"  # the stored workspace is in place (or the chat had none yet: it is empty)
+    SET_ASIDE = "set aside"  # it could not be unpacked: the host set it aside, the workspace is empty
+    FAILED = "failed"  # the run must stop before its task
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pulled:
+    """How a pull ended; `text` is why it failed, or the note for the task of a run whose archive was set aside."""
+
+    state: PullState
+    text: str = ""
+
+    def noted(self, task: Task) -> Task:
+        """`task`, with the note at its head when the run starts without the chat's stored workspace."""
+        if self.state is not PullState.SET_ASIDE:
+            return task
+        return dataclasses.replace(task, task=f"{self.text}\n\n{task.task}")
 
 
 def sync_enabled(environ: Mapping[str, str]) -> bool:
     return environ.get(WORKSPACE_SYNC_ENV) == SYNC_ON
 
 
-async def pull_workspace(channel: RunChannel, workspace_dir: Path, log: Callable[[str], None]) -> str | None:
-    """Fill `workspace_dir` with the chat's stored workspace. None when done (or the chat has none yet); else
-    why it could not be, and the run must stop."""
+async def pull_workspace(channel: RunChannel, workspace_dir: Path, log: Callable[[str], None]) -> Pulled:
+    """Fill `workspace_dir` with the chat's stored workspace (or leave it empty when the chat has none yet, or
+    when the stored one cannot be unpacked and the host set it aside)."""
     skips = [Skips()]
+    served = [""]
 
     def unpack_into(response: http.client.HTTPResponse) -> int:
+        served[0] = response.getheader(WORKSPACE_SERVED_HEADER, "")
         length = response.getheader("Content-Length", "")
         if not (length.isascii() and length.isdigit()):
-            raise tarfile.ReadError("the host's workspace came without its length")
+            raise ChannelRefused("the host's workspace came without its length")
         skips[0] = Skips()
         empty(workspace_dir)  # a download tried again starts over
         return unpack(StreamBody(response, int(length)), workspace_dir, skips[0])
@@ -49,16 +88,49 @@ async def pull_workspace(channel: RunChannel, workspace_dir: Path, log: Callable
     try:
         placed = await channel.fetch_workspace(unpack_into)
     except LocalFileFailed as exc:
-        return f"the workspace could not be written: {describe_error(exc.error)}"
-    except (ChannelRefused, OSError, tarfile.TarError) as exc:
-        return f"the workspace could not be fetched: {describe_error(exc)}"
+        return _failed(f"the workspace could not be written: {describe_error(exc.error)}")
+    except tarfile.TarError as exc:
+        return await _set_aside(channel, workspace_dir, served[0], describe_error(exc), log)
+    except (ChannelRefused, OSError) as exc:
+        return _failed(f"the workspace could not be fetched: {describe_error(exc)}")
     if placed is None:
         log("no workspace stored for this chat yet: starting with an empty one")
     else:
         log(f"workspace fetched: {placed} entries in {time.monotonic() - started:.1f} s")
     if skips[0].count:
         log(f"workspace: {skips[0].count} entries not restored: {skips[0].describe()}")
-    return None
+    return Pulled(PullState.RESTORED)
+
+
+async def _set_aside(
+    channel: RunChannel, workspace_dir: Path, served: str, error: str, log: Callable[[str], None]
+) -> Pulled:
+    """The stored archive could not be unpacked: have the host set it aside, and start from an empty workspace."""
+    reason = _plain(error)
+    log(f"the chat's stored workspace could not be unpacked: {reason}")
+    not_set_aside = f"the workspace could not be unpacked ({reason}) and was not set aside"
+    if not served:
+        return _failed(f"{not_set_aside}: the host's answer named no archive")
+    try:
+        empty(workspace_dir)  # whatever the failed unpack placed: the run starts from nothing
+        detail = await channel.set_aside_workspace(served, reason)
+    except LocalFileFailed as exc:
+        return _failed(f"the workspace could not be emptied: {describe_error(exc.error)}")
+    except (ChannelRefused, OSError) as exc:
+        return _failed(f"{not_set_aside}: {describe_error(exc)}")
+    log(f"the unreadable workspace archive: {detail}; starting with an empty workspace")
+    return Pulled(PullState.SET_ASIDE, UNREADABLE_NOTE.format(reason=reason))
+
+
+def _plain(text: str) -> str:
+    """`text` as the report and the note carry it: printable ASCII (a name in it is the archive's, any bytes), so
+    that it fits the host's bound however it is escaped, and cut to MAX_UNREADABLE_REASON_CHARS."""
+    ascii_text = text.encode("ascii", "backslashreplace").decode("ascii")
+    return "".join(char if char.isprintable() else "?" for char in ascii_text)[:MAX_UNREADABLE_REASON_CHARS]
+
+
+def _failed(reason: str) -> Pulled:
+    return Pulled(PullState.FAILED, reason)
 
 
 async def push_workspace(
