@@ -217,11 +217,11 @@ class RunChannel:
             raise ChannelRefused(_reason(status, refusal))
         return unpacked
 
-    async def send_workspace(self, body: Callable[[], Iterable[bytes]]) -> str:
-        """`PUT /run/workspace`, the body sent chunked from a fresh `body()` per attempt (its length is not known
-        before it is made); tried again while the host is away. Returns the host's word; a refusal (over the
+    async def send_workspace(self, body: Callable[[], Iterable[bytes]], length: int) -> str:
+        """`PUT /run/workspace`, the body of `length` bytes sent from a fresh `body()` per attempt (the host takes
+        no chunked body); tried again while the host is away. Returns the host's word; a refusal (over the
         quota) raises ChannelRefused with the host's reason."""
-        headers = {"Content-Type": "application/x-tar"}
+        headers = {"Content-Type": "application/x-tar", "Content-Length": str(length)}
 
         def exchange() -> tuple[int, bytes]:
             return self._blocking_exchange(

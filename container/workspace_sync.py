@@ -16,6 +16,7 @@ says so.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import http.client
@@ -35,8 +36,9 @@ from container.contract import (
 )
 from container.run import describe_error
 from container.task import RunResult, Task
+from container.workspace_pack import plan
 from container.workspace_stream import StreamBody
-from container.workspace_tar import Skips, empty, pack, unpack
+from container.workspace_tar import Skips, empty, unpack
 
 SYNC_ON = "1"
 UNREADABLE_NOTE = (
@@ -138,14 +140,17 @@ async def push_workspace(
 ) -> RunResult:
     """Send `workspace_dir` to the host as the chat's workspace; `result`, with a note when it was not kept."""
     skips = [Skips()]
-
-    def body() -> Iterator[bytes]:
-        skips[0] = Skips()
-        return pack(workspace_dir, skips[0])
-
     started = time.monotonic()
     try:
-        detail = await channel.send_workspace(body)
+        # Planned once, so that its length is known (the channel takes no chunked body); sent from the plan per
+        # attempt. The walk is blocking work: in a thread.
+        packing = await asyncio.to_thread(plan, workspace_dir, skips[0])
+
+        def body() -> Iterator[bytes]:
+            skips[0] = Skips()
+            return packing.stream(skips[0])
+
+        detail = await channel.send_workspace(body, packing.length)
     except LocalFileFailed as exc:
         return _noted(result, _not_saved(describe_error(exc.error), log))
     except ChannelRefused as exc:

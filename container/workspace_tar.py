@@ -1,5 +1,5 @@
-"""The workspace as a tar stream, both ways, in the channel's thread: `pack` makes one from /workspace piece by
-piece (nothing staged: /tmp is a small tmpfs), `unpack` writes one into /workspace.
+"""A chat's stored workspace unpacked into /workspace, in the channel's thread (container/workspace_pack.py
+makes the archive a run sends back).
 
 The archive the host hands back is what some earlier run of the chat sent: hostile input. `unpack` therefore
 places every entry itself, through directory descriptors opened with O_NOFOLLOW from the workspace down, so no
@@ -18,7 +18,7 @@ import os
 import shutil
 import stat
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -28,9 +28,6 @@ from container.workspace_stream import FILE_READ_BYTES, ArchiveRefused, Download
 
 T = TypeVar("T")
 
-BLOCK_BYTES = tarfile.BLOCKSIZE
-RECORD_BYTES = tarfile.RECORDSIZE
-PIECE_BYTES = 256 * 1024  # small entries are gathered into pieces of this size before they are sent
 MAX_NAME_BYTES = 4096  # PATH_MAX: a longer name could not be opened anyway
 # Files, folders and links in one archive, as a mounted workspace counts WORKSPACE_MAX_ENTRIES
 # (runner/storage/workspaces.py): pack sends no more, and unpack refuses an archive with more.
@@ -39,7 +36,6 @@ MAX_SKIPS_SHOWN = 10
 DIR_MODE = 0o755
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # A folder on an entry's way is a link, a file, or missing: the archive is inconsistent or hostile; skip it.
 _REFUSED_WAY = frozenset({errno.ELOOP, errno.ENOTDIR, errno.ENOENT})
 # What else an entry's own name or kind makes the file system refuse: the entry is skipped, the run goes on.
@@ -64,108 +60,6 @@ class Skips:
     def describe(self) -> str:
         more = f" and {self.count - len(self.shown)} more" if self.count > len(self.shown) else ""
         return "; ".join(self.shown) + more
-
-
-# --- pack -----------------------------------------------------------------------------------------------
-
-
-def pack(root: Path, skips: Skips) -> Iterator[bytes]:
-    """The tar stream of everything below `root`: folders, regular files and symlinks (stored as links, never
-    followed); FIFOs, sockets and devices are skipped. Each file is read once, by descriptor, and sent as the
-    size it had when opened (cut or padded with zeros if it changes meanwhile). Over MAX_MEMBERS entries it
-    stops with LocalFileFailed: the upload breaks off and the host keeps the chat's previous archive."""
-    pending = bytearray()
-    total = 0
-    for piece in _entries(root, skips):
-        total += len(piece)
-        if len(piece) >= PIECE_BYTES:
-            if pending:
-                yield bytes(pending)
-                pending.clear()
-            yield piece
-            continue
-        pending += piece
-        if len(pending) >= PIECE_BYTES:
-            yield bytes(pending)
-            pending.clear()
-    end = 2 * BLOCK_BYTES  # two zero blocks end an archive; tar pads it to whole records
-    end += -(total + end) % RECORD_BYTES
-    yield bytes(pending) + bytes(end)
-
-
-def _entries(root: Path, skips: Skips) -> Iterator[bytes]:
-    stack: list[tuple[str, str]] = [("", os.fspath(root))]
-    count = 0
-    while stack:
-        rel_dir, abs_dir = stack.pop()
-        try:
-            with os.scandir(abs_dir) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
-        except OSError as exc:
-            skips.add(rel_dir or ".", f"not listed: {exc.strerror}")
-            continue
-        folders: list[tuple[str, str]] = []
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished meanwhile
-            count += 1
-            if count > MAX_MEMBERS:  # the next run's unpack would refuse the archive: it is not sent
-                raise LocalFileFailed(OSError(errno.EFBIG, f"the workspace has over {MAX_MEMBERS} entries"))
-            if stat.S_ISDIR(st.st_mode):
-                yield _header(rel, tarfile.DIRTYPE, st)
-                folders.append((rel, entry.path))
-            elif stat.S_ISLNK(st.st_mode):
-                try:
-                    yield _header(rel, tarfile.SYMTYPE, st, linkname=os.readlink(entry.path))
-                except OSError as exc:
-                    skips.add(rel, f"link not read: {exc.strerror}")
-            elif stat.S_ISREG(st.st_mode):
-                yield from _file(entry.path, rel, skips)
-            else:
-                skips.add(rel, "a FIFO, socket or device is not kept")
-        stack.extend(reversed(folders))
-
-
-def _header(name: str, kind: bytes, st: os.stat_result, *, linkname: str = "", size: int = 0) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.mode = stat.S_IMODE(st.st_mode)
-    info.mtime = int(st.st_mtime)
-    info.linkname = linkname
-    info.size = size
-    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
-
-
-def _file(path: str, rel: str, skips: Skips) -> Iterator[bytes]:
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except OSError as exc:
-        skips.add(rel, f"not read: {exc.strerror}")
-        return
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            skips.add(rel, "replaced while it was packed")
-            return
-        size = st.st_size
-        yield _header(rel, tarfile.REGTYPE, st, size=size)
-        left = size
-        while left:
-            try:
-                chunk = os.read(fd, min(FILE_READ_BYTES, left))
-            except OSError:
-                chunk = b""
-            if not chunk:  # shrank or failed: the header promised `size` bytes
-                skips.add(rel, "changed while it was packed (padded with zeros)")
-                chunk = bytes(left)
-            left -= len(chunk)
-            yield chunk
-        yield bytes(-size % BLOCK_BYTES)
-    finally:
-        os.close(fd)
 
 
 # --- unpack ---------------------------------------------------------------------------------------------

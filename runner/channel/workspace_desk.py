@@ -7,8 +7,8 @@ the GET's answer gave it: the host sets that archive aside for an admin (runner/
 so the chat's next run starts empty instead of failing on it too. Only an archive this run was served, and only
 while it is still the chat's: a later push by another run is never set aside.
 
-A PUT is bounded before and while it is read: a declared length over the quota is refused unread, the body is
-counted as it streams (Content-Length or chunked) and cut one byte past the quota, a body that stalls for
+A PUT is bounded before and while it is read: it has a Content-Length (runner/channel/request_framing.py refuses
+a chunked body), one over the quota is refused unread, the body is counted as it streams, a body that stalls for
 `idle_seconds` is given up, one upload at a time per run and a few per run in all. Whatever fails or is
 refused leaves the chat's previous archive whole (runner/storage/workspace_archive.py keeps the bytes).
 """

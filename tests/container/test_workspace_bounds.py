@@ -14,10 +14,11 @@ from typing import Literal
 
 import pytest
 
-from container import workspace_tar
+from container import workspace_pack, workspace_tar
 from container.channel_files import LocalFileFailed
+from container.workspace_pack import pack
 from container.workspace_stream import MAX_MEMBER_HEADER_BYTES, ArchiveRefused, StreamBody
-from container.workspace_tar import MAX_NAME_BYTES, Skips, pack, unpack
+from container.workspace_tar import MAX_NAME_BYTES, Skips, unpack
 from tests.container.test_workspace_tar import packed, tree, unpacked
 
 HUGE_NAME_BYTES = 64 * 1024 * 1024
@@ -167,7 +168,8 @@ def test_members_past_the_bound_are_refused(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_pack_sends_no_more_members_than_unpack_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workspace_tar, "MAX_MEMBERS", 5)
+    assert workspace_pack.MAX_MEMBERS == workspace_tar.MAX_MEMBERS  # the one bound, both ways
+    monkeypatch.setattr(workspace_pack, "MAX_MEMBERS", 5)
     for n in range(6):
         (tmp_path / f"f{n}").write_text("x")
     with pytest.raises(LocalFileFailed, match="over 5 entries"):

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from container.channel_files import LocalFileFailed
+from container.workspace_pack import pack
 from container.workspace_stream import StreamBody
-from container.workspace_tar import Skips, empty, pack, unpack
+from container.workspace_tar import Skips, empty, unpack
 
 
 def packed(root: Path) -> tuple[bytes, Skips]:
