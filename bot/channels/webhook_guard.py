@@ -17,6 +17,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import cast
 
 from core.logging import get_logger
@@ -29,7 +30,14 @@ KEEPALIVE_SECONDS = 5.0
 TELEGRAM_MAX_CONNECTIONS = 40
 # Telegram's connections through the proxy, the idle ones a proxy keeps for reuse, and room to spare.
 MAX_CONNECTIONS = 100
-OVER_CAP, HEAD_TIMEOUT, KEEPALIVE = "over_cap", "head_timeout", "keepalive"
+
+
+class Closing(StrEnum):
+    """Why the guard closed a connection."""
+
+    OVER_CAP = "over_cap"
+    HEAD_TIMEOUT = "head_timeout"
+    KEEPALIVE = "keepalive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +52,11 @@ class ConnectionGuard:
 
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
-        self.closed: Counter[str] = Counter()  # connections refused or closed by the guard, by kind
+        self.closed: Counter[Closing] = Counter()  # connections refused or closed by the guard, by kind
         self._watched: dict[asyncio.Protocol, _Watched] = {}  # by aiohttp's handler of the connection
 
     def over_cap(self) -> None:
-        self.count(OVER_CAP)
+        self.count(Closing.OVER_CAP)
 
     def watch(self, handler: asyncio.Protocol) -> asyncio.Protocol:
         """The protocol the loop drives for an admitted connection: aiohttp's `handler`, with its deadline."""
@@ -64,17 +72,17 @@ class ConnectionGuard:
         """Answered: the next request's head is due within the keep-alive."""
         watched = self._watched.get(handler)
         if watched is not None:
-            watched.arm(self.limits.keepalive_seconds, KEEPALIVE)
+            watched.arm(self.limits.keepalive_seconds, Closing.KEEPALIVE)
 
     def log_counts(self) -> None:
         if self.closed:
             log.info("webhook_connections_closed", counts=dict(self.closed))
 
-    def count(self, kind: str) -> None:
+    def count(self, kind: Closing) -> None:
         self.closed[kind] += 1
         if self.closed[kind] == 1:
             # The keep-alive ending is routine (the proxy reconnects); the others are refusals.
-            (log.info if kind == KEEPALIVE else log.warning)(
+            (log.info if kind is Closing.KEEPALIVE else log.warning)(
                 "webhook_connection_closed",
                 kind=kind,
                 note="further ones of this kind are counted, not logged (the counts are logged at stop)",
@@ -91,7 +99,7 @@ class _Watched(asyncio.Protocol):
         handler: asyncio.Protocol,
         open_ones: dict[asyncio.Protocol, _Watched],
         head_timeout_seconds: float,
-        count: Callable[[str], None],
+        count: Callable[[Closing], None],
     ) -> None:
         self._handler = handler
         self._open = open_ones
@@ -103,7 +111,7 @@ class _Watched(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # a server's connection is a stream
         self._open[self._handler] = self
-        self.arm(self._head_timeout_seconds, HEAD_TIMEOUT)
+        self.arm(self._head_timeout_seconds, Closing.HEAD_TIMEOUT)
         self._handler.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -124,7 +132,7 @@ class _Watched(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._handler.resume_writing()
 
-    def arm(self, seconds: float, kind: str) -> None:
+    def arm(self, seconds: float, kind: Closing) -> None:
         self.disarm()
         self._timer = asyncio.get_running_loop().call_later(seconds, self._expire, kind)
 
@@ -133,7 +141,7 @@ class _Watched(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
 
-    def _expire(self, kind: str) -> None:
+    def _expire(self, kind: Closing) -> None:
         self._timer = None
         if self._transport is not None and not self._transport.is_closing():
             self._count(kind)
