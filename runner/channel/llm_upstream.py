@@ -192,9 +192,14 @@ class Upstream:
     ) -> web.StreamResponse:
         response = web.StreamResponse(status=200, headers={"Content-Type": content_type, "Cache-Control": "no-cache"})
         call.stream = response
-        await response.prepare(request)
+        try:
+            await response.prepare(request)
+            relaying = True
+        except ConnectionError:
+            # The container hung up before the first event: the provider still bills the call, so its usage is
+            # read to the end as below (else a run could spend any number of prompts on its budget for nothing).
+            relaying = False
         scanner = SseUsageScanner(call.usage)
-        relaying = True
         async for chunk in upstream.content.iter_any():
             scanner.feed(chunk)
             call.answer_bytes += len(chunk)

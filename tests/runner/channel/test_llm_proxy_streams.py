@@ -92,6 +92,44 @@ async def test_a_stream_the_container_hangs_up_on_is_still_counted(
     assert sink.calls == [(RUN, 9, 2, 1)]
 
 
+async def test_a_stream_the_container_hangs_up_on_before_its_first_event_is_still_counted(
+    upstream: FakeUpstream, make_proxy: ProxyFactory, sink: Sink, tmp_path: Path
+) -> None:
+    """The review's bypass: a container that hangs up while the provider works on a large prompt got the call for
+    nothing (the relay failed to start, and its usage was never read): twenty 99k-token prompts, 0 spent."""
+    last = {"choices": [], "usage": {"prompt_tokens": 99_000, "completion_tokens": 1, "total_tokens": 99_001}}
+    hung_up = asyncio.Event()
+
+    async def sse_after_the_hang_up(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        await hung_up.wait()
+        await asyncio.sleep(0.1)  # the proxy has seen the container's connection end
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
+        await response.write_eof()
+        return response
+
+    upstream.behaviour = sse_after_the_hang_up
+    await make_proxy(openai_upstream(upstream))
+    body = json.dumps({**CHAT, "stream": True}).encode()
+    reader, writer = await asyncio.open_unix_connection(str(tmp_path / "llm.sock"))
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: llm\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
+    async with asyncio.timeout(5):
+        while not upstream.seen:  # the provider has the call
+            await asyncio.sleep(0.01)
+    writer.close()  # the container goes away before the first event
+    await writer.wait_closed()
+    hung_up.set()
+
+    await asyncio.wait_for(sink.recorded.wait(), 5)
+    assert sink.calls == [(RUN, 99_000, 1, 1)]
+
+
 async def test_stream_cut_by_cancel_ends_with_an_error_event(
     upstream: FakeUpstream, make_proxy: ProxyFactory, gate: Gate, tmp_path: Path
 ) -> None:
