@@ -98,9 +98,10 @@ async def test_a_stream_the_container_hangs_up_on_before_its_first_event_is_stil
     """The review's bypass: a container that hangs up while the provider works on a large prompt got the call for
     nothing (the relay failed to start, and its usage was never read): twenty 99k-token prompts, 0 spent."""
     last = {"choices": [], "usage": {"prompt_tokens": 99_000, "completion_tokens": 1, "total_tokens": 99_001}}
-    hung_up = asyncio.Event()
+    called, hung_up = asyncio.Event(), asyncio.Event()
 
     async def sse_after_the_hang_up(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        called.set()
         await hung_up.wait()
         await asyncio.sleep(0.1)  # the proxy has seen the container's connection end
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -112,16 +113,14 @@ async def test_a_stream_the_container_hangs_up_on_before_its_first_event_is_stil
     upstream.behaviour = sse_after_the_hang_up
     await make_proxy(openai_upstream(upstream))
     body = json.dumps({**CHAT, "stream": True}).encode()
-    reader, writer = await asyncio.open_unix_connection(str(tmp_path / "llm.sock"))
+    _, writer = await asyncio.open_unix_connection(str(tmp_path / "llm.sock"))
     writer.write(
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: llm\r\nContent-Type: application/json\r\n"
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
     await writer.drain()
-    async with asyncio.timeout(5):
-        while not upstream.seen:  # the provider has the call
-            await asyncio.sleep(0.01)
+    await asyncio.wait_for(called.wait(), 5)  # the provider has the call
     writer.close()  # the container goes away before the first event
     await writer.wait_closed()
     hung_up.set()
