@@ -135,6 +135,8 @@ def database_problem(db_path: Path, exc: BaseException) -> tuple[str, str]:
         return f"{db_path} is not a readable database ({text})", RESTORE_FIX
     if "malformed" in text:
         return f"the database {db_path} is corrupt ({text})", RESTORE_FIX
+    if isinstance(exc, MigrationError) and exc.fix is not None:  # newer than the code, or no migrations shipped
+        return f"the database {db_path} cannot be used ({text})", exc.fix
     if isinstance(exc, MigrationError):
         return f"the database {db_path} cannot be upgraded ({text})", "restore a backup, or move it aside"
     return f"the database {db_path} cannot be opened ({text})", "check DATA_DIR and its permissions"

@@ -6,11 +6,14 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import aiosqlite
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
+# Package data (core/store/migrations/), so a wheel install finds them as a source checkout does.
+MIGRATIONS_DIR: Traversable = files("core.store.migrations")
 BUSY_TIMEOUT_MS = 5000
 # SQLite's page cache per connection, in KiB (its default is 2,000). Every query is an index walk over a
 # few pages and the OS caches the file, so 512 KiB serves as well and keeps ~1.5 MiB off the heap.
@@ -19,16 +22,27 @@ _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
 class MigrationError(Exception):
-    """A migration file is misnamed, numbered out of order, or failed to apply."""
+    """A migration file is misnamed, numbered out of order, or failed to apply; none were found; or the
+    database is newer than the code. `fix` is what to do, when it is not the usual (restore or move aside)."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
-def discover_migrations(directory: Path = MIGRATIONS_DIR) -> list[tuple[int, Path]]:
-    found: list[tuple[int, Path]] = []
-    for path in sorted(directory.glob("*.sql")):
-        match = _MIGRATION_NAME.match(path.name)
+def discover_migrations(directory: Traversable = MIGRATIONS_DIR) -> list[tuple[int, Traversable]]:
+    """The migrations in order; none at all is an install without its package data, never an empty schema."""
+    found: list[tuple[int, Traversable]] = []
+    scripts = [entry for entry in directory.iterdir() if entry.name.endswith(".sql")] if directory.is_dir() else []
+    for entry in sorted(scripts, key=lambda entry: entry.name):
+        match = _MIGRATION_NAME.match(entry.name)
         if not match:
-            raise MigrationError(f"migration file {path.name} is not named NNNN_name.sql")
-        found.append((int(match.group(1)), path))
+            raise MigrationError(f"migration file {entry.name} is not named NNNN_name.sql")
+        found.append((int(match.group(1)), entry))
+    if not found:
+        raise MigrationError(
+            f"no migrations found in {directory}", "reinstall crewbot: its package lacks core/store/migrations/*.sql"
+        )
     numbers = [n for n, _ in found]
     if numbers != list(range(1, len(numbers) + 1)):
         raise MigrationError(f"migrations must be numbered 0001, 0002, ... without gaps; found {numbers}")
@@ -44,7 +58,7 @@ class Database:
         self.path = path
 
     @classmethod
-    async def open(cls, path: Path, migrations_dir: Path = MIGRATIONS_DIR) -> Database:
+    async def open(cls, path: Path, migrations_dir: Traversable = MIGRATIONS_DIR) -> Database:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(path, isolation_level=None)
         conn.row_factory = aiosqlite.Row
@@ -73,11 +87,19 @@ class Database:
             row = await cursor.fetchone()
         return int(row[0]) if row else 0
 
-    async def migrate(self, migrations_dir: Path = MIGRATIONS_DIR) -> list[int]:
-        """Apply the migrations newer than `PRAGMA user_version`, each in its own transaction."""
+    async def migrate(self, migrations_dir: Traversable = MIGRATIONS_DIR) -> list[int]:
+        """Apply the migrations newer than `PRAGMA user_version`, each in its own transaction. A database
+        newer than the newest migration was written by a later crewbot: refused, this code cannot read it."""
         applied: list[int] = []
         current = await self.schema_version()
-        for number, path in discover_migrations(migrations_dir):
+        migrations = discover_migrations(migrations_dir)
+        latest, newest = migrations[-1]
+        if current > latest:
+            raise MigrationError(
+                f"it is at schema version {current}, newer than this crewbot's latest ({latest}, {newest.name})",
+                "run the crewbot version that last used it (or a newer one), or restore a backup made before",
+            )
+        for number, path in migrations:
             if number <= current:
                 continue
             script = path.read_text(encoding="utf-8")
@@ -89,7 +111,9 @@ class Database:
                 except Exception as exc:
                     if self._conn.in_transaction:
                         await self._conn.execute("ROLLBACK")
-                    raise MigrationError(f"migration {path.name} failed: {exc}") from exc
+                    raise MigrationError(
+                        f"migration {path.name} (schema version {number - 1} to {number}) failed: {exc}"
+                    ) from exc
             applied.append(number)
         return applied
 

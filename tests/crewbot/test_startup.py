@@ -5,6 +5,7 @@ with real settings loading, a real DATA_DIR and the fake Telegram on a thread.""
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -90,6 +91,20 @@ def test_a_database_file_that_is_not_one(tmp_path: Path) -> None:
     line = start_failure(tmp_path, data_dir)
 
     assert "crewbot.sqlite3 is not a readable database" in line and "move it aside" in line
+
+
+@pytest.mark.parametrize("command", ["run", "migrate"])
+def test_a_database_newer_than_the_code(tmp_path: Path, command: str) -> None:
+    """Written by a later crewbot (a downgrade): the bot must not run on a schema it does not know."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    with sqlite3.connect(data_dir / "crewbot.sqlite3") as conn:
+        conn.execute("PRAGMA user_version = 9999")
+
+    line = start_failure(tmp_path, data_dir, command=command)
+
+    assert "crewbot.sqlite3 cannot be used (it is at schema version 9999, newer than this crewbot's latest (" in line
+    assert line.endswith("run the crewbot version that last used it (or a newer one), or restore a backup made before")
 
 
 @pytest.mark.parametrize(

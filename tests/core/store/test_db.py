@@ -1,17 +1,19 @@
-"""Database: migrations at start-up, each in one transaction; WAL and foreign keys on."""
+"""Database: migrations at start-up, each in one transaction; a database newer than the code, or no migrations
+at all, refused; WAL and foreign keys on."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import sqlite3
+from importlib.resources import as_file
 from pathlib import Path
 
 import pytest
 
 from core.store.db import MIGRATIONS_DIR, Database, MigrationError, discover_migrations
 
-SHIPPED = max(int(path.name[:4]) for path in MIGRATIONS_DIR.glob("*.sql"))  # the newest number
+SHIPPED = max(int(entry.name[:4]) for entry in MIGRATIONS_DIR.iterdir() if entry.name.endswith(".sql"))
 
 
 def table_names(path: Path) -> set[str]:
@@ -28,7 +30,8 @@ def user_version(path: Path) -> int:
 def migrations(tmp_path: Path) -> Path:
     """A private copy of the shipped migrations that a test may add files to."""
     directory = tmp_path / "migrations"
-    shutil.copytree(MIGRATIONS_DIR, directory)
+    with as_file(MIGRATIONS_DIR) as shipped:
+        shutil.copytree(shipped, directory)
     return directory
 
 
@@ -85,7 +88,7 @@ async def test_failing_migration_leaves_version_and_schema_unchanged(tmp_path: P
         "CREATE TABLE partial (x INTEGER);\nINSERT INTO partial VALUES (1);\nCREATE TABLE oops (;\n", encoding="utf-8"
     )
 
-    with pytest.raises(MigrationError, match=re.escape(broken.name)):
+    with pytest.raises(MigrationError, match=re.escape(f"{broken.name} (schema version {SHIPPED} to {SHIPPED + 1})")):
         await Database.open(path, migrations)
 
     assert user_version(path) == SHIPPED
@@ -113,6 +116,37 @@ async def test_misnamed_migration_is_rejected(tmp_path: Path, migrations: Path, 
 
     with pytest.raises(MigrationError, match=re.escape("not named NNNN_name.sql")):
         await Database.open(tmp_path / "crewbot.sqlite3", migrations)
+
+
+async def test_a_database_newer_than_the_code_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "crewbot.sqlite3"
+    await (await Database.open(path)).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {SHIPPED + 1}")  # as a later crewbot's migration leaves it
+
+    with pytest.raises(MigrationError, match=f"schema version {SHIPPED + 1}, newer than this crewbot's latest") as exc:
+        await Database.open(path)
+
+    assert exc.value.fix is not None and "restore a backup" in exc.value.fix
+    assert user_version(path) == SHIPPED + 1
+
+
+async def test_no_migrations_at_all_is_an_error_not_an_empty_schema(tmp_path: Path) -> None:
+    """A package that lost its migrations (the wheel once did) must not start on schema version 0."""
+    (tmp_path / "migrations").mkdir()
+
+    for directory in (tmp_path / "migrations", tmp_path / "missing"):
+        with pytest.raises(MigrationError, match="no migrations found") as exc:
+            await Database.open(tmp_path / "crewbot.sqlite3", directory)
+        assert exc.value.fix is not None and "reinstall crewbot" in exc.value.fix
+    assert user_version(tmp_path / "crewbot.sqlite3") == 0
+
+
+def test_the_shipped_migrations_are_package_data_in_order() -> None:
+    numbers = [number for number, _ in discover_migrations()]
+
+    assert numbers == list(range(1, SHIPPED + 1))
+    assert Path(str(MIGRATIONS_DIR)).parts[-3:] == ("core", "store", "migrations")
 
 
 def test_gap_in_numbering_is_rejected(migrations: Path) -> None:
