@@ -5,10 +5,10 @@ preamble of bare line feeds costs one `readline()` a byte (about a second of the
 container's client (container/channel_files.py) sends none: the body begins with its boundary, its parts'
 headers are a few lines, and nothing follows the closing boundary. So the body is read here with those
 rules: the first line must be the boundary (read at most that long), the lines read in all are counted
-and capped, and a line after the closing boundary must be the end of the body. Whatever breaks a rule raises
-ChannelRefused (invalid, counted against the run) at once, unread beyond. The bytes read in all are at most
-the declared Content-Length: the HTTP parser ends the body there, and nothing is decompressed
-(runner/channel/request_framing.py refuses a Content-Encoding).
+and capped, each at most MAX_LINE_BYTES, and a line after the closing boundary must be the end of the body.
+Whatever breaks a rule raises ChannelRefused (invalid, counted against the run) at once, unread beyond. The
+bytes read in all are at most the declared Content-Length: the HTTP parser ends the body there, and nothing is
+decompressed (runner/channel/request_framing.py refuses a Content-Encoding).
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused
 # A valid upload reads 13 lines: the opening boundary, each part's headers and the blank line after them, the
 # CRLF before each next boundary, the closing boundary and the end. A few more for part headers a client adds.
 MAX_UPLOAD_LINES = 24
+# Our longest line is a part's Content-Disposition with a 255-byte UTF-8 name twice (plain and percent-encoded):
+# about 1,100 bytes. aiohttp's header parser takes seconds of loop time on some long lines (8,000 `;`: 58 ms).
+MAX_LINE_BYTES = 2 * 1024
 CRLF = b"\r\n"
 
 
@@ -65,7 +68,8 @@ class BoundedMultipartBody:
             if line != opening:
                 raise _refused("it must begin with its boundary (no preamble)")
             return line
-        line = await self._read_line(max_line_length, f"a line over {max_line_length or 'the limit of'} bytes")
+        limit = min(max_line_length or MAX_LINE_BYTES, MAX_LINE_BYTES)
+        line = await self._read_line(limit, f"a line over {limit} bytes")
         if self._closed and line not in (b"", CRLF):
             raise _refused("nothing may follow its closing boundary")
         if line.rstrip(CRLF) == self._delimiter + b"--":
