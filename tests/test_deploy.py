@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 SERIES_SUFFIXES = ("_bucket", "_count", "_sum", "_total")
 # Both images are built with the repository root as the context, so its one .dockerignore serves both.
-DOCKERFILES = ("Dockerfile", "deploy/Dockerfile.host")
+DOCKERFILES = ("runner/runtimes/subagent.Dockerfile", "deploy/Dockerfile.host")
 SECRETS = (".env", "data/crewbot.db")  # an operator's token and chats: never sent to the engine
 
 

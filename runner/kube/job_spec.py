@@ -24,7 +24,7 @@ from core.setting_runtime import PullPolicy
 from runner.kube.kube_calls import CONTAINER_NAME
 from runner.runtimes.runtime import ContainerSpec, ContainerStartError
 
-RUN_UID = 1000  # the image's non-root `agent` user (Dockerfile)
+RUN_UID = 1000  # the image's non-root `agent` user (runner/runtimes/subagent.Dockerfile)
 RUN_GID = 1000
 LABELS_ANNOTATION = "crewbot/labels"  # every run label as given (label values cannot start with `-`: chat ids)
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")

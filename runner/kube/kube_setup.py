@@ -15,7 +15,8 @@ from runner.kube.kube_config import KubeTarget, load_target
 from runner.kube.kube_runtime import BridgeFactory, KubeRuntime, StillRunning
 from runner.kube.pod_bridge import PodBridge
 
-# The image's interpreter, as its ENTRYPOINT runs the agent (Dockerfile): -P keeps the workspace off sys.path.
+# The image's interpreter, as its ENTRYPOINT runs the agent (runner/runtimes/subagent.Dockerfile): -P keeps the
+# workspace off sys.path.
 BRIDGE_PYTHON = ("/opt/venv/bin/python", "-P", "-m", BRIDGE_MODULE)
 
 

@@ -251,7 +251,7 @@ class DockerRuntime:
                 container = client.containers.create(spec.image, spec.command, **options)
             except docker.errors.ImageNotFound as exc:
                 raise ContainerStartError(
-                    f"image {spec.image!r} not found on the engine; build it (see the Dockerfile) "
+                    f"image {spec.image!r} not found on the engine; build it (crewbot image build) "
                     f"or set SUBAGENT_IMAGE: {exc.explanation or exc}"
                 ) from exc
             except docker.errors.APIError as exc:

@@ -3,8 +3,10 @@
 The agent needs only the standard library (the host makes its model requests), so the image is the base's
 Python and `container/`, plus the tools SUBAGENT_IMAGE_PACKAGES and SUBAGENT_IMAGE_APT ask for (none by
 default; image_install bakes them into a tools image the Dockerfile then builds on). The build context is
-assembled here from the Dockerfile and `container/`, so what is sent is exactly what is hashed: the image
-carries that hash (over the tool lists too) as a label, which tells a current image from a stale one.
+assembled here from package data, the Dockerfile (subagent.Dockerfile beside this module) and the `container`
+package's files, read through importlib.resources: a wheel install builds the same image as a source
+checkout. What is sent is exactly what is hashed: the image carries that hash (over the tool lists too) as a
+label, which tells a current image from a stale one.
 Usable as `python -m runner.runtimes.image [--if-missing | --force]` (the Makefile does).
 """
 
@@ -14,6 +16,7 @@ import argparse
 import fcntl
 import hashlib
 import io
+import os
 import sys
 import tarfile
 import tempfile
@@ -21,6 +24,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -34,11 +39,16 @@ from runner.runtimes.image_tools import ImageTools, ToolsError, tools_from_setti
 DEFAULT_IMAGE = "crewbot-agent:latest"
 LABEL_CONTENT_HASH = "crewbot.image.content_hash"
 LABEL_BASE_IMAGE = "crewbot.image.base"
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILE = "Dockerfile"
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # a source checkout's root; site-packages in a wheel install
+DOCKERFILE = "Dockerfile"  # its name in the build context (and in the content hash)
 CONTAINER_PACKAGE = "container"
-BUILD_LOCK_FILE = "build/image/.lock"
-TOOLS_CACHE_DIR = "build/image/tools"  # the fetched wheels and .deb files, one folder per tool set
+# Package data, so an installed crewbot can build its own subagent image.
+DOCKERFILE_SOURCE: Traversable = files("runner.runtimes") / "subagent.Dockerfile"
+CONTAINER_SOURCE: Traversable = files(CONTAINER_PACKAGE)
+CHECKOUT_WORK_DIR = "build/image"  # a source checkout's lock and downloads (`make clean` removes them)
+INSTALL_WORK_DIR = "crewbot/image"  # a wheel install's, under the user's cache folder (XDG_CACHE_HOME)
+BUILD_LOCK_FILE = ".lock"
+TOOLS_CACHE_DIR = "tools"  # the fetched wheels and .deb files, one folder per tool set
 SKIPPED_PARTS = frozenset({"__pycache__"})
 SKIPPED_SUFFIXES = frozenset({".pyc", ".pyo"})
 # A build step can be silent for minutes on a busy machine; the engine connection must outlast it.
@@ -59,7 +69,7 @@ class ImageBuildError(Exception):
 class BuildContext:
     """The files of the build context, relative path to absolute path, and their content hash."""
 
-    files: dict[str, Path]
+    files: dict[str, Traversable]
     content_hash: str
 
 
@@ -96,7 +106,7 @@ def build_image(
     cache_dir: Path | None = None,
 ) -> None:
     """Build `image` unless it is current; `force` rebuilds every layer and refetches the tools. `tools`
-    defaults to the settings' lists; `cache_dir` (default build/image/tools) keeps their downloads. Raises
+    defaults to the settings' lists; `cache_dir` (default work_dir()/tools) keeps their downloads. Raises
     ImageBuildError; the image is left as it was unless the new one was built."""
     wanted = _tools(tools)
     with _build_lock(log):
@@ -133,7 +143,7 @@ def _build_locked(
             return
         build_from = base
         if tools:
-            cache = cache_dir or SOURCE_ROOT / TOOLS_CACHE_DIR
+            cache = cache_dir or work_dir() / TOOLS_CACHE_DIR
             try:
                 build_from = ensure_tools_image(client, base, image, tools, cache_root=cache, force=force, log=log)
             except ToolsError as exc:
@@ -155,29 +165,46 @@ def _build_locked(
 def collect_context(base_image: str, tools: ImageTools | None = None) -> BuildContext:
     """The Dockerfile and `container/`, with a hash over their paths, bytes, the base and the tools (none
     adds nothing: the image without tools keeps its hash)."""
-    dockerfile = SOURCE_ROOT / DOCKERFILE
-    package = SOURCE_ROOT / CONTAINER_PACKAGE
-    if not dockerfile.is_file() or not package.is_dir():
+    if not DOCKERFILE_SOURCE.is_file() or not CONTAINER_SOURCE.is_dir():
         raise ImageBuildError(
-            f"{DOCKERFILE} and {CONTAINER_PACKAGE}/ not found in {SOURCE_ROOT}: build from a source checkout"
+            f"{DOCKERFILE_SOURCE} or {CONTAINER_SOURCE} is missing: reinstall crewbot (its package data is incomplete)"
         )
-    files = {DOCKERFILE: dockerfile}
-    for path in sorted(package.rglob("*")):
-        relative = path.relative_to(SOURCE_ROOT)
-        if path.is_file() and not SKIPPED_PARTS & set(relative.parts) and path.suffix not in SKIPPED_SUFFIXES:
-            files[relative.as_posix()] = path
+    context_files = {DOCKERFILE: DOCKERFILE_SOURCE, **_package_files(CONTAINER_SOURCE, CONTAINER_PACKAGE)}
     digest = hashlib.sha256(f"base={base_image}\n{(tools or ImageTools()).hash_text()}".encode())
-    for name, path in sorted(files.items()):
+    for name, path in sorted(context_files.items()):
         content = path.read_bytes()
         digest.update(f"{name}\0{len(content)}\0".encode())
         digest.update(content)
-    return BuildContext(files=files, content_hash=digest.hexdigest())
+    return BuildContext(files=context_files, content_hash=digest.hexdigest())
+
+
+def _package_files(folder: Traversable, prefix: str) -> dict[str, Traversable]:
+    """Every file under `folder` by its context path (`prefix/...`), bytecode left out."""
+    found: dict[str, Traversable] = {}
+    for entry in folder.iterdir():
+        name = f"{prefix}/{entry.name}"
+        if entry.name in SKIPPED_PARTS:
+            continue
+        if entry.is_dir():
+            found.update(_package_files(entry, name))
+        elif entry.is_file() and Path(entry.name).suffix not in SKIPPED_SUFFIXES:
+            found[name] = entry
+    return found
+
+
+def work_dir() -> Path:
+    """Where builds keep their lock and the tools' downloads: build/image/ in a source checkout (make image,
+    the tests); in a wheel install, the user's cache folder (site-packages is no place for them)."""
+    if (SOURCE_ROOT / "pyproject.toml").is_file() and not SOURCE_ROOT.name.endswith("-packages"):
+        return SOURCE_ROOT / CHECKOUT_WORK_DIR
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(cache) if Path(cache).is_absolute() else Path.home() / ".cache") / INSTALL_WORK_DIR
 
 
 @contextmanager
 def _build_lock(log: Callable[[str], None]) -> Iterator[None]:
-    """One build at a time per checkout (test runs, make): two would race to tag the same image."""
-    lock_path = SOURCE_ROOT / BUILD_LOCK_FILE
+    """One build at a time per checkout or user (test runs, make): two would race to tag the same image."""
+    lock_path = work_dir() / BUILD_LOCK_FILE
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a") as lock_file:
         try:

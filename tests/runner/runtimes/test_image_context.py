@@ -1,4 +1,5 @@
-"""The image's build context and content hash (no Docker needed): what is sent is what is hashed."""
+"""The image's build context and content hash (no Docker needed): what is sent is what is hashed, read from
+the installed packages (tests/test_wheel.py builds it from a wheel install)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from runner.runtimes import image
-from runner.runtimes.image import SOURCE_ROOT, collect_context
+from runner.runtimes.image import SOURCE_ROOT, ImageBuildError, collect_context, work_dir
 
 
 def test_context_holds_the_dockerfile_and_the_agent_code_only() -> None:
     context = collect_context("base:1")
 
-    assert context.files["Dockerfile"] == SOURCE_ROOT / "Dockerfile"
-    assert "container/__main__.py" in context.files
+    assert context.files["Dockerfile"] == SOURCE_ROOT / "runner" / "runtimes" / "subagent.Dockerfile"
+    assert context.files["container/__main__.py"] == SOURCE_ROOT / "container" / "__main__.py"
     assert not [name for name in context.files if "__pycache__" in name or name.endswith(".pyc")]
     assert all(name == "Dockerfile" or name.startswith("container/") for name in context.files)
 
@@ -24,17 +25,45 @@ def test_context_holds_the_dockerfile_and_the_agent_code_only() -> None:
 def test_content_hash_follows_the_base_and_every_byte_of_the_sources(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "container").mkdir()
+    (tmp_path / "container" / "sub").mkdir(parents=True)
     (tmp_path / "Dockerfile").write_text("FROM base\n")
     agent = tmp_path / "container" / "agent.py"
     agent.write_text("x = 1\n")
-    monkeypatch.setattr(image, "SOURCE_ROOT", tmp_path)
+    nested = tmp_path / "container" / "sub" / "tool.py"
+    nested.write_text("y = 1\n")
+    (tmp_path / "container" / "sub" / "tool.pyc").write_bytes(b"bytecode is not sent")
+    monkeypatch.setattr(image, "DOCKERFILE_SOURCE", tmp_path / "Dockerfile")
+    monkeypatch.setattr(image, "CONTAINER_SOURCE", tmp_path / "container")
     same = collect_context("base:1").content_hash
+
+    assert sorted(collect_context("base:1").files) == ["Dockerfile", "container/agent.py", "container/sub/tool.py"]
 
     assert collect_context("base:1").content_hash == same
     assert collect_context("base:2").content_hash != same
     agent.write_text("x = 2\n")
     assert collect_context("base:1").content_hash != same
+    agent.write_text("x = 1\n")
+    nested.write_text("y = 2\n")
+    assert collect_context("base:1").content_hash != same
+
+
+def test_missing_package_data_names_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(image, "DOCKERFILE_SOURCE", tmp_path / "subagent.Dockerfile")
+
+    with pytest.raises(ImageBuildError, match=r"subagent\.Dockerfile or .* is missing: reinstall crewbot"):
+        collect_context("base:1")
+
+
+def test_a_checkout_keeps_its_build_files_in_build_image_an_install_in_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert work_dir() == SOURCE_ROOT / "build" / "image"
+    monkeypatch.setattr(image, "SOURCE_ROOT", tmp_path / "lib" / "python3.11" / "site-packages")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert work_dir() == tmp_path / "cache" / "crewbot" / "image"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # the XDG rule: ignored unless absolute
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert work_dir() == tmp_path / "home" / ".cache" / "crewbot" / "image"
 
 
 def imported_modules(path: Path) -> set[str]:

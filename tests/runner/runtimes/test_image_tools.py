@@ -30,7 +30,8 @@ def sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "container").mkdir()
     (tmp_path / "Dockerfile").write_text("FROM base\n")
     (tmp_path / "container" / "agent.py").write_text("x = 1\n")
-    monkeypatch.setattr(image, "SOURCE_ROOT", tmp_path)
+    monkeypatch.setattr(image, "DOCKERFILE_SOURCE", tmp_path / "Dockerfile")
+    monkeypatch.setattr(image, "CONTAINER_SOURCE", tmp_path / "container")
     return tmp_path
 
 
