@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Awaitable
@@ -41,7 +42,7 @@ from runner.channel.llm_upstream import Call, Upstream, UpstreamConfig
 from runner.channel.llm_usage import Usage
 from runner.channel.offline_subagent import OfflineSubagentModel
 from runner.channel.proxy_error import ProxyError
-from runner.channel.request_framing import FramingRefused, framing_refusal
+from runner.channel.request_framing import FramingRefused, RunServerLog, framing_refusal
 from runner.channel.run_api import RunEndpoint, answer, handle_run_api
 
 # UpstreamConfig is re-exported: callers build the proxy from this module (runner/service.py).
@@ -177,6 +178,7 @@ class LlmProxy:
             shutdown_timeout=CLOSE_GRACE_SECONDS,
             lingering_time=LINGERING_SECONDS,
             auto_decompress=False,
+            logger=RunServerLog(functools.partial(self._malformed, run)),
         )
         await runner.setup()
         try:
@@ -240,6 +242,12 @@ class LlmProxy:
         # The largest body either side takes (a larger declared one is refused, 413, before it is read). Every
         # body has a Content-Length here (runner/channel/request_framing.py).
         return min(request.content_length or 0, max(self._max_body_bytes, MAX_STEP_BYTES))
+
+    def _malformed(self, run: _Run, reason: str) -> None:
+        if run.endpoint is not None:
+            run.endpoint.invalid(400, reason)  # logged there
+        else:
+            self._log.warning("run_request_malformed", run_id=run.run_id, reason=reason)
 
     def _misframed(self, run: _Run, request: web.Request, refused: FramingRefused) -> web.Response:
         if run.endpoint is not None:

@@ -1,4 +1,5 @@
-"""How a request on a run's socket must be framed before any of its body is read.
+"""How a request on a run's socket must be framed before any of its body is read, and what a head aiohttp's
+parser refuses counts for.
 
 The clients on a run's socket are ours (container/channel.py, and the SDK the host itself calls there for a
 model step): each sends its body with a Content-Length and none compresses. A `Content-Encoding` would have
@@ -9,10 +10,15 @@ feeds and a 6 s stall), and a chunked body costs the loop per chunk (500 KB sent
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
+MAX_SHOWN_CHARS = 100  # of aiohttp's reason for refusing a head: it may quote the head
 NO_ENCODING_STATUS = 415  # RFC 9110: a content coding the server does not take
 LENGTH_REQUIRED_STATUS = 411
 
@@ -34,3 +40,21 @@ def framing_refusal(request: web.Request) -> FramingRefused | None:
             LENGTH_REQUIRED_STATUS, "a run's channel takes a body only with a Content-Length (not chunked)"
         )
     return None
+
+
+class RunServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]  # generic only in typeshed
+    """aiohttp's server log for one run's socket. A request head its parser refuses (a doubled Content-Length,
+    Content-Length beside chunks, a folded header) is answered 400 before any handler runs, and aiohttp logs
+    each with a traceback: 1,000 of them were 1,000 tracebacks and counted for nothing. Here such a head counts
+    against the run (`on_malformed`, which logs it in a line); anything else goes to aiohttp's log as before."""
+
+    def __init__(self, on_malformed: Callable[[str], None]) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self._on_malformed = on_malformed
+
+    def exception(self, msg: object, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            reason = " ".join(str(exc_info.message).split())[:MAX_SHOWN_CHARS]
+            self._on_malformed(f"a request head the HTTP parser refuses: {reason}")
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kwargs)

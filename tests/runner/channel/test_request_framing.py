@@ -85,3 +85,23 @@ async def test_a_body_framed_as_ours_still_passes(rig: DeskRig) -> None:
     )
 
     assert (answer.status, reason(answer), rig.invalid_count) == (200, "sent", 0)
+
+
+MALFORMED_HEADS = {
+    "doubled-length": ["Content-Length: 5", "Content-Length: 6"],
+    "length-and-chunks": ["Content-Length: 5", "Transfer-Encoding: chunked"],
+    "folded": ["Content-Length: 5", "X-A: a", " folded"],
+    "listed-length": ["Content-Length: 5, 5"],
+}
+
+
+@pytest.mark.parametrize("headers", MALFORMED_HEADS.values(), ids=MALFORMED_HEADS.keys())
+async def test_a_head_the_parser_refuses_counts_and_logs_no_traceback(
+    rig: DeskRig, headers: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The review: aiohttp answers these 400 before any handler runs, and logged each with a traceback,
+    # counted for nothing (1,000 of them: 512 KB of log).
+    answer = await send(rig, "POST", MESSAGE_PATH, headers, [b"hello"])
+
+    assert (answer.status, rig.invalid_count) == (400, 1)
+    assert [record for record in caplog.records if record.name == "aiohttp.server"] == []
