@@ -75,7 +75,10 @@ async def receive_file(endpoint: FileEndpoint, request: web.Request) -> web.Resp
     if request.content_length is None:
         return answer(411, False, "a file upload needs a Content-Length")
     if request.content_length > limit:
-        return answer(413, False, f"the upload is over the limit of {endpoint.max_file_bytes} bytes a file")
+        # The tool measures a file before it sends it (container/tools.py): only another client sends one too big.
+        reason = f"the upload is over the limit of {endpoint.max_file_bytes} bytes a file"
+        endpoint.invalid(413, reason)
+        return answer(413, False, reason)
     target: Path | None = None
     try:
         reader = bounded_multipart(request)

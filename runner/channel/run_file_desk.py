@@ -71,6 +71,7 @@ class RunFileDesk:
         self._delivery = delivery
         self._on_sent = on_sent  # a file was accepted, its size: the metrics count it
         self._uploading = False
+        self._over_limit = 0  # uploads refused as over SUBAGENT_MAX_FILES
 
     @property
     def max_file_bytes(self) -> int:
@@ -94,7 +95,7 @@ class RunFileDesk:
             return None
         self.admit()
         if len(self._out.accepted) >= self._out.max_files:
-            raise ChannelRefused(429, f"this run has sent its {self._out.max_files} files (SUBAGENT_MAX_FILES)")
+            raise self._over_files()
         self._uploading = True
         # A name no other upload of this run has, in this process or an earlier one (a re-attached run's
         # folder holds its earlier files: a name that repeats one would fail, and its clean-up remove that file).
@@ -105,6 +106,13 @@ class RunFileDesk:
             self._uploading = False
             raise
         return target
+
+    def _over_files(self) -> ChannelRefused:
+        """The tool counts the files it sent and stops at the limit (container/tools.py): one refusal tells a run
+        that lost count; each after it counts against the run (each costs the host an upload's meta)."""
+        self._over_limit += 1
+        reason = f"this run has sent its {self._out.max_files} files (SUBAGENT_MAX_FILES)"
+        return ChannelRefused(429, reason, invalid=self._over_limit > 1)
 
     def _retry(self, upload_id: str) -> None:
         """A retry learns its upload was sent; the client retries once after a lost answer, and a run that
@@ -159,7 +167,7 @@ class RunFileDesk:
             self._out.retried.add(meta.upload_id)
             return "already sent"
         if outcome is FileOutOutcome.OVER_LIMIT:
-            raise ChannelRefused(429, f"this run has sent its {self._out.max_files} files (SUBAGENT_MAX_FILES)")
+            raise self._over_files()
         if outcome is FileOutOutcome.NOT_LIVE:
             raise ChannelRefused(403, f"run {self._live.id} is cancelled or finished")
         self._out.accepted.add(meta.upload_id)

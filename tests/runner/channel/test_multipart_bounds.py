@@ -166,3 +166,35 @@ async def test_our_clients_longest_name_is_within_the_line_limit(rig: DeskRig) -
     answer = await rig.upload(b"data", name=name)
 
     assert (answer.status, detail(answer), rig.invalid_count) == (200, "sent", 0)
+
+
+async def test_uploads_past_the_file_limit_count_from_the_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tool stops at the limit itself (container/tools.py): the review sent 500 more, each refused for free.
+    async with desk_rig(tmp_path, monkeypatch, max_files=1) as rig:
+        assert detail(await rig.upload(b"x", upload_id="upload-01")) == "sent"
+        over = await rig.upload(b"x", upload_id="upload-02")
+        assert (over.status, rig.invalid_count) == (429, 0)
+        for repeat in range(MAX_INVALID_REQUESTS):
+            again = await rig.upload(b"x", upload_id=f"upload-{repeat + 3:02d}")
+            assert (again.status, rig.invalid_count) == (429, repeat + 1)
+        assert rig.live.stop_reason is StopReason.INVALID_REQUESTS
+
+
+async def test_an_upload_declared_over_the_limit_counts(rig: DeskRig) -> None:
+    # The tool measures the file before it sends it: a declared length over the limit is another client's.
+    answer = await post_raw_declared(rig, 1 << 30)
+
+    assert (answer.status, rig.invalid_count) == (413, 1)
+
+
+async def post_raw_declared(rig: DeskRig, length: int) -> Answer:
+    lines = [
+        "POST /run/files HTTP/1.1",
+        "Host: run",
+        "Connection: close",
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}",
+        f"Content-Length: {length}",
+    ]
+    return await exchange_raw(rig.socket, ("\r\n".join(lines) + "\r\n\r\n").encode(), [VALID])
