@@ -81,14 +81,17 @@ class ProxyAllowance:
         self._told: set[str] = set()  # runs whose stop was asked for
 
     @asynccontextmanager
-    async def call(self, run_id: str, payer: Payer | None, body_bytes: int, output_cap: int) -> AsyncIterator[Call]:
-        """Around one forwarded call of a body of `body_bytes`: reserves first (AllowanceRefused when nothing is
-        left), and settles or releases when the body is done with the `Call` it fills, however it ends."""
+    async def call(
+        self, run_id: str, payer: Payer | None, body_bytes: int, output_cap: int, media_tokens: int = 0
+    ) -> AsyncIterator[Call]:
+        """Around one forwarded call of a body of `body_bytes` (with images that may cost `media_tokens` beyond their
+        bytes): reserves first (AllowanceRefused when nothing is left), and settles or releases when the body is
+        done with the `Call` it fills, however it ends."""
         call = Call()
         if payer is None:  # a socket opened without its chat (tests of the proxy alone)
             yield call
             return
-        input_hold = max(1, tokens_of_bytes(body_bytes))
+        input_hold = max(1, tokens_of_bytes(body_bytes) + media_tokens)
         reservation = await self._reserve(run_id, payer, input_hold + output_cap)
         try:
             yield call

@@ -20,10 +20,11 @@ class BudgetSpent(ProxyError):
     """The run's budget is used up (or this request alone would go over it): the run ends."""
 
 
-def input_hold(max_tokens: int, spent: int, reserved: int, body_bytes: int) -> int:
-    """The tokens to hold for a call's input against what is left of the budget, so parallel calls cannot
-    each spend a whole remaining budget on their prompts. Raises BudgetSpent, or a 429 to retry later."""
-    estimate = max(1, body_bytes // BODY_BYTES_PER_TOKEN)
+def input_hold(max_tokens: int, spent: int, reserved: int, body_bytes: int, media_tokens: int = 0) -> int:
+    """The tokens to hold for a call's input (its size, and what its images may cost beyond their bytes) against
+    what is left of the budget, so parallel calls cannot each spend a whole remaining budget on their prompts.
+    Raises BudgetSpent, or a 429 to retry later."""
+    estimate = max(1, body_bytes // BODY_BYTES_PER_TOKEN + media_tokens)
     spent_left = max_tokens - spent
     if spent_left <= 0 or (reserved == 0 and estimate >= spent_left):
         raise BudgetSpent(

@@ -287,7 +287,7 @@ class LlmProxy:
             # Then for what the host forwards (the follow-ups added), and its output for what is left after that.
             run.reserved -= held
             held = 0
-            held = self._hold_input(run, len(forwarded.data))
+            held = self._hold_input(run, len(forwarded.data), forwarded.media_tokens)
             cap = min(forwarded.output_cap, max(1, self._max_tokens - run.tokens - run.reserved))
             run.reserved += cap
             if cap < forwarded.output_cap:
@@ -306,7 +306,8 @@ class LlmProxy:
 
         try:
             # The day's allowance of its chat and of the bot: reserved here, settled once the call is recorded.
-            async with self._allowance.call(run.run_id, run.payer, len(forwarded.data), cap) as call:
+            media = forwarded.media_tokens
+            async with self._allowance.call(run.run_id, run.payer, len(forwarded.data), cap, media) as call:
                 return await self._call(run, request, target, forwarded, started, call)
         except AllowanceRefused as exc:
             self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
@@ -336,9 +337,9 @@ class LlmProxy:
         self._calls.call(run.run_id, request.path, response.status, call.usage, started, stream=call.stream is not None)
         return response
 
-    def _hold_input(self, run: _Run, body_bytes: int) -> int:
+    def _hold_input(self, run: _Run, body_bytes: int, media_tokens: int = 0) -> int:
         try:
-            estimate = input_hold(self._max_tokens, run.tokens, run.reserved, body_bytes)
+            estimate = input_hold(self._max_tokens, run.tokens, run.reserved, body_bytes, media_tokens)
         except BudgetSpent:
             if not run.budget_told:  # once per run: the manager ends it; the 429 tells the container why
                 run.budget_told = True

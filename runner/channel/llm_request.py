@@ -28,14 +28,23 @@ from runner.channel.llm_upstream import Upstream
 from runner.channel.proxy_error import ProxyError
 
 READ_CHUNK_BYTES = 64 * 1024
+# An image's bytes do not bound what it is billed (a 304-byte PNG of 1092x1092 is billed about 1,600 tokens): each
+# is held at the most a provider bills one, after its own resizing (Anthropic about 1,600; OpenAI's patch-based
+# models up to about 3,800).
+IMAGE_HOLD_TOKENS = 4_000
+IMAGE_BLOCKS = frozenset({"image", "image_url", "input_image"})
+# Billed by length or pages the host cannot know before it sends them: refused (the subagent's tools send none).
+UNBOUNDED_BLOCKS = frozenset({"document", "file", "input_audio", "input_file", "audio"})
 
 
 @dataclass(frozen=True, slots=True)
 class Forwarded:
-    """The call as the provider gets it: the sanitized payload with the follow-ups, and its bytes."""
+    """The call as the provider gets it: the sanitized payload with the follow-ups, its bytes, and what its images
+    may cost beyond their bytes."""
 
     sanitized: Sanitized
     data: bytes
+    media_tokens: int = 0
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -75,13 +84,37 @@ def prepared(
     `remaining_tokens` (what the run has left before this call's own input is held)."""
     sanitized = policy.sanitize(path, parse_body(body), max(1, remaining_tokens))
     payload = upstream.outgoing(path, with_followups(sanitized.payload, followups))
-    return _serialized(replace(sanitized, payload=payload))
+    media = IMAGE_HOLD_TOKENS * _images([payload.get("messages"), payload.get("system")])
+    return _serialized(replace(sanitized, payload=payload), media)
 
 
 def recapped(policy: RequestPolicy, call: Forwarded, output_cap: int) -> Forwarded:
     """Blocking: the same call with a lower output cap (once its input is held, less may be left for output)."""
-    return _serialized(policy.recapped(call.sanitized, output_cap))
+    return _serialized(policy.recapped(call.sanitized, output_cap), call.media_tokens)
 
 
-def _serialized(sanitized: Sanitized) -> Forwarded:
-    return Forwarded(sanitized, json.dumps(sanitized.payload).encode())
+def _serialized(sanitized: Sanitized, media_tokens: int) -> Forwarded:
+    return Forwarded(sanitized, json.dumps(sanitized.payload).encode(), media_tokens)
+
+
+def _images(value: object) -> int:
+    """The image blocks in the conversation, at any depth (a tool's result may hold some); ProxyError for a block
+    whose cost cannot be bounded before it is sent. Iterative: nesting is hostile too."""
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            kind = item.get("type")
+            if kind == "tool_use":
+                continue  # its input is the model's own arguments, not content
+            if kind in IMAGE_BLOCKS:
+                count += 1
+            elif kind in UNBOUNDED_BLOCKS:
+                raise ProxyError(
+                    400, INVALID_REQUEST, f"`{kind}` content is refused: its cost cannot be bounded before it is sent"
+                )
+            stack.extend(item.values())
+    return count
