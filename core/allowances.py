@@ -38,7 +38,8 @@ log = get_logger(__name__)
 
 # A call's estimate counts a token for each byte it sends: an upper bound, not an average (English runs about
 # 4 bytes a token), since a token covers at least one byte however dense the text strangers or a hostile run
-# write, and the rule above needs a bound. A base64 image's bytes outnumber the tokens it is billed at.
+# write, and the rule above needs a bound. An image's bytes do not bound its bill: a subagent's images are held
+# at a provider's most for one on top (runner/channel/llm_request.py).
 BYTES_PER_TOKEN = 1
 NOTICE_SHARE = 0.8  # a chat is told once a day when its use passes this share of its allowance
 REMAINDER_WAIT_SECONDS = 120.0  # a call waiting for others to settle before it may take a remainder, at most
