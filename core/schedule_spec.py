@@ -1,27 +1,27 @@
 """Reading a task's schedule: a five-field cron expression, `every <N><s|m|h|d>`, or an ISO 8601 date-time.
 
-APScheduler's triggers decide the due times. Its CronTrigger numbers weekdays from 0 = Monday, while cron
-(and people) use 0 or 7 = Sunday, 1 = Monday: the day-of-week field is translated to day names first.
+Cron's due times come from core/cron.py (cron's meaning, Debian cron's clock changes); intervals and
+one-offs from APScheduler's triggers.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-CRON_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # cron's numbering: index = cron number
+from core.cron import DAY_NAMES, Cron, CronError, DayRule, parse_cron
+
 CRON_GAPS_CHECKED = 24  # consecutive due times of a cron expression checked against the minimum interval
+ORDINALS = {1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 5: "5th"}  # `5#2`: the 2nd Friday
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _EVERY = re.compile(r"^every\s+(\d{1,7})\s*([smhd])$", re.IGNORECASE)
-_DAY_ITEM = re.compile(r"^(?P<start>\*|[a-z]{3}|\d)(?:-(?P<end>[a-z]{3}|\d))?(?:/(?P<step>\d{1,2}))?$")
 UNIT_WORDS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
 
 
@@ -29,6 +29,12 @@ class ScheduleKind(StrEnum):
     CRON = "cron"
     INTERVAL = "interval"
     ONCE = "once"
+
+
+class Trigger(Protocol):
+    """APScheduler's trigger call, which core/cron.py's expressions answer too."""
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None: ...
 
 
 class ScheduleError(ValueError):
@@ -39,7 +45,7 @@ class ScheduleError(ValueError):
 class Schedule:
     kind: ScheduleKind
     text: str  # as stored: the cron expression, `every 2m`, or the date-time
-    trigger: BaseTrigger
+    trigger: Trigger
     words: str  # for people: "every 2 minutes", "cron 0 9 * * 1 (09:00 on mon)"
 
     def next_due(self, after: datetime | None, now: datetime) -> datetime | None:
@@ -48,57 +54,57 @@ class Schedule:
         return due
 
 
-def _day_number(word: str) -> int:
-    if word.isdigit():
-        number = int(word)
-        if number > 7:
-            raise ScheduleError(f"day of week {word} is not 0-7 (0 and 7 are Sunday, 1 is Monday)")
-        return number % 7
-    if word not in CRON_DAY_NAMES:
-        raise ScheduleError(f"unknown day {word!r}: use sun, mon, tue, wed, thu, fri, sat or 0-7")
-    return CRON_DAY_NAMES.index(word)
+class CronDue:
+    """A core/cron.py expression behind APScheduler's trigger call, read as its CronTrigger reads the call."""
+
+    __slots__ = ("cron", "timezone")
+
+    def __init__(self, cron: Cron, tz: ZoneInfo) -> None:
+        self.cron = cron
+        self.timezone = tz
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
+        earliest = now
+        if previous_fire_time is not None:
+            # In UTC: local arithmetic drops a repeated hour's fold, and Python never finds a time in a
+            # repeated hour equal to one in another zone.
+            previous = previous_fire_time.astimezone(UTC)
+            earliest = min(now.astimezone(UTC), previous + timedelta(microseconds=1))
+            if earliest == previous:
+                earliest += timedelta(microseconds=1)
+        return self.cron.next_at(earliest, self.timezone)
 
 
-def cron_days(field: str) -> str:
-    """Cron's day-of-week field as APScheduler day names, with cron's meaning (0/7 Sunday, 1 Monday)."""
-    days: set[int] = set()
-    for item in field.lower().split(","):
-        match = _DAY_ITEM.match(item)
-        if match is None:
-            raise ScheduleError(f"day of week {item!r} is not understood")
-        start, end, step = match["start"], match["end"], int(match["step"] or 1)
-        if step < 1:
-            raise ScheduleError("a step must be at least 1")
-        if start == "*":
-            if end is not None:
-                raise ScheduleError(f"day of week {item!r} is not understood")
-            first, last = 0, 6
-        else:
-            first = _day_number(start)
-            last = first if end is None else (7 if end in ("7", "sun") else _day_number(end))  # fri-sun: to Sunday
-            if end is None and match["step"]:
-                last = 6  # `1/2`: from Monday on, every second day
-            if last < first:
-                raise ScheduleError(f"day range {item!r} runs backwards: write it as two ranges, e.g. fri-sat,sun")
-        days.update(n % 7 for n in range(first, last + 1, step))
-    if len(days) == 7:
-        return "*"
-    return ",".join(CRON_DAY_NAMES[n] for n in sorted(days, key=lambda n: (n + 6) % 7))  # Monday first
+def _weekday_words(cron: Cron) -> str:
+    monday_first = sorted(cron.weekdays, key=lambda n: (n + 6) % 7)
+    said = [DAY_NAMES[n] for n in monday_first]
+    said += [f"the last {DAY_NAMES[n]}" for n in sorted(cron.last_of)]
+    said += [f"the {ORDINALS[which]} {DAY_NAMES[n]}" for n, which in sorted(cron.nth)]
+    return ",".join(said)
 
 
-def _cron_words(fields: list[str], day_names: str) -> str:
-    minute, hour, day, month, _ = fields
+def _month_day_words(field: str) -> str:
+    items = field.split(",")
+    said = [f"day {','.join(item for item in items if item not in ('l', 'lw'))} of the month"]
+    said = said if any(item not in ("l", "lw") for item in items) else []
+    said += ["the last day of the month"] if "l" in items else []
+    said += ["the last weekday of the month"] if "lw" in items else []
+    return " and ".join(said)
+
+
+def _cron_words(text: str, cron: Cron) -> str:
+    minute, hour, day, month, weekday = cron.fields
     parts = []
     if minute.isdigit() and hour.isdigit():
         parts.append(f"{int(hour):02d}:{int(minute):02d}")
-    if day_names != "*":
-        parts.append(f"on {day_names}")
-    if day != "*":
-        parts.append(f"on day {day} of the month")
+    days = [f"on {_weekday_words(cron)}"] if weekday != "*" else []
+    days += [f"on {_month_day_words(day)}"] if day != "*" else []
+    if days:
+        parts.append(" or ".join(reversed(days)) if cron.day_rule is DayRule.EITHER else " ".join(days))
     if month != "*":
         parts.append(f"in month {month}")
     said = " ".join(parts)
-    return f"cron {' '.join(fields)}" + (f" ({said})" if said else "")
+    return f"cron {text}" + (f" ({said})" if said else "")
 
 
 # Due times further away are refused: nothing a chat asks for is that far off, and near datetime's limits
@@ -108,15 +114,11 @@ HORIZON_SECONDS = HORIZON_YEARS * 365 * 24 * 3600
 
 
 def _parse_cron(text: str, tz: ZoneInfo, now: datetime, min_interval_seconds: int) -> Schedule:
-    fields = text.split()
-    days = cron_days(fields[4])
     try:
-        trigger = CronTrigger(
-            minute=fields[0], hour=fields[1], day=fields[2], month=fields[3], day_of_week=days, timezone=tz
-        )
-    except ValueError as exc:
+        cron = parse_cron(text)
+    except CronError as exc:
         raise ScheduleError(f"bad cron expression {text!r}: {exc}") from None
-    schedule = Schedule(ScheduleKind.CRON, " ".join(fields), trigger, _cron_words(fields, days))
+    schedule = Schedule(ScheduleKind.CRON, text, CronDue(cron, tz), _cron_words(text, cron))
     due = schedule.next_due(None, now)
     if due is None:
         raise ScheduleError(f"cron expression {text!r} never comes due")
@@ -124,7 +126,8 @@ def _parse_cron(text: str, tz: ZoneInfo, now: datetime, min_interval_seconds: in
         following = schedule.next_due(due, due)
         if following is None:
             break
-        if (following - due).total_seconds() < min_interval_seconds:
+        # Timestamps: two local times an autumn change apart differ by their fold only, which `-` ignores.
+        if following.timestamp() - due.timestamp() < min_interval_seconds:
             raise ScheduleError(
                 f"{text!r} comes due more often than the minimum interval of {min_interval_seconds} seconds"
             )

@@ -7,7 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from core.schedule_spec import ScheduleError, ScheduleKind, cron_days, parse_schedule
+from core.cron import CronError, parse_cron
+from core.schedule_spec import ScheduleError, ScheduleKind, parse_schedule
 
 UTC = ZoneInfo("UTC")
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -39,15 +40,19 @@ def test_cron_weekdays_mean_what_cron_means(expression: str, weekday: str) -> No
 
 
 def test_cron_weekday_lists_ranges_and_steps() -> None:
-    assert cron_days("1-5") == "mon,tue,wed,thu,fri"
-    assert cron_days("*/2") == "tue,thu,sat,sun"  # cron's 0,2,4,6
-    assert cron_days("0,6") == "sat,sun"
-    assert cron_days("5-7") == "fri,sat,sun"
-    assert cron_days("0-7") == "*"
-    with pytest.raises(ScheduleError, match="backwards"):
-        cron_days("5-2")
-    with pytest.raises(ScheduleError, match="0-7"):
-        cron_days("8")
+    def weekdays(field: str) -> set[int]:  # cron's numbers: 0 = Sunday
+        return set(parse_cron(f"0 9 * * {field}").weekdays)
+
+    assert weekdays("1-5") == {1, 2, 3, 4, 5}
+    assert weekdays("*/2") == {0, 2, 4, 6}
+    assert weekdays("0,6") == {0, 6}
+    assert weekdays("5-7") == weekdays("fri-sun") == {5, 6, 0}
+    assert weekdays("0-7") == set(range(7))
+    assert weekdays("1/2") == {1, 3, 5, 0}  # from Monday to cron's 7, Sunday, as cron and cronsim read it
+    with pytest.raises(CronError, match="backwards"):
+        parse_cron("0 9 * * 5-2")
+    with pytest.raises(CronError, match="0-7"):
+        parse_cron("0 9 * * 8")
 
 
 def test_cron_is_read_in_the_chats_time_zone() -> None:
@@ -79,7 +84,7 @@ def test_one_off_in_the_chats_zone() -> None:
         ("* * * * *", "minimum interval of 300 seconds"),
         ("*/2 * * * *", "minimum interval"),
         ("61 9 * * *", "bad cron expression"),
-        ("0 9 * * xyz", "unknown day"),
+        ("0 9 * * xyz", "day of week 'xyz' is not understood"),
         ("2020-01-01T09:00", "in the past"),
         ("tomorrow-ish", "not a schedule"),
         ("", "empty"),
