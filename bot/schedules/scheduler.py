@@ -89,13 +89,32 @@ class TaskScheduler:
         pruned = await self._store.prune_fires()
         if pruned:
             log.info("task_history_pruned", fires=pruned)
-        for task in await self._store.active():
+        for stored in await self._store.active():
+            task = await self._due_by_todays_rule(stored)
             try:
                 self.plan(task)
             except (ValueError, OverflowError) as exc:  # stored before due times were bounded: leave it unplanned
                 log.error("task_not_planned", task_id=task.id, error=str(exc))
         await self._handler.resume()
         log.info("scheduler_started", tasks=len(scheduler.get_jobs()))
+
+    async def _due_by_todays_rule(self, task: TaskRecord) -> TaskRecord:
+        """A cron task stored under an older reading of cron (both day fields had to match) can hold a next
+        due time later than its expression's first one from now: it moves back to that one."""
+        now = _at(self._clock())
+        if task.next_due_at is None or task.next_due_at <= now.timestamp():  # due or missed: the usual path
+            return task
+        try:
+            schedule = task_schedule(task, now)
+        except ScheduleError:
+            return task  # its due time pauses it with the reason
+        first = schedule.next_due(None, now) if schedule.kind is ScheduleKind.CRON else None
+        if first is None or first.timestamp() >= task.next_due_at:
+            return task
+        if not await self._store.move_due_earlier(task.id, task.next_due_at, first.timestamp()):
+            return task
+        log.info("task_due_moved_earlier", task_id=task.id, was=task.next_due_at, now_due=first.timestamp())
+        return await self._store.get(task.id) or task
 
     async def stop(self) -> None:
         scheduler, self._scheduler = self._scheduler, None

@@ -221,6 +221,18 @@ class ScheduleStore:
             )
             return cursor.rowcount == 1
 
+    async def move_due_earlier(self, task_id: str, from_due: float, to_due: float) -> bool:
+        """Move an active task's next due time from `from_due` back to `to_due`, which no fire has reached;
+        False when the task moved on meanwhile (a fire, another process)."""
+        async with self._db.write() as conn:
+            cursor = await conn.execute(
+                "UPDATE scheduled_tasks SET next_due_at = ?, updated_at = ? "
+                "WHERE id = ? AND status = 'active' AND next_due_at = ? AND ? < next_due_at "
+                "AND NOT EXISTS (SELECT 1 FROM task_fires WHERE task_id = ? AND due_at >= ?)",
+                (to_due, time.time(), task_id, from_due, to_due, task_id, to_due),
+            )
+            return cursor.rowcount == 1
+
     async def cancel_chat(self, chat_id: int, reason: str) -> int:
         """Every open task of the chat ends (its data was deleted, or the bot left it)."""
         marks = ",".join("?" * len(OPEN_TASK_STATUSES))
