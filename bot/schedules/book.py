@@ -118,7 +118,7 @@ class TaskBook:
         if await self._store.chat_kind(chat_id) == "console":
             minimum = min(minimum, CONSOLE_MIN_INTERVAL_SECONDS)
         try:
-            # In a thread: a cron that never comes due is searched for to the year 9999 (about half a second).
+            # In a thread: a cron that never comes due is searched for 100 years ahead (core/cron.py).
             parsed = await asyncio.to_thread(
                 functools.partial(
                     parse_schedule, schedule, zone, now=datetime.fromtimestamp(now, UTC), min_interval_seconds=minimum
