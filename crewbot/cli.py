@@ -189,6 +189,10 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
         parse_since(args.since)
     except ValueError as exc:
         raise StartupError(str(exc), "e.g. --since 7d, 24h or 30m") from None
+    if args.plot is not None:
+        from crewbot.stats_plot import require_pillow
+
+        require_pillow()
     configure_logging(settings.log_format.value, "WARNING", secrets_of(settings))
     return asyncio.run(show_stats(settings, args.since, args.chat, args.json, args.plot))
 

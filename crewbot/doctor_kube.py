@@ -50,7 +50,7 @@ def _reason(exc: BaseException) -> str:
 async def check_kubernetes(
     settings: Settings, runtime: ContainerRuntime | None, probe: Probe, probe_spec: ProbeSpec
 ) -> list[tuple[str, CheckResult]]:
-    from runner.kube.kube_config import KubeConfigError
+    from runner.kube.kube_errors import KubeConfigError
     from runner.service import build_runtime
 
     names = ["rbac", "container", "network"]

@@ -100,7 +100,7 @@ class ObservedSubagents:
 
 
 def subagent_runtime(settings: Settings) -> ContainerRuntime:
-    """SUBAGENT_RUNTIME's backend (runner.kube.kube_config.KubeConfigError when a cluster cannot be loaded)."""
+    """SUBAGENT_RUNTIME's backend (runner.kube.kube_errors.KubeConfigError when a cluster cannot be loaded)."""
     from runner.service import build_runtime
 
     return build_runtime(settings)

@@ -196,7 +196,7 @@ def telegram_problem(exc: BaseException, base_url: str) -> tuple[str, str] | Non
 def explain(exc: BaseException, settings: Settings | None, log_file: Path | None = None) -> str:
     """One line, `cause: fix`, for any exception that stopped start-up; secrets replaced."""
     from bot.channels.webhook import WebhookProblem
-    from runner.kube.kube_config import KubeConfigError
+    from runner.kube.kube_errors import KubeConfigError
 
     problem: tuple[str, str] | None = None
     if isinstance(exc, StartupError | WebhookProblem | KubeConfigError):

@@ -6,10 +6,12 @@ red, running in blue, queued in orange, time along the bottom (UTC).
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from crewbot.startup import StartupError
 from crewbot.usage_stats import Step
 
 PLOT_WIDTH_PX = 1000
@@ -21,15 +23,24 @@ LINE_WIDTH_PX = 2
 TIME_FORMAT = "%Y-%m-%d %H:%M UTC"
 
 
-class PlotUnavailable(Exception):
-    """Pillow is not installed: `pip install 'crewbot[plot]'`."""
+class PlotUnavailable(StartupError):
+    """Pillow is not installed: one line naming the extra."""
+
+    def __init__(self) -> None:
+        super().__init__("--plot needs the plot extra (Pillow)", "pip install 'crewbot[plot]'")
+
+
+def require_pillow() -> None:
+    """Before any work: PlotUnavailable when Pillow is not installed."""
+    if importlib.util.find_spec("PIL") is None:
+        raise PlotUnavailable
 
 
 def draw(steps: Sequence[Step], start: float, end: float, path: Path) -> None:
     try:
         from PIL import Image, ImageDraw
     except ImportError as exc:
-        raise PlotUnavailable("--plot needs Pillow: pip install 'crewbot[plot]' (or pillow)") from exc
+        raise PlotUnavailable from exc
     image = Image.new("RGB", (PLOT_WIDTH_PX, PLOT_HEIGHT_PX), BACKGROUND)
     pen = ImageDraw.Draw(image)
     top = max([max(s.running, s.queued, s.cap) for s in steps] + [1]) + 1

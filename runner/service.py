@@ -260,9 +260,13 @@ def build_subagent_system(
 
 def build_runtime(settings: Settings) -> ContainerRuntime:
     """SUBAGENT_RUNTIME's backend. Kubernetes' loads its configuration here (blocking, at start-up) and raises
-    runner.kube.kube_config.KubeConfigError with the line to show when it cannot."""
+    runner.kube.kube_errors.KubeConfigError with the line to show when it cannot (the kubernetes extra missing
+    too): only this backend imports the client."""
     # Threads start on demand; the cap may rise live.
     if settings.subagent_runtime == RuntimeKind.KUBERNETES:
+        from runner.kube.kube_errors import require_client
+
+        require_client()
         from runner.kube.kube_setup import kube_runtime
 
         return kube_runtime(settings, DataPaths(settings.data_dir).channel_dir, max_concurrency=MAX_SUBAGENTS_CEILING)

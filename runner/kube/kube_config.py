@@ -16,20 +16,12 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
 from core.settings import Settings
+from runner.kube.kube_errors import KubeConfigError
 
 SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"  # set by the kubelet in every pod
 DEFAULT_NAMESPACE = "default"
 MAX_NAMESPACE_FILE_BYTES = 256
-
-
-class KubeConfigError(Exception):
-    """The cluster's configuration cannot be loaded: `cause` and `fix`, shown as one line at start-up."""
-
-    def __init__(self, cause: str, fix: str) -> None:
-        super().__init__(f"{cause}: {fix}")
-        self.cause = cause
-        self.fix = fix
 
 
 @dataclass(frozen=True, slots=True)

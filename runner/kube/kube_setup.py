@@ -51,7 +51,7 @@ def kube_runtime(
     settings: Settings, channel_dir: Callable[[str], Path], *, max_concurrency: int, target: KubeTarget | None = None
 ) -> KubeRuntime:
     """Blocking when `target` is None (loads the configuration): at start-up, before the loop serves chats.
-    Raises runner.kube.kube_config.KubeConfigError with the line to show."""
+    Raises runner.kube.kube_errors.KubeConfigError with the line to show."""
     target = target or load_target(settings)
     return KubeRuntime(
         KubeCalls(target.api, target.namespace, on_close=target.close),
