@@ -117,6 +117,20 @@ def test_a_star_in_minute_or_hour_follows_the_real_clock_through_both_changes() 
     ]
 
 
+def test_a_half_hour_clock_change_is_taken_by_the_same_rules() -> None:
+    # Lord Howe Island moves its clock by 30 minutes; cronsim steps hours by 3600 s there, so it is checked here.
+    lord_howe = ZoneInfo("Australia/Lord_Howe")
+    autumn = datetime(2026, 4, 4, 13, 29, tzinfo=UTC)  # 5 April: 02:00 becomes 01:30
+    assert due_times("46 * * * *", lord_howe, autumn, 4) == [
+        "Sun 2026-04-05 00:46+1100",
+        "Sun 2026-04-05 01:46+1100",
+        "Sun 2026-04-05 01:46+1030",
+        "Sun 2026-04-05 02:46+1030",
+    ]
+    spring = datetime(2026, 10, 3, 12, tzinfo=UTC)  # 4 October: 02:00 becomes 02:30
+    assert due_times("15 2 * * *", lord_howe, spring, 2) == ["Sun 2026-10-04 02:30+1100", "Mon 2026-10-05 02:15+1100"]
+
+
 def test_the_minimum_interval_is_measured_in_real_time_across_an_autumn_change() -> None:
     # 01:00 EDT and 01:00 EST are an hour apart though the clock reads the same.
     now = datetime(2026, 11, 1, 4, 45, tzinfo=UTC)
