@@ -201,7 +201,7 @@ def cmd_image(args: argparse.Namespace) -> int:
     from runner.runtimes.image import main as image_main
 
     flags = ["--force"] if args.force else ["--if-missing"] if args.if_missing else []
-    return int(image_main(flags))
+    return int(image_main([*flags, *(["--image", args.image] if args.image else [])]))
 
 
 def _version() -> str:
@@ -306,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build.add_argument("--if-missing", action="store_true", help="do nothing when the image exists")
     build.add_argument("--force", action="store_true", help="rebuild (and refetch the tools) even when current")
+    build.add_argument(
+        "--image", default=None, metavar="NAME:TAG", help="the name to build (default crewbot-agent:latest)"
+    )
     build.set_defaults(func=cmd_image)
     return parser
 
