@@ -19,6 +19,7 @@ from tests.crewbot.cli_env import COMMAND_WAIT_SECONDS, SECRET_TOKEN, crewbot_en
 from tests.fakes.telegram_server import FakeTelegram
 
 UNREACHABLE = "http://127.0.0.1:9/bot"  # the discard port: nothing listens there
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_failure(tmp_path: Path, data_dir: Path | None = None, *, command: str = "run", **settings: str) -> str:
@@ -105,6 +106,27 @@ def test_a_database_newer_than_the_code(tmp_path: Path, command: str) -> None:
 
     assert "crewbot.sqlite3 cannot be used (it is at schema version 9999, newer than this crewbot's latest (" in line
     assert line.endswith("run the crewbot version that last used it (or a newer one), or restore a backup made before")
+
+
+def test_a_database_older_than_the_code_that_cannot_be_migrated(tmp_path: Path) -> None:
+    """Its next migration fails (here: the column it adds is already there): one line naming the file and the
+    versions, and the database left at its version."""
+    data_dir = tmp_path / "data"
+    assert run_crewbot(["migrate"], crewbot_env(data_dir), tmp_path).returncode == 0
+    with sqlite3.connect(data_dir / "crewbot.sqlite3") as conn:
+        latest = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        conn.execute(f"PRAGMA user_version = {latest - 1}")
+    newest = sorted((ROOT / "core" / "store" / "migrations").glob("*.sql"))[-1].name
+
+    line = start_failure(tmp_path, data_dir)
+
+    assert (
+        f"crewbot.sqlite3 cannot be upgraded (migration {newest} (schema version {latest - 1} to {latest}) failed"
+        in line
+    )
+    assert line.endswith("restore a backup, or move it aside")
+    with sqlite3.connect(data_dir / "crewbot.sqlite3") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == latest - 1
 
 
 @pytest.mark.parametrize(
