@@ -1,8 +1,9 @@
 """The follow-up allowance race (part of `--only hostile`): how far racing subagent calls overshoot their chat's
 daily allowance when the host adds the chat's follow-ups to each.
 
-The real LlmProxy with the real Allowances on SQLite, the scripted FakeLLM as the provider (tests/fakes), which
-bills each call the most it can cost: a token a byte of its text as UTF-8, and its whole output cap. Two races
+The real LlmProxy with the real Allowances on SQLite (tests/runner/allowance_rig.py), the scripted FakeLLM as
+the provider (tests/fakes), which bills each call the most it can cost: a token a byte of its text as UTF-8,
+and its whole output cap. Two races
 per round, each on a fresh store against a chat allowance of 50,000 tokens: 16 tiny calls of one run at once
 (its connection cap; the review's race) and 50 calls of five runs (ten each). Each with the review's follow-ups
 (ten of 2,000 characters, the chat's `send` to the run, added by the host to every call) and, as the baseline
@@ -21,15 +22,11 @@ from typing import Any
 
 from bench.common import BenchContext
 from bench.report import Measure, Row
-from core.allowances import Allowances, tokens_of_bytes
-from core.settings import load_settings
-from core.store.spend import SpendStore
-from core.stores import Stores
-from runner.channel.llm_allowance import Payer, ProxyAllowance
-from runner.channel.llm_policy import RequestPolicy
-from runner.channel.llm_proxy import LlmProxy
+from core.allowances import tokens_of_bytes
+from runner.channel.llm_allowance import Payer
 from tests.fakes.llm_server import FakeLLM, openai_text
-from tests.runner.llm_proxy_helpers import API_KEY, CHAT, MODEL, Gate, Sink, fake_openai, post
+from tests.runner.allowance_rig import proxied
+from tests.runner.llm_proxy_helpers import API_KEY, CHAT, post
 
 NAME = "hostile"
 ALLOWANCE_TOKENS = 50_000
@@ -49,34 +46,14 @@ async def _billed(body: dict[str, Any]) -> dict[str, Any]:
 
 async def race(work_dir: Path, runs: int, calls: int, followups: list[str]) -> dict[str, float]:
     """One race on a fresh store: the overshoot in tokens and in calls (of the largest admitted call)."""
-    stores = await Stores.open(load_settings(DATA_DIR=str(work_dir)))
-    settings = load_settings(DATA_DIR=str(work_dir), CHAT_DAILY_TOKENS=str(ALLOWANCE_TOKENS))
-    allowances = Allowances(settings, SpendStore(stores.db))
-    gate = Gate(notes=list(followups))
     async with FakeLLM(api_key=API_KEY) as llm:
         llm.openai.handle_with(_billed)
-        upstream = fake_openai(llm)
-        proxy = LlmProxy(
-            upstream,
-            gate,
-            Sink(),
-            policy=RequestPolicy(upstream.provider, MODEL, allow_provider_tools=False),
-            max_tokens_per_run=10_000_000,
-            allowance=ProxyAllowance(allowances),
-        )
-        try:
-            sockets = []
-            for number in range(runs):
-                run_id = f"run-race-{number:02d}"
-                gate.live.add(run_id)
-                sockets.append(work_dir / f"{number}.sock")
-                await proxy.open_run(run_id, sockets[-1], payer=Payer.of_run(CHAT_ID, None))
+        async with proxied(work_dir, llm, CHAT_DAILY_TOKENS=str(ALLOWANCE_TOKENS)) as made:
+            made.gate.notes.extend(followups)
+            sockets = [await made.open(f"run-race-{n:02d}", Payer.of_run(CHAT_ID, None)) for n in range(runs)]
             await asyncio.gather(*(post(sockets[n % runs], "/v1/chat/completions", ASK) for n in range(runs * calls)))
             forwarded = llm.requests("/v1/chat/completions")
-            used = (await allowances.status(CHAT_ID)).used
-        finally:
-            await proxy.close()
-            await stores.db.close()
+            used = (await made.allowances.status(CHAT_ID)).used
     one_call = max(tokens_of_bytes(len(json.dumps(call.body, ensure_ascii=False))) + MAX_TOKENS for call in forwarded)
     overshoot = max(0, used - ALLOWANCE_TOKENS)
     return {"admitted": len(forwarded), "overshoot": overshoot, "calls": overshoot / one_call}

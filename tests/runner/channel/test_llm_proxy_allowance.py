@@ -8,12 +8,8 @@ import asyncio
 import json
 import random
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
@@ -21,74 +17,23 @@ import structlog
 
 from bot.schedules.firing import TASK_TURN_PREFIX
 from container.protocol import TaskSpec
-from core.allowances import Allowances, tokens_of_bytes
-from core.settings import load_settings
-from core.store.spend import SCHEDULED_TURN_PREFIX, SpendKind, SpendStore, run_spend_kind
-from core.stores import Stores
+from core.allowances import tokens_of_bytes
+from core.store.spend import SCHEDULED_TURN_PREFIX, SpendKind, run_spend_kind
 from runner.channel.conversation_limits import ConversationLimits
-from runner.channel.llm_allowance import ALLOWANCE_ERROR, Payer, ProxyAllowance
-from runner.channel.llm_policy import RequestPolicy
-from runner.channel.llm_proxy import LlmProxy
+from runner.channel.llm_allowance import ALLOWANCE_ERROR, Payer
 from runner.channel.model_step import StepFailed, make_step
 from runner.channel.run_endpoint import EXTRA_MODEL_STEPS
-from runner.lifecycle.metrics import RunMetrics
 from tests.fakes.faults import Fault
 from tests.fakes.llm_server import FakeLLM, openai_text
-from tests.runner.llm_proxy_helpers import API_KEY, CHAT, MODEL, PLENTY, Gate, Sink, fake_openai, post
+from tests.runner.allowance_rig import allowances_on, proxied
+from tests.runner.llm_proxy_helpers import API_KEY, CHAT, MODEL, post
 
 CHAT_ID, OTHER_CHAT_ID = -100, -200
-DAY = "2026-11-26"
 MAX_TOKENS = 40  # each call's output cap
 ASK = {**CHAT, "max_tokens": MAX_TOKENS}
 FORWARDED = {**ASK, "model": MODEL}  # ASK as the provider gets it (the model pinned)
 INPUT_HOLD = tokens_of_bytes(len(json.dumps(FORWARDED).encode()))  # held for what is forwarded: a token a byte
 ESTIMATE = INPUT_HOLD + MAX_TOKENS  # a call's whole reservation
-NOON = datetime.fromisoformat(f"{DAY}T12:00").replace(tzinfo=ZoneInfo("UTC")).timestamp()
-
-
-@dataclass
-class Told:
-    """on_spent: the runs the manager was told to stop, with the reason."""
-
-    runs: list[tuple[str, str]] = field(default_factory=list)
-
-    def __call__(self, run_id: str, reason: str) -> None:
-        self.runs.append((run_id, reason))
-
-
-@dataclass
-class Proxied:
-    proxy: LlmProxy
-    allowances: Allowances
-    spend: SpendStore
-    stores: Stores
-    metrics: RunMetrics
-    told: Told
-    gate: Gate
-    tmp_path: Path
-
-    async def open(self, run_id: str, payer: Payer | None) -> Path:
-        self.gate.live.add(run_id)
-        socket = self.tmp_path / f"{run_id}.sock"
-        await self.proxy.open_run(run_id, socket, payer=payer)
-        return socket
-
-    async def rows(self) -> dict[tuple[int, SpendKind], tuple[int, int, int, int]]:
-        return {
-            (row.chat_id, row.kind): (
-                row.spend.input_tokens,
-                row.spend.output_tokens,
-                row.spend.calls,
-                row.spend.estimated_calls,
-            )
-            for row in await self.spend.rows(DAY)
-        }
-
-    def counted(self, kind: SpendKind, direction: str) -> float:
-        value = self.metrics.registry.get_sample_value(
-            "crewbot_llm_tokens_total", {"kind": kind.value, "direction": direction}
-        )
-        return value or 0.0
 
 
 @pytest.fixture
@@ -96,34 +41,6 @@ async def fake_llm() -> AsyncIterator[FakeLLM]:
     async with FakeLLM(api_key=API_KEY) as llm:
         llm.openai.handle_with(lambda body: openai_text("done", prompt_tokens=10, completion_tokens=5))
         yield llm
-
-
-def allowances_on(stores: Stores, **settings: str) -> Allowances:
-    """The allowances as the bot builds them, at noon on DAY."""
-    return Allowances(load_settings(DATA_DIR="unused", **settings), SpendStore(stores.db), clock=lambda: NOON)
-
-
-@asynccontextmanager
-async def proxied(tmp_path: Path, llm: FakeLLM, **settings: str) -> AsyncIterator[Proxied]:
-    """A proxy whose calls reserve against allowances on real SQLite; `settings` set the allowances."""
-    stores = await Stores.open(load_settings(DATA_DIR=str(tmp_path / "data")))
-    allowances = allowances_on(stores, **settings)
-    metrics, told, gate = RunMetrics(), Told(), Gate()
-    upstream = fake_openai(llm)
-    proxy = LlmProxy(
-        upstream,
-        gate,
-        Sink(),
-        policy=RequestPolicy(upstream.provider, MODEL, allow_provider_tools=False),
-        max_tokens_per_run=PLENTY,
-        gate_poll_seconds=0.05,
-        allowance=ProxyAllowance(allowances, counter=metrics, on_spent=told),
-    )
-    try:
-        yield Proxied(proxy, allowances, SpendStore(stores.db), stores, metrics, told, gate, tmp_path)
-    finally:
-        await proxy.close()
-        await stores.db.close()
 
 
 async def test_a_runs_calls_are_counted_under_its_chat_and_kind(tmp_path: Path, fake_llm: FakeLLM) -> None:
