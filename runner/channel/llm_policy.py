@@ -9,7 +9,7 @@ the proxy can log it. It is pure: no I/O, and the caller's payload is never modi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,23 +232,31 @@ def _is_one_of(name: object, names: set[str]) -> bool:
     return isinstance(name, str) and name in names  # a hostile name may be a list: unhashable
 
 
-def _fetches_by_reference(value: object) -> bool:
-    """True if any part makes the provider fetch a URL or read a stored file (iterative: nesting is hostile too)."""
+def objects(value: object, skip: Callable[[dict[str, Any]], bool] = lambda _: False) -> Iterator[dict[str, Any]]:
+    """Every JSON object in `value`, at any depth, but inside those `skip` says to pass over (iterative: nesting is
+    hostile too)."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, list):
             stack.extend(item)
         elif isinstance(item, dict):
-            source, image = item.get("source"), item.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            if (
-                "file_id" in item
-                or (isinstance(source, dict) and source.get("type") in ("url", "file"))
-                or (image is not None and not (isinstance(url, str) and url.startswith("data:")))
-            ):
-                return True
-            stack.extend(item.values())
+            yield item
+            if not skip(item):
+                stack.extend(item.values())
+
+
+def _fetches_by_reference(value: object) -> bool:
+    """True if any part makes the provider fetch a URL or read a stored file."""
+    for item in objects(value):
+        source, image = item.get("source"), item.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        if (
+            "file_id" in item
+            or (isinstance(source, dict) and source.get("type") in ("url", "file"))
+            or (image is not None and not (isinstance(url, str) and url.startswith("data:")))
+        ):
+            return True
     return False
 
 

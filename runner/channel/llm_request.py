@@ -21,6 +21,7 @@ from runner.channel.llm_policy import (
     MAX_REQUEST_VALUES,
     RequestPolicy,
     Sanitized,
+    objects,
     parse_body,
     with_followups,
 )
@@ -98,23 +99,15 @@ def _serialized(sanitized: Sanitized, media_tokens: int) -> Forwarded:
 
 
 def _images(value: object) -> int:
-    """The image blocks in the conversation, at any depth (a tool's result may hold some); ProxyError for a block
-    whose cost cannot be bounded before it is sent. Iterative: nesting is hostile too."""
+    """The image blocks in the conversation, at any depth (a tool's result may hold some; a tool call's input is the
+    model's own arguments, not content); ProxyError for a block whose cost cannot be bounded before it is sent."""
     count = 0
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            kind = item.get("type")
-            if kind == "tool_use":
-                continue  # its input is the model's own arguments, not content
-            if kind in IMAGE_BLOCKS:
-                count += 1
-            elif kind in UNBOUNDED_BLOCKS:
-                raise ProxyError(
-                    400, INVALID_REQUEST, f"`{kind}` content is refused: its cost cannot be bounded before it is sent"
-                )
-            stack.extend(item.values())
+    for item in objects(value, skip=lambda block: block.get("type") == "tool_use"):
+        kind = item.get("type")
+        if kind in IMAGE_BLOCKS:
+            count += 1
+        elif kind in UNBOUNDED_BLOCKS:
+            raise ProxyError(
+                400, INVALID_REQUEST, f"`{kind}` content is refused: its cost cannot be bounded before it is sent"
+            )
     return count
