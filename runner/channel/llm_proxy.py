@@ -42,7 +42,7 @@ from runner.channel.llm_upstream import Call, Upstream, UpstreamConfig
 from runner.channel.llm_usage import Usage
 from runner.channel.offline_subagent import OfflineSubagentModel
 from runner.channel.proxy_error import ProxyError
-from runner.channel.request_framing import FramingRefused, RunServerLog, framing_refusal
+from runner.channel.request_framing import RunServerLog, framing_refusal, refusal_response
 from runner.channel.run_api import RunEndpoint, answer, handle_run_api
 
 # UpstreamConfig is re-exported: callers build the proxy from this module (runner/service.py).
@@ -178,7 +178,7 @@ class LlmProxy:
             shutdown_timeout=CLOSE_GRACE_SECONDS,
             lingering_time=LINGERING_SECONDS,
             auto_decompress=False,
-            logger=RunServerLog(functools.partial(self._malformed, run)),
+            logger=RunServerLog(functools.partial(self._invalid, run, 400)),
         )
         await runner.setup()
         try:
@@ -224,7 +224,8 @@ class LlmProxy:
         run = request.app[_RUN_KEY]
         refused = framing_refusal(request)
         if refused is not None:
-            return self._misframed(run, request, refused)
+            self._invalid(run, refused.status, refused.reason)
+            return refusal_response(request, refused.status, refused.reason)
         # Up to 16 connections each with a body of megabytes: what a run's bodies hold on the host at once is
         # bounded, refused unread past it (a body of unknown length counts as the largest).
         size = self._declared_size(request)
@@ -243,18 +244,12 @@ class LlmProxy:
         # body has a Content-Length here (runner/channel/request_framing.py).
         return min(request.content_length or 0, max(self._max_body_bytes, MAX_STEP_BYTES))
 
-    def _malformed(self, run: _Run, reason: str) -> None:
+    def _invalid(self, run: _Run, status: int, reason: str) -> None:
+        """A request neither our client nor our SDK sends: it counts against the run (logged there)."""
         if run.endpoint is not None:
-            run.endpoint.invalid(400, reason)  # logged there
+            run.endpoint.invalid(status, reason)
         else:
-            self._log.warning("run_request_malformed", run_id=run.run_id, reason=reason)
-
-    def _misframed(self, run: _Run, request: web.Request, refused: FramingRefused) -> web.Response:
-        if run.endpoint is not None:
-            run.endpoint.invalid(refused.status, refused.reason)  # neither our client nor our SDK frames it so
-        if request.path.startswith(RUN_API_PREFIX):
-            return answer(refused.status, False, refused.reason)
-        return ProxyError(refused.status, INVALID_REQUEST, refused.reason).response()
+            self._log.warning("run_request_invalid", run_id=run.run_id, status=status, reason=reason)
 
     def _too_much_at_once(self, run: _Run, request: web.Request) -> web.Response:
         reason = f"run {run.run_id} has {self._max_bytes_in_flight} bytes of requests in flight already"
@@ -292,8 +287,10 @@ class LlmProxy:
             run.reserved += cap
             if cap < forwarded.output_cap:
                 forwarded = await asyncio.to_thread(llm_request.recapped, self._policy, forwarded, cap)
-        except ProxyError as exc:
-            run.reserved -= held + cap
+        except BaseException as exc:
+            run.reserved -= held + cap  # whatever ended it (a cancel too): nothing stays held
+            if not isinstance(exc, ProxyError):
+                raise
             if exc.error_type == INVALID_REQUEST and run.endpoint is not None:
                 run.endpoint.invalid(exc.status, exc.message)  # the host's own SDK never sends one
             self._calls.call(run.run_id, request.path, exc.status, None, started, error=exc.error_type)
@@ -319,9 +316,9 @@ class LlmProxy:
     async def _call(
         self, run: _Run, request: web.Request, target: str, forwarded: Forwarded, started: float, call: Call
     ) -> web.StreamResponse:
-        answer = self._upstream.answer(request, target, forwarded.payload, forwarded.data, call)
+        answering = self._upstream.answer(request, target, forwarded.payload, forwarded.data, call)
         try:
-            response = await self._guarded(run, answer)
+            response = await self._guarded(run, answering)
         except (_RunClosed, ProxyError) as exc:
             error = exc if isinstance(exc, ProxyError) else _closed_error(run.run_id)
             await self._record(run, call.usage)

@@ -18,6 +18,11 @@ from typing import Any
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from container.protocol import RUN_API_PREFIX
+from runner.channel.channel_answers import answer
+from runner.channel.llm_policy import INVALID_REQUEST
+from runner.channel.proxy_error import ProxyError
+
 MAX_SHOWN_CHARS = 100  # of aiohttp's reason for refusing a head: it may quote the head
 NO_ENCODING_STATUS = 415  # RFC 9110: a content coding the server does not take
 LENGTH_REQUIRED_STATUS = 411
@@ -27,6 +32,13 @@ LENGTH_REQUIRED_STATUS = 411
 class FramingRefused:
     status: int
     reason: str
+
+
+def refusal_response(request: web.Request, status: int, reason: str) -> web.Response:
+    """A refusal in the shape its path's client reads: the run API's answer, or the provider's error for the SDK."""
+    if request.path.startswith(RUN_API_PREFIX):
+        return answer(status, False, reason)
+    return ProxyError(status, INVALID_REQUEST, reason).response()
 
 
 def framing_refusal(request: web.Request) -> FramingRefused | None:
