@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import pydantic_core
+from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -33,6 +34,10 @@ _CLOSES = {ord("]"): ord("["), ord("}"): ord("{")}
 
 class BodyRefused(ValueError):
     """The body is over a cap or not what it should be; the message says which, without echoing it."""
+
+
+class BodyTooLarge(Exception):
+    """The body is over its byte limit (declared so, or shown by its bytes)."""
 
 
 class ShapeScanner:
@@ -104,6 +109,27 @@ class ShapeScanner:
                 raise BodyRefused("not JSON: its brackets do not match")
         if len(self._open) > MAX_DEPTH_PASSES:
             raise BodyRefused(f"nested more than {MAX_DEPTH_PASSES} levels deep")
+
+
+async def read_measured(request: web.Request, limit: int, max_values: int) -> bytes:
+    """The body, measured as it arrives: BodyTooLarge past `limit` bytes (a declared length past it: unread),
+    BodyRefused at the first piece that shows it over `max_values` or nested too deeply, unread beyond."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge
+    scanner = ShapeScanner(max_values)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        # At most one byte past the limit: that byte is how a body longer than its declared length shows itself.
+        chunk = await request.content.read(min(SCAN_PIECE_BYTES, limit + 1 - size))
+        if not chunk:
+            scanner.finish()
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        scanner.feed(chunk)
+        chunks.append(chunk)
 
 
 def check_shape(body: bytes, max_values: int) -> None:

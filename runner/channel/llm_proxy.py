@@ -227,7 +227,7 @@ class LlmProxy:
             self._invalid(run, refused.status, refused.reason)
             return refusal_response(request, refused.status, refused.reason)
         # Up to 16 connections each with a body of megabytes: what a run's bodies hold on the host at once is
-        # bounded, refused unread past it (a body of unknown length counts as the largest).
+        # bounded, refused unread past it.
         size = self._declared_size(request)
         if run.bytes_in_flight + size > self._max_bytes_in_flight:
             return self._too_much_at_once(run, request)

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from runner.channel.bounded_json import BodyRefused, ShapeScanner
+from runner.channel.bounded_json import BodyRefused, BodyTooLarge, read_measured
 from runner.channel.llm_policy import (
     INVALID_REQUEST,
     MAX_REQUEST_VALUES,
@@ -28,7 +28,6 @@ from runner.channel.llm_policy import (
 from runner.channel.llm_upstream import Upstream
 from runner.channel.proxy_error import ProxyError
 
-READ_CHUNK_BYTES = 64 * 1024
 # An image's bytes do not bound what it is billed (a 304-byte PNG of 1092x1092 is billed about 1,600 tokens): each
 # is held at the most a provider bills one, after its own resizing (Anthropic about 1,600; OpenAI's patch-based
 # models up to about 3,800).
@@ -59,23 +58,12 @@ class Forwarded:
 async def read_body(request: web.Request, max_body_bytes: int) -> bytes:
     """The body, measured as it arrives (runner/channel/bounded_json.py): one over the caps is refused at the
     first piece that shows it, unread beyond."""
-    too_large = ProxyError(413, "request_too_large", f"request body is over {max_body_bytes} bytes")
-    if request.content_length is not None and request.content_length > max_body_bytes:
-        raise too_large
-    scanner = ShapeScanner(MAX_REQUEST_VALUES)
-    chunks: list[bytes] = []
-    size = 0
     try:
-        async for chunk in request.content.iter_chunked(READ_CHUNK_BYTES):
-            size += len(chunk)
-            if size > max_body_bytes:
-                raise too_large
-            scanner.feed(chunk)
-            chunks.append(chunk)
-        scanner.finish()
+        return await read_measured(request, max_body_bytes, MAX_REQUEST_VALUES)
+    except BodyTooLarge:
+        raise ProxyError(413, "request_too_large", f"request body is over {max_body_bytes} bytes") from None
     except BodyRefused as exc:
         raise ProxyError(400, INVALID_REQUEST, f"request body refused: {exc}") from None
-    return b"".join(chunks)
 
 
 def prepared(

@@ -30,18 +30,17 @@ from container.protocol import (
     TaskSpec,
 )
 from runner.channel import bounded_json
-from runner.channel.bounded_json import BodyRefused, ShapeScanner
+from runner.channel.bounded_json import BodyRefused, BodyTooLarge
 from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused, answer
 from runner.channel.conversation_limits import ConversationLimits
 from runner.channel.file_transfer import FileEndpoint, receive_file, serve_offered
 from runner.channel.workspace_desk import handle_workspace
 
 # The refusal and the answer live in runner/channel/channel_answers.py; most users import them from here.
-__all__ = ["INVALID_STATUS", "READ_CHUNK_BYTES", "ChannelRefused", "RunEndpoint", "answer", "handle_run_api"]
+__all__ = ["INVALID_STATUS", "ChannelRefused", "RunEndpoint", "answer", "handle_run_api"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
-READ_CHUNK_BYTES = 64 * 1024
 # A progress message or a result is a handful of fields: a body with more values than this is not one.
 MAX_SMALL_BODY_VALUES = 64
 MAX_SHOWN_CHARS = 100  # what a refusal echoes of the request (path, method, field name): the container chose it
@@ -121,24 +120,10 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
 async def _read(endpoint: RunEndpoint, request: web.Request, limit: int, max_values: int, what: str) -> bytes:
     """The body, measured as it arrives: one over `limit` bytes is refused (413), one over `max_values` JSON
     values or nested too deeply (400, counted against the run) at the first piece that shows it, unread beyond."""
-    too_large = ChannelRefused(413, f"the body is over the limit of {limit} bytes")
-    if request.content_length is not None and request.content_length > limit:
-        raise too_large
-    scanner = ShapeScanner(max_values)
-    chunks: list[bytes] = []
-    size = 0
     try:
-        while True:
-            # At most one byte past the limit: that byte is how an over-limit body without a length shows itself.
-            chunk = await request.content.read(min(READ_CHUNK_BYTES, limit + 1 - size))
-            if not chunk:
-                scanner.finish()
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            scanner.feed(chunk)
-            chunks.append(chunk)
+        return await bounded_json.read_measured(request, limit, max_values)
+    except BodyTooLarge:
+        raise ChannelRefused(413, f"the body is over the limit of {limit} bytes") from None
     except BodyRefused as exc:
         reason = f"not a valid {what}: {exc}"
         endpoint.invalid(INVALID_STATUS, reason)
