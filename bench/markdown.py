@@ -1,17 +1,15 @@
 """Replies' Markdown to Telegram HTML: the product's converter (pyromark's CommonMark parser and the small renderer
-in bot/channels/formatting.py) against the old hand-written one (bench/markdown_old.py, the old baseline, kept
-there only), on the same answers in the same run, interleaved.
+in bot/channels/formatting.py) on the same answers in the same run, interleaved with pulldown-cmark's parsing alone.
 
 - A 4,000-character answer (exactly) as a model writes one: headings, paragraphs with bold, italic,
   strikethrough, inline code and links, an ordered list with a nested bullet list, a quote, a Python and a shell
   code block, and `<`, `>`, `&` in text and code: `markdown_to_telegram_html` on it.
 - A 12,000-character answer of the same kind as the Telegram channel sends it: split into parts at 3,796 UTF-16
-  units (`TelegramChannel.split`: the limit less its margin) and each part to HTML; the splitter now asks the
-  parser where the code blocks are, the old one read fences with a regex.
-Each sample is a batch of BATCH conversions (the batch's time / BATCH), the two arms alternating which goes first.
-Before any timing, every part's HTML from both arms is parsed by the fake Bot API's parser (tdlib's rules, as
-Telegram parses it): the product's must be accepted, and what users see of it must fit Telegram's limit.
-The issue's goal: the 4,000-character answer in at most 2× the old converter's time (p50).
+  units (`TelegramChannel.split`: the limit less its margin) and each part to HTML; the splitter asks the
+  parser where the code blocks are.
+Each sample is a batch of BATCH conversions (the batch's time / BATCH), the arms alternating which goes first.
+Before any timing, every part's HTML is parsed by the fake Bot API's parser (tdlib's rules, as Telegram parses
+it): it must be accepted, and what users see of it must fit Telegram's limit.
 """
 
 from __future__ import annotations
@@ -22,13 +20,11 @@ from collections.abc import Callable
 
 import pyromark
 
-from bench import markdown_old
 from bench.common import BenchContext, ms
 from bench.report import Measure, Row
 from bot.channels import formatting
 from bot.channels.telegram import SPLIT_MARGIN_UNITS
 from tests.fakes.telegram_html import parse_html
-from tests.fakes.telegram_parsed import EntityParseError
 
 NAME = "markdown"
 ANSWER_CHARS = 4_000
@@ -36,7 +32,6 @@ LONG_ANSWER_CHARS = 12_000
 PART_LIMIT_UNITS = formatting.TELEGRAM_MESSAGE_LIMIT_UNITS - SPLIT_MARGIN_UNITS
 BATCH = 10
 WARMUP_ROUNDS = 50
-OLD_LABEL = "the old hand-written converter (regexes), same round"
 
 _SECTION = """## Step {n}: the gateway's health check
 
@@ -82,12 +77,8 @@ def answer(chars: int) -> str:
     return text
 
 
-def _new_send(text: str) -> list[str]:
+def _send(text: str) -> list[str]:
     return [formatting.markdown_to_telegram_html(part) for part in formatting.split_message(text, PART_LIMIT_UNITS)]
-
-
-def _old_send(text: str) -> list[str]:
-    return [markdown_old.markdown_to_telegram_html(part) for part in markdown_old.split_message(text, PART_LIMIT_UNITS)]
 
 
 def _parse_only(text: str) -> object:
@@ -102,20 +93,15 @@ def _batch(convert: Convert, text: str) -> float:
     return ms(time.perf_counter() - started) / BATCH
 
 
-def _check(ctx: BenchContext, label: str, parts: list[str], *, product: bool) -> None:
-    """Every part parses as Telegram parses it; note what users see and the entities Telegram makes."""
+def _check(ctx: BenchContext, label: str, parts: list[str]) -> None:
+    """Every part parses as Telegram parses it (tests/fakes/telegram_html.py raises if not); note what users see
+    and the entities Telegram makes."""
     seen, entities = [], 0
     for part in parts:
-        try:
-            parsed = parse_html(part)
-        except EntityParseError as exc:
-            if product:
-                raise
-            ctx.note(f"{label}: Telegram would refuse a part: {exc}")
-            return
+        parsed = parse_html(part)
         seen.append(len(parsed.text))
         entities += len(parsed.entities)
-    if product and max(seen) > formatting.TELEGRAM_MESSAGE_LIMIT_UNITS:
+    if max(seen) > formatting.TELEGRAM_MESSAGE_LIMIT_UNITS:
         raise RuntimeError(f"{label}: a part shows {max(seen)} characters, over Telegram's limit")
     html = sum(len(part) for part in parts)
     ctx.note(f"{label}: {len(parts)} part(s), {html:,} characters of HTML, {sum(seen):,} shown, {entities} entities")
@@ -129,16 +115,12 @@ async def run(ctx: BenchContext) -> list[Row]:
         f"{short.count(chr(10))} lines; the long one: {len(long):,} characters; {BATCH} conversions per sample, "
         f"{rounds} rounds after {WARMUP_ROUNDS} warm-up, the arms alternating which goes first"
     )
-    _check(ctx, "4,000 characters, product", [formatting.markdown_to_telegram_html(short)], product=True)
-    _check(ctx, "4,000 characters, old", [markdown_old.markdown_to_telegram_html(short)], product=False)
-    _check(ctx, "12,000 characters, product", _new_send(long), product=True)
-    _check(ctx, "12,000 characters, old", _old_send(long), product=False)
+    _check(ctx, "4,000 characters", [formatting.markdown_to_telegram_html(short)])
+    _check(ctx, "12,000 characters", _send(long))
 
     arms: dict[str, tuple[Convert, str]] = {
-        "new": (formatting.markdown_to_telegram_html, short),
-        "old": (markdown_old.markdown_to_telegram_html, short),
-        "new_long": (_new_send, long),
-        "old_long": (_old_send, long),
+        "answer": (formatting.markdown_to_telegram_html, short),
+        "sent": (_send, long),
         "parse": (_parse_only, short),
     }
     times: dict[str, list[float]] = {key: [] for key in arms}
@@ -154,19 +136,15 @@ async def run(ctx: BenchContext) -> list[Row]:
     return [
         Row(
             NAME,
-            "a 4,000-character answer to Telegram HTML: pyromark + the renderer (goal ≤ 2×)",
+            "a 4,000-character answer to Telegram HTML: pyromark + the renderer",
             "ms",
-            measure["new"],
-            OLD_LABEL,
-            measure["old"],
+            measure["answer"],
         ),
         Row(
             NAME,
             "a 12,000-character answer as sent: split at 3,796 units (fences by the parser), each part to HTML",
             "ms",
-            measure["new_long"],
-            "the old splitter (a fence regex) and converter, same round",
-            measure["old_long"],
+            measure["sent"],
         ),
         Row(
             NAME,
