@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from container.inbox import Inbox
 from container.task import Egress, Task
+from container.text import one_line
 from container.tool_specs import ArgumentsInvalid, ToolSpec, tool_specs
 from container.tools import Toolbox, ToolFailed
 
@@ -97,7 +98,7 @@ def describe_egress(egress: Egress) -> str:
         reach = "any public address"
         refused = "local and private addresses are refused"
     else:
-        entries = [_one_line(entry)[:SHOWN_ENTRY_CHARS] for entry in egress.allow[:SHOWN_ALLOW_ENTRIES]]
+        entries = [one_line(entry, SHOWN_ENTRY_CHARS) for entry in egress.allow[:SHOWN_ALLOW_ENTRIES]]
         more = len(egress.allow) - len(entries)
         shown = ", ".join(entry for entry in entries if entry) or "none"
         reach = f"only these hosts: {shown}{f' and {more} more' if more > 0 else ''}"
@@ -113,10 +114,6 @@ def _megabytes(size_bytes: int) -> str:
     if megabytes >= 1 or size_bytes == 0:
         return f"{megabytes:.1f}".removesuffix(".0") + " MB"
     return f"{max(1, round(size_bytes / 1024))} KB"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 async def run_agent(

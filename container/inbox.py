@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import stat
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from container.channel import ChannelRefused
 from container.contract import INBOX_DIR
 from container.file_names import numbered, unique_names
 from container.task import OfferedFile, Task
+from container.text import one_line
 
 INBOX_MODE = 0o755
 FILE_MODE = 0o644  # the agent's commands read it; the run's uid owns it either way
@@ -38,7 +38,6 @@ TEMP_PREFIX = ".inbox-"  # safe names never start with a dot, so a temp name nev
 MAX_NUMBER = 100  # `name (2)` .. `name (100)`: past that, a run planted too many directories to bother
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
 class FileFetcher(Protocol):
@@ -69,7 +68,7 @@ class Inbox:
         heading = f"Files from the chat, in {self.path}/:" if self.files else "Files from the chat:"
         lines = [heading]
         lines += [f"- {file.name} ({_details(file)})" for file in self.files]
-        lines += [f"- {_one_line(note).removeprefix('- ')}" for note in self.notes]
+        lines += [f"- {one_line(note).removeprefix('- ')}" for note in self.notes]
         lines.append("To send a file from the workspace back to the chat, call send_file(path, caption).")
         return "\n".join(lines)
 
@@ -178,7 +177,7 @@ def _kind(dir_fd: int, name: str) -> str | None:
 
 def _details(file: InboxFile) -> str:
     size = _size(file.size_bytes)
-    return f"{size}, {_one_line(file.mime_type)}" if file.mime_type else size
+    return f"{size}, {one_line(file.mime_type)}" if file.mime_type else size
 
 
 def _size(size_bytes: int) -> str:
@@ -191,9 +190,4 @@ def _size(size_bytes: int) -> str:
 
 def _why(exc: BaseException) -> str:
     text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return _one_line(text) or type(exc).__name__
-
-
-def _one_line(text: str) -> str:
-    """Host text as one line of the task text: a line break in it must not start a line of its own."""
-    return _CONTROL.sub(" ", text).strip()
+    return one_line(text) or type(exc).__name__

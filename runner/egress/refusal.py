@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
+from container.text import one_line
+
 MAX_REASON_CHARS = 300
 
 BAD_REQUEST = 400  # malformed: not a proxy request the door can read
@@ -26,19 +28,14 @@ class Refused(Exception):
     def __init__(self, status: int, reason: str, detail: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
-        self.reason = one_line(reason)
-        self.detail = self.reason if detail is None else one_line(detail)
-
-
-def one_line(text: str) -> str:
-    """The text on one printable line, bounded: it goes into an HTTP body, an event or a log line."""
-    flat = "".join(char if char.isprintable() else " " for char in text)
-    return flat[:MAX_REASON_CHARS]
+        # Each goes into an HTTP body, an event or a log line.
+        self.reason = one_line(reason, MAX_REASON_CHARS)
+        self.detail = self.reason if detail is None else one_line(detail, MAX_REASON_CHARS)
 
 
 def answer(status: int, reason: str) -> bytes:
     """A complete HTTP/1.1 response that closes the connection, its body the reason."""
-    body = (one_line(reason) + "\n").encode()
+    body = (one_line(reason, MAX_REASON_CHARS) + "\n").encode()
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
         "Content-Type: text/plain; charset=utf-8\r\n"

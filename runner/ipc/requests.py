@@ -28,6 +28,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from container.protocol import IPC_TASKS_DIR, SpawnRequest, write_json_atomic
+from container.text import one_line
 
 TASKS_DIR = IPC_TASKS_DIR  # the only entry a chat folder should hold
 ERRORS_DIR = "errors"
@@ -339,10 +340,6 @@ def remove_if_same(dir_fd: int, name: str, expected: os.stat_result) -> bool:
     return True
 
 
-def one_line(reason: str) -> str:
-    return " ".join(printable(reason).split())[:MAX_REASON_CHARS]
-
-
 def quarantine_name(folder: str, name: str, now: float) -> str:
     """`<UTC timestamp>-<folder>-<name>`, reduced to characters that are safe anywhere."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1_000_000):06d}Z"
@@ -378,5 +375,5 @@ def quarantine(
             dir_fd=errors_fd,
         )
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(one_line(reason) + "\n")
+            handle.write(one_line(printable(reason), MAX_REASON_CHARS) + "\n")
     return errors_dir(ipc_root) / dest

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from container.text import one_line
 from runner.runtimes.image_base import DEBIAN_MIRROR
 from runner.runtimes.image_tools import APT_SETTING, PIP_SETTING, ImageTools, ToolsError
 
@@ -240,22 +241,17 @@ def _pip_reason(output: str) -> str:
     text = (final or errors or _last_lines(output))[0]
     if final or "from versions: none" in text:
         text += " (only wheels are used, built for the image's Python and platform)"
-    return _one_line(text)
+    return one_line(text, MAX_REASON_CHARS)
 
 
 def _apt_reason(output: str) -> str:
     errors = [line.removeprefix("E: ").strip() for line in output.splitlines() if line.startswith("E: ")]
-    return _one_line("; ".join(dict.fromkeys(errors)) if errors else _last_lines(output)[0])
+    return one_line("; ".join(dict.fromkeys(errors)) if errors else _last_lines(output)[0], MAX_REASON_CHARS)
 
 
 def _last_lines(output: str) -> list[str]:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     return [lines[-1] if lines else "no output"]
-
-
-def _one_line(text: str) -> str:
-    words = " ".join(text.split())
-    return words if len(words) <= MAX_REASON_CHARS else words[: MAX_REASON_CHARS - 1] + "…"
 
 
 def _fresh(folder: Path) -> Path:

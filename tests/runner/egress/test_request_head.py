@@ -193,5 +193,5 @@ async def test_a_head_cut_short_is_unfinished() -> None:
 def test_a_refusal_answer_is_one_short_line_of_text() -> None:
     raw = answer(403, "no\r\nX-Injected: yes")
     assert raw.startswith(b"HTTP/1.1 403 Forbidden\r\n")
-    assert raw.count(b"\r\n") == 5 and raw.endswith(b"no  X-Injected: yes\n")
+    assert raw.count(b"\r\n") == 5 and raw.endswith(b"no X-Injected: yes\n")
     assert b"Connection: close" in raw
