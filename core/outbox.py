@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core.backoff import backoff_seconds
 from core.logging import get_logger
 from core.store.outbox import OutboxRow, OutboxStore, OutgoingFile
 
@@ -24,12 +25,6 @@ FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 300.0
 MAX_ATTEMPTS = 20  # about an hour of retries at the longest backoff before a message is given up
 IDLE_CHECK_SECONDS = 30.0  # the dispatcher looks for due rows at least this often (a safety net: sends wake it)
-
-
-def backoff_seconds(attempts: int, retry_after_seconds: float | None) -> float:
-    if retry_after_seconds is not None:
-        return max(retry_after_seconds, FIRST_RETRY_SECONDS)
-    return float(min(FIRST_RETRY_SECONDS * 2 ** (attempts - 1), MAX_RETRY_SECONDS))
 
 
 class DeliveryError(Exception):
@@ -159,7 +154,12 @@ class Outbox:
                 log.error("delivery_given_up", chat_id=row.chat_id, outbox_id=row.id, error=str(exc))
                 await self._store.give_up(row.id, str(exc))
                 return True  # later rows of the chat may still go out
-            delay = backoff_seconds(attempts, exc.retry_after_seconds)
+            delay = backoff_seconds(
+                attempts,
+                first_seconds=FIRST_RETRY_SECONDS,
+                max_seconds=MAX_RETRY_SECONDS,
+                retry_after_seconds=exc.retry_after_seconds,
+            )
             log.warning("delivery_retry", chat_id=row.chat_id, outbox_id=row.id, in_seconds=delay, error=str(exc))
             await self._store.retry_later(row.id, attempts, self._clock() + delay, str(exc))
             return False

@@ -23,6 +23,7 @@ from telegram import Bot, Update
 from telegram.error import Conflict, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
+from core.backoff import backoff_seconds
 from core.logging import get_logger
 
 log = get_logger(__name__)
@@ -34,8 +35,8 @@ UNREADABLE_KEY = "crewbot_unreadable"  # a stand-in update carries why the real 
 MAX_ERROR_CHARS = 300  # of an unreadable update's error, as logged
 
 
-def _next_backoff(current: float) -> float:
-    return min(current * 2, MAX_BACKOFF_SECONDS)
+def _backoff(failures: int) -> float:
+    return backoff_seconds(failures, first_seconds=FIRST_BACKOFF_SECONDS, max_seconds=MAX_BACKOFF_SECONDS)
 
 
 class ReadableUpdatesRequest(HTTPXRequest):
@@ -99,7 +100,7 @@ class Poller:
         self._offset: int | None = None
 
     async def run(self) -> None:
-        backoff = FIRST_BACKOFF_SECONDS
+        failures = 0
         while True:
             try:
                 updates = await self._bot.get_updates(
@@ -113,17 +114,19 @@ class Poller:
                 raise
             except (NetworkError, Conflict, TelegramError) as exc:
                 # Telegram or the network is down, or another instance polls with this token: wait, go on.
-                log.warning("polling_failed", error=str(exc), error_type=type(exc).__name__, retry_in=backoff)
-                await asyncio.sleep(backoff)
-                backoff = _next_backoff(backoff)
+                failures += 1
+                delay = _backoff(failures)
+                log.warning("polling_failed", error=str(exc), error_type=type(exc).__name__, retry_in=delay)
+                await asyncio.sleep(delay)
                 continue
             except Exception:
                 # A reply that is no list of updates at all (each update's own faults are stood in for).
-                log.exception("polling_failed_unexpectedly", retry_in=backoff)
-                await asyncio.sleep(backoff)
-                backoff = _next_backoff(backoff)
+                failures += 1
+                delay = _backoff(failures)
+                log.exception("polling_failed_unexpectedly", retry_in=delay)
+                await asyncio.sleep(delay)
                 continue
-            backoff = FIRST_BACKOFF_SECONDS
+            failures = 0
             for update in updates:
                 unreadable = update.api_kwargs.get(UNREADABLE_KEY)
                 if unreadable is None:
@@ -134,16 +137,17 @@ class Poller:
                 self._offset = update.update_id + 1
 
     async def _handle_until_stored(self, update: Update) -> None:
-        backoff = FIRST_BACKOFF_SECONDS
+        failures = 0
         while True:
             try:
                 await self._handle(update)
                 return
             except STORAGE_ERRORS as exc:
                 # Not acknowledged: the same update is tried again, and nothing after it overtakes it.
-                log.error("update_not_stored", update_id=update.update_id, error=str(exc), retry_in=backoff)
-                await asyncio.sleep(backoff)
-                backoff = _next_backoff(backoff)
+                failures += 1
+                delay = _backoff(failures)
+                log.error("update_not_stored", update_id=update.update_id, error=str(exc), retry_in=delay)
+                await asyncio.sleep(delay)
             except Exception:
                 # A bug on one odd update must not wedge the chat: log it with the update and move on.
                 log.exception("update_handler_failed", update_id=update.update_id)

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from bot.ports.spawner import AllowanceRefused, Spawner, SpawnRefused
+from core.backoff import backoff_seconds
 from core.logging import get_logger
 from core.store.schedules import PENDING_FIRES, Fire, FireStatus, ScheduleStore, TaskMode, TaskRecord, TaskStatus
 from core.store.spend import SCHEDULED_TURN_PREFIX
@@ -42,10 +43,6 @@ class Notifier(Protocol):
 
 class Unplanner(Protocol):
     def unplan(self, task_id: str) -> None: ...
-
-
-def backoff_seconds(failures: int) -> float:
-    return min(BACKOFF_BASE_SECONDS * 2.0 ** max(failures - 1, 0), BACKOFF_MAX_SECONDS)
 
 
 class TaskFiring:
@@ -173,7 +170,8 @@ class TaskFiring:
 
     async def _count_failure(self, task: TaskRecord, why: str) -> None:
         failures = await self._store.record_outcome(task.id, failed=True)
-        await self._store.set_backoff(task.id, self._clock() + backoff_seconds(failures))
+        delay = backoff_seconds(failures, first_seconds=BACKOFF_BASE_SECONDS, max_seconds=BACKOFF_MAX_SECONDS)
+        await self._store.set_backoff(task.id, self._clock() + delay)
         log.info("task_failed", task_id=task.id, failures=failures, error=why[:200])
         if failures < self._max_failures:
             return

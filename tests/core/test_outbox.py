@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.outbox import MAX_ATTEMPTS, DeliveryError, Outbox, backoff_seconds
+from core.outbox import MAX_ATTEMPTS, DeliveryError, Outbox
 from core.store.chats import ChatStore
 from core.store.db import Database
 from core.store.messages import MessageStore, NewMessage
@@ -147,12 +147,6 @@ async def test_gives_up_after_max_attempts(store: OutboxStore) -> None:
         clock.now += 10_000
         await outbox.flush(CHAT)
     assert await store.counts() == {"failed": 1}
-
-
-def test_backoff_grows_and_is_capped() -> None:
-    delays = [backoff_seconds(n, None) for n in range(1, 15)]
-    assert delays == sorted(delays) and delays[0] == 1.0 and delays[-1] == 300.0
-    assert backoff_seconds(3, 42.0) == 42.0
 
 
 async def test_what_a_crash_left_owed_is_sent_after_reopening(tmp_path: Path) -> None:
