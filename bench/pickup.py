@@ -18,7 +18,7 @@ from bench.common import BenchContext, ms, wait_event
 from bench.report import Measure, Row
 from container.protocol import SpawnRequest
 from core.store.chats import folder_for_chat
-from runner.ipc.outcome import RequestOutcome
+from runner.ipc.batch import RequestOutcome
 from runner.ipc.requests import ensure_chat_dirs, write_spawn_request
 from runner.ipc.watcher import POLL_DELAY_MS, IpcWatcher
 

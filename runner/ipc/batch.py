@@ -2,8 +2,8 @@
 
 runner/ipc/scan.py decides what to look at and keeps the per-entry state on the event loop; it calls the
 functions here in a worker thread, a batch of entries at a time. A folder of 10,000 junk files then costs
-the loop a few dozen thread hops instead of a dozen syscalls per file (DESIGN.md: "keeps the event loop
-free"). What is done here is also logged here, so the loop does not format those lines either.
+the loop a few dozen thread hops instead of a dozen syscalls per file (docs/architecture.md: "The event loop
+stays free"). What is done here is also logged here, so the loop does not format those lines either.
 
 Every function takes the directory as a descriptor opened with O_NOFOLLOW (see runner/ipc/requests.py) and never
 raises for one entry's trouble: each entry's fate comes back as an `EntryResult`, in the order given.
@@ -17,13 +17,12 @@ import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from container.protocol import SpawnRequest
 from core.logging import get_logger
-from runner.ipc.outcome import RequestOutcome
 from runner.ipc.requests import (
     TASKS_DIR,
     Action,
@@ -54,6 +53,13 @@ MAX_LOGGED_PER_BATCH = 10
 MAX_REASONS_SUMMARISED = 5
 
 log = get_logger(__name__)
+
+
+class RequestOutcome(StrEnum):
+    """What a spawn-request handler tells the IPC watcher."""
+
+    ACCEPTED = "accepted"  # recorded (queued, rejected or cancelled): delete the file
+    DUPLICATE = "duplicate"  # this request id was processed before: quarantine the file with that reason
 
 
 class Outcome(Enum):

@@ -29,6 +29,7 @@ from runner.ipc.batch import (
     DirContext,
     EntryResult,
     Outcome,
+    RequestOutcome,
     dispose_strays,
     in_thread,
     open_in_thread,
@@ -39,7 +40,6 @@ from runner.ipc.batch import (
     settle_handled,
     survey,
 )
-from runner.ipc.outcome import RequestOutcome
 from runner.ipc.requests import ERRORS_DIR, ROOT_LABEL, TASKS_DIR, list_dir, open_dir_fd, printable, valid_folder_name
 
 FolderResolver = Callable[[str], Awaitable[int | None]]

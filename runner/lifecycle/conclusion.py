@@ -20,12 +20,35 @@ from core.store.chats import Chat
 from core.store.run_files import Direction, RunFileStore
 from core.store.runs import RunStatus, RunStore
 from runner.channel.run_endpoint import MAX_INVALID_REQUESTS
-from runner.lifecycle.releases import Releases
+from runner.lifecycle.manager_ports import TypingHolder
 from runner.runs.live_runs import LiveRun, StopReason
 from runner.runs.outcome import SUBAGENT_SENDER, files_sent_line, outcome_body, subagent_content
 from runner.storage.run_files import RunFiles
 
 log = get_logger(__name__)
+
+
+class Releases:
+    """A run's two releases: its hold on the chat's typing indicator, and its outcome closing its channel."""
+
+    def __init__(self, typing: TypingHolder) -> None:
+        self._typing = typing
+
+    def release(self, live: LiveRun) -> None:
+        """The run has its outcome: its channel closes to it, and its hold on the chat's typing goes, once."""
+        if live.released:
+            return
+        live.released = True
+        self.release_typing(live)
+
+    def release_typing(self, live: LiveRun) -> None:
+        """Only its hold on the chat's typing indicator, once: the chat has its result, its container may
+        still be exiting."""
+        if live.typing_released:
+            return
+        live.typing_released = True
+        if not live.recovering:  # a run on hold from an earlier process never acquired it
+            self._typing.release(live.chat_id)
 
 
 class Conclusion:

@@ -20,13 +20,12 @@ from core.logging import get_logger
 from core.settings import Settings
 from core.store.chats import Chat
 from core.store.runs import DuplicateRun, RunRecord, RunStatus
-from runner.ipc.outcome import RequestOutcome
+from runner.ipc.batch import RequestOutcome
 from runner.lifecycle.admission import Admission, record_request
-from runner.lifecycle.conclusion import Conclusion
+from runner.lifecycle.conclusion import Conclusion, Releases
 from runner.lifecycle.container_spec import run_container_spec
 from runner.lifecycle.manager_ports import RunChannels, RunStores, TypingHolder
 from runner.lifecycle.rejections import Refusals
-from runner.lifecycle.releases import Releases
 from runner.lifecycle.run_accounting import RunAccounting
 from runner.lifecycle.run_doors import RunDoors
 from runner.lifecycle.run_opening import RunOpener

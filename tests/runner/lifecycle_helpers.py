@@ -23,7 +23,7 @@ from core.store.chats import Chat
 from core.store.spend import SpendStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
-from runner.ipc.outcome import RequestOutcome
+from runner.ipc.batch import RequestOutcome
 from runner.kube.job_spec import JobOptions
 from runner.kube.kube_runtime import KubeRuntime
 from runner.runtimes.runtime import ContainerRuntime

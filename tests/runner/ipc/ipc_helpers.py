@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from container.protocol import SpawnRequest
-from runner.ipc.outcome import RequestOutcome
+from runner.ipc.batch import RequestOutcome
 from runner.ipc.requests import ERRORS_DIR, REASON_SUFFIX
 from runner.ipc.watcher import IpcWatcher
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from container.protocol import SpawnRequest
-from runner.ipc.outcome import RequestOutcome
+from runner.ipc.batch import RequestOutcome
 from runner.ipc.requests import ERRORS_DIR, REASON_SUFFIX, TEMP_PREFIX, ensure_chat_dirs
 from runner.ipc.watcher import IpcWatcher
 from tests.runner.ipc.ipc_helpers import left_in, until

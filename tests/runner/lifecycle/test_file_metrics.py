@@ -19,7 +19,7 @@ from core.stores import Stores
 from runner.channel.channel_answers import ChannelRefused
 from runner.channel.run_endpoint import RunInbox
 from runner.channel.run_file_desk import ReceivedFile
-from runner.ipc.outcome import RequestOutcome
+from runner.ipc.batch import RequestOutcome
 from runner.runtimes.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID
 from runner.storage.chat_file_cache import ChatFileCache
 from runner.storage.paths import DataPaths
