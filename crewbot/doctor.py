@@ -19,8 +19,7 @@ from core.logging import SecretRedactor
 from core.setting_runtime import RuntimeKind
 from core.settings import LLMProvider, Settings
 from core.store.db import Database
-from crewbot.doctor_probe import probe_outcome
-from crewbot.doctor_result import CheckResult, fail, render
+from crewbot.doctor_result import CheckResult, fail, probe_outcome, render
 from crewbot.startup import (
     IntegrityCheck,
     StartupError,

@@ -10,8 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from core.settings import Settings
-from crewbot.doctor_probe import probe_outcome
-from crewbot.doctor_result import CheckResult, fail
+from crewbot.doctor_result import CheckResult, fail, probe_outcome
 from runner.runtimes.runtime import ContainerRuntime, ContainerSpec
 
 CLUSTER_CHECK_SECONDS = 20.0
