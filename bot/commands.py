@@ -9,13 +9,13 @@ from typing import Protocol, runtime_checkable
 from bot.budget_command import BudgetCommand
 from bot.channels.base import Channel
 from bot.channels.inbound import InboundMessage
-from bot.config_command import config_reply
 from bot.ports.runs import RunCancels, RunInfo, when_text
 from bot.schedules.book import TaskAction, TaskBook, TaskRequestError
 from bot.turns.engine import ChatEngine
 from core.delivery import Delivery
-from core.live_config import LiveConfig
+from core.live_config import LiveConfig, parse_assignments
 from core.logging import get_logger
+from core.settings import SettingsError
 from core.store.runs import RunStatus
 
 log = get_logger(__name__)
@@ -25,6 +25,7 @@ KNOWN_COMMANDS = frozenset(
     {"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone", "config", "budget"}
 )
 MAX_LISTED_RUNS = 15
+CONFIG_USAGE = "Usage: /config (show) or /config NAME=VALUE, e.g. /config MAX_CONCURRENT_SUBAGENTS=5"
 
 
 class RunControl(RunCancels, Protocol):
@@ -255,3 +256,26 @@ class Commands:
         else:
             text = f"Run {target} had already ended ({outcome})."
         await self._reply(message, text)
+
+
+async def config_reply(config: LiveConfig, args: tuple[str, ...], changed_by: str) -> str:
+    """`/config`: the live-changeable settings; `/config NAME=VALUE` changes one, through the same validation,
+    persistence and log as `crewbot config set`; the reply is the start-up error line when it is refused. Only
+    for operators (ADMIN_USER_IDS, and the console): a chat admin runs one group, a cap is for the whole host."""
+    if not args:
+        rows = [r for r in await config.effective() if r.live]
+        lines = [f"{r.name} = {r.value} ({r.source.value})" for r in rows]
+        return "Live settings (change with /config NAME=VALUE; from the next run's start):\n" + "\n".join(lines)
+    try:
+        changes = parse_assignments(args)
+    except ValueError as exc:
+        return f"{exc}\n{CONFIG_USAGE}"
+    replies: list[str] = []
+    for name, value in changes.items():
+        try:
+            change = await config.set(name, value, changed_by)
+        except SettingsError as exc:
+            replies.extend(exc.lines)
+            break
+        replies.append(f"{change.name}: {change.old_value} -> {change.new_value} (from the next run's start)")
+    return "\n".join(replies)
