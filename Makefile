@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup engine image test-deps lint test test-kubernetes test-stress run bench clean
+.PHONY: setup engine image host-image test-deps lint test test-kubernetes test-stress run bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ engine:
 # changed: seconds without tools), with a local debootstrap base when no registry answers.
 image: setup engine
 	$(PY) -m runner.runtimes.image
+
+# The bot's own image, crewbot-host:latest (deploy/Dockerfile.host), on the subagent image's base: its wheels
+# are built here into deploy/wheels first (a minute or two), so the image build needs no package index.
+host-image: setup engine
+	$(PY) scripts/host_image.py
 
 # What the tests need besides the engine and the image (a static busybox for the Docker runtime tests).
 test-deps:
@@ -65,5 +70,10 @@ run: setup
 bench: image
 	$(PY) -m bench
 
+# The documentation site from docs/ into site/ (mkdocs.yml), the settings reference regenerated from the model first.
+docs: setup
+	$(PY) -m crewbot.settings_reference
+	$(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build site .mypy_cache .ruff_cache .pytest_cache

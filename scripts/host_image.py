@@ -1,0 +1,158 @@
+"""`make host-image`: the bot's own image, crewbot-host:latest (deploy/Dockerfile.host), on the subagent image's
+base as runner/runtimes/image_base.py picks it (python:3.11-slim-bookworm where a registry answers, else
+crewbot-base:bookworm, made with debootstrap once).
+
+Every wheel crewbot needs, the kubernetes extra included, is built on this host into ROOT/deploy/wheels first,
+so the image build itself needs no package index and runs without a network. Prints the build's time and size.
+
+    python scripts/host_image.py [--tag crewbot-host:latest] [--root DIR] [--base-image IMAGE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from runner.runtimes.image_base import BaseImageError, ensure_base_image
+
+DEFAULT_TAG = "crewbot-host:latest"
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = "deploy/Dockerfile.host"
+WHEELS_DIR = "deploy/wheels"
+EXTRAS = "kubernetes"  # the same image runs the bot in a cluster (deploy/kubernetes/bot.yaml)
+LABEL_BASE_IMAGE = "crewbot.host.base"
+LABEL_INSTALL_STAGE = "crewbot.host.install-stage"  # Dockerfile.host's first stage, one value per build
+# A build step can be silent for minutes on a busy machine (pip installing ~60 wheels); the connection waits.
+DOCKER_API_TIMEOUT_SECONDS = 1_800
+WHEELS_TIMEOUT_SECONDS = 900
+# The base's python3 (bookworm's and the official image's): compiled wheels built by another Python do not fit.
+BASE_PYTHON = (3, 11)
+
+
+class HostImageError(Exception):
+    """The image could not be built; the message says which step failed and why."""
+
+
+def build_wheels(root: Path, log: Callable[[str], None]) -> Path:
+    """crewbot and its dependencies as wheels in ROOT/deploy/wheels (emptied first: no stale versions)."""
+    if sys.version_info[:2] != BASE_PYTHON:
+        wanted = ".".join(map(str, BASE_PYTHON))
+        raise HostImageError(
+            f"this is Python {sys.version.split()[0]}, the image's is {wanted}: their compiled wheels differ; "
+            f"run this script with a Python {wanted} (`make clean host-image PYTHON=python{wanted}` makes .venv with one)"
+        )
+    wheels = root / WHEELS_DIR
+    shutil.rmtree(wheels, ignore_errors=True)
+    log(f"host image: building wheels into {wheels}")
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), f".[{EXTRAS}]"]
+    try:
+        done = subprocess.run(
+            command, cwd=root, capture_output=True, text=True, timeout=WHEELS_TIMEOUT_SECONDS, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HostImageError(f"pip wheel could not run: {exc}") from exc
+    if done.returncode != 0:
+        raise HostImageError(f"pip wheel failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return wheels
+
+
+def build_image(root: Path, tag: str, base: str, log: Callable[[str], None]) -> None:
+    """`docker build` of deploy/Dockerfile.host with BASE_IMAGE=base, no network (the wheels are in the context);
+    the install stage's image, which the classic builder leaves untagged (300 MB), is removed after."""
+    stage = secrets.token_hex(8)
+    client = docker.from_env(timeout=DOCKER_API_TIMEOUT_SECONDS)
+    try:
+        events = client.api.build(
+            path=str(root),
+            dockerfile=DOCKERFILE,
+            tag=tag,
+            buildargs={"BASE_IMAGE": base, "STAGE_LABEL": stage},
+            labels={LABEL_BASE_IMAGE: base},
+            network_mode="none",
+            pull=False,
+            rm=True,
+            forcerm=True,
+            decode=True,
+        )
+        for event in events:
+            if "error" in event:
+                raise HostImageError(f"docker build of {tag} failed: {str(event['error']).strip()}")
+            for line in str(event.get("stream", "")).splitlines():
+                if line.strip():
+                    log(f"  build: {line.rstrip()}")
+    except docker.errors.DockerException as exc:
+        raise HostImageError(f"docker build of {tag} failed: {_short(exc)}") from exc
+    finally:
+        for image in client.images.list(filters={"label": f"{LABEL_INSTALL_STAGE}={stage}"}):
+            with contextlib.suppress(docker.errors.APIError):  # BuildKit keeps no stage images: none is found
+                client.images.remove(image.id)
+        client.close()
+
+
+def image_size_bytes(tag: str) -> int:
+    client = docker.from_env()
+    try:
+        return int(client.images.get(tag).attrs.get("Size") or 0)
+    finally:
+        client.close()
+
+
+def base_image(requested: str | None, log: Callable[[str], None]) -> str:
+    client: Any = docker.from_env(timeout=DOCKER_API_TIMEOUT_SECONDS)
+    try:
+        return ensure_base_image(client, log, requested=requested)
+    except BaseImageError as exc:
+        raise HostImageError(str(exc)) from exc
+    except docker.errors.DockerException as exc:
+        raise HostImageError(f"Docker engine not reachable ({_short(exc)}); start it: `make engine`") from exc
+    finally:
+        client.close()
+
+
+def _short(exc: BaseException) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc).strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/host_image.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tag", default=DEFAULT_TAG, help=f"image name (default {DEFAULT_TAG})")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the sources to build from (default: this checkout)")
+    parser.add_argument("--base-image", default=None, help="base image (default: the subagent image's)")
+    args = parser.parse_args(argv)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    started = time.monotonic()
+    try:
+        base = base_image(args.base_image, log)
+        build_wheels(args.root.resolve(), log)
+        wheels_done = time.monotonic()
+        log(f"host image: wheels built after {wheels_done - started:.1f} s; building {args.tag} on {base}")
+        build_image(args.root.resolve(), args.tag, base, log)
+        size = image_size_bytes(args.tag)
+    except HostImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finished = time.monotonic()
+    log(
+        f"host image: {args.tag} on {base} built after {finished - started:.1f} s "
+        f"(wheels {wheels_done - started:.1f} s, image {finished - wheels_done:.1f} s; {size / 1_000_000:.0f} MB)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
