@@ -7,11 +7,10 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from bot.agent.abilities import subagent_abilities
 from bot.agent.announce import Announcer
 from bot.agent.deps import SubagentDesk
-from bot.agent.llm import build_main_model
-from bot.agent.main_agent import MainAgent
+from bot.agent.main_agent import MainAgent, build_main_model
+from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
 from bot.card_presses import CardPresses

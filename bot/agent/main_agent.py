@@ -1,4 +1,5 @@
-"""One main-agent turn: prompt from the store, the LLM with the spawn tool, the reply stored and sent."""
+"""One main-agent turn: prompt from the store, the LLM with the spawn tool, the reply stored and sent; and the
+main agent's pydantic-ai model built from settings (openai-compatible, anthropic, or offline)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from bot.turns.engine import Turn
 from core.allowances import Allowances, AllowanceSpent, spent_line
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.settings import LLMProvider, Settings
 from core.store.messages import MessageStore, StoredMessage
 from core.store.spend import SpendKind
 
@@ -24,12 +26,39 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-__all__ = ["APOLOGY", "MainAgent", "TurnDeps"]
+__all__ = ["APOLOGY", "LLM_MAX_RETRIES", "MainAgent", "TurnDeps", "build_main_model"]
 
 APOLOGY = "Sorry, I could not answer just now (the language model did not respond). Please try again."
 # An announcement turn refused for the allowance before it took its runs: they are told at the next turn let in.
 UNANNOUNCED = "A subagent run has finished meanwhile: /subagents shows it, and I will tell you more when I can."
 FINISHED = "Subagent runs have finished meanwhile: /subagents shows them."  # refused after taking them
+LLM_MAX_RETRIES = 3  # 429s and 5xx are retried this often, with the SDK's backoff (honouring retry-after)
+
+
+def build_main_model(settings: Settings) -> Model:
+    """Called on the main agent's first turn, not at start."""
+    # Each provider's SDK is imported only when it is the configured one: the anthropic SDK alone is
+    # about 3,000 modules and 50 MiB of the process, which a bot on another provider never uses.
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    model_name = settings.llm_model or ""
+    if settings.llm_provider is LLMProvider.OPENAI:
+        from openai import AsyncOpenAI
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        # A local OpenAI-compatible server may need no key; the client insists on some string.
+        client = AsyncOpenAI(base_url=settings.llm_base_url, api_key=key or "not-needed", max_retries=LLM_MAX_RETRIES)
+        return OpenAIChatModel(model_name, provider=OpenAIProvider(openai_client=client))
+    if settings.llm_provider is LLMProvider.ANTHROPIC:
+        from anthropic import AsyncAnthropic
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        anthropic = AsyncAnthropic(api_key=key, base_url=settings.llm_base_url, max_retries=LLM_MAX_RETRIES)
+        return AnthropicModel(model_name, provider=AnthropicProvider(anthropic_client=anthropic))
+    from bot.agent.offline import offline_main_model
+
+    return offline_main_model(settings.assistant_name)
 
 
 def turn_askers(window: Sequence[StoredMessage], answered_up_to: int | None) -> tuple[int | None, ...]:

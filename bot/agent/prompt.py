@@ -1,4 +1,5 @@
-"""The main agent's prompt: instructions plus a bounded window of the chat's stored messages."""
+"""The main agent's prompt: instructions plus a bounded window of the chat's stored messages, and what subagents
+can do here."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from container.file_names import safe_file_name
+from core.egress_rules import EgressMode
+from core.settings import Settings
 from core.store.chat_files import ChatFile, size_text
 from core.store.messages import MessageStore, StoredMessage
 
@@ -14,6 +17,7 @@ LATEST_MARKER = "Latest message, from "
 _NOT_MIME = re.compile(r"[^A-Za-z0-9.+/_-]")
 REPLIED_FILE_NOTE = "(It replies to a message with "
 MAX_MESSAGE_CHARS_IN_PROMPT = 4000  # one huge message must not crowd out the rest of the window
+MAX_HOSTS_SHOWN = 20  # of SUBAGENT_EGRESS_ALLOW, in the abilities
 
 
 def instructions_for(assistant_name: str, can_spawn: bool, can_schedule: bool = False) -> str:
@@ -105,3 +109,31 @@ async def _replied_file(messages: MessageStore, latest: StoredMessage) -> ChatFi
         return None
     replied = await messages.by_platform_id(latest.chat_id, latest.reply_to)
     return replied.file if replied is not None else None
+
+
+def subagent_abilities(settings: Settings) -> str:
+    """What subagents can do here: which hosts they reach through the egress door and which tools their image
+    has. Read at every turn: the egress settings change on the running bot, and a promise of a fetch that will
+    be refused is worse than no promise."""
+    mode = settings.subagent_egress
+    if mode is EgressMode.NONE:
+        web = "Subagents have no network: they cannot fetch web pages or packages; do not offer that."
+    elif mode is EgressMode.OPEN:
+        web = "Subagents can reach any public web address over HTTP(S) (curl, pip, git work)."
+    else:
+        hosts = settings.subagent_egress_allow
+        shown = ", ".join(hosts[:MAX_HOSTS_SHOWN]) + (
+            f" and {len(hosts) - MAX_HOSTS_SHOWN} more" if len(hosts) > MAX_HOSTS_SHOWN else ""
+        )
+        web = (
+            f"Subagents can reach only these hosts over HTTP(S): {shown}; any other is refused."
+            if hosts
+            else "Subagents' web access allows no host yet: every fetch is refused."
+        )
+    tools = [*settings.subagent_image_packages, *settings.subagent_image_apt]
+    image = (
+        f"Their image has Python's standard library, bash and: {', '.join(tools)}."
+        if tools
+        else "Their image has Python's standard library and bash's basic commands, no other packages."
+    )
+    return f"{web} {image}"

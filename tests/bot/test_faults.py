@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic_ai.models import override_allow_model_requests
 
-from bot.agent.llm import LLM_MAX_RETRIES
-from bot.agent.main_agent import APOLOGY
+from bot.agent.main_agent import APOLOGY, LLM_MAX_RETRIES
 from bot.agent.prompt import LATEST_MARKER
 from core.store.messages import MessageStore
 from tests.fakes.faults import Fault

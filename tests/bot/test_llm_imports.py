@@ -10,7 +10,7 @@ import pytest
 
 PROBE = """
 import json, sys
-from bot.agent.llm import build_main_model
+from bot.agent.main_agent import build_main_model
 from core.settings import load_settings
 import crewbot.app, crewbot.serve, crewbot.cli
 build_main_model(load_settings(LLM_PROVIDER=sys.argv[1], LLM_API_KEY="k", LLM_MODEL="m", ALLOWED_CHAT_IDS="1"))

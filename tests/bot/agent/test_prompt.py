@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.agent.abilities import subagent_abilities
+from bot.agent.prompt import subagent_abilities
 from core.settings import load_settings
 
 
