@@ -1,5 +1,5 @@
 """The files under deploy/ agree with the code: the dashboard queries only series the bot exports, the
-unit and the host image start `crewbot run` with metrics on, and every README-promised file exists."""
+unit and the host image start `crewbot run` with metrics on, and every file the docs promise exists."""
 
 from __future__ import annotations
 
@@ -66,10 +66,10 @@ def test_the_host_image_runs_the_bot_with_the_engine_socket_and_a_health_check()
     assert "/healthz" in text and "HEALTHCHECK" in text
 
 
-def test_the_readme_points_at_every_deploy_file() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_point_at_every_deploy_file() -> None:
+    docs = "".join(path.read_text(encoding="utf-8") for path in sorted((ROOT / "docs").glob("*.md")))
     for path in sorted(DEPLOY.iterdir()):
-        assert f"deploy/{path.name}" in readme
+        assert f"deploy/{path.name}" in docs
 
 
 def copy_sources(dockerfile: Path) -> list[str]:

@@ -1,5 +1,5 @@
 """Help lists every command on its own line; an announcement replies to nothing rather than to an unrelated
-message; the README names every live setting."""
+message; docs/operating.md names every live setting."""
 
 from __future__ import annotations
 
@@ -50,10 +50,10 @@ async def test_an_announcement_does_not_reply_to_an_unrelated_later_message(tmp_
     assert answered == [None], answered
 
 
-def test_the_readme_names_every_live_setting_where_it_lists_them() -> None:
+def test_the_operating_page_names_every_live_setting_where_it_lists_them() -> None:
     from core.live_config import LIVE_SETTINGS
     from tests.test_docs import ROOT
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Changing settings on the running bot", 1)[1].split("\n\n", 2)[1]
+    page = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
+    section = page.split("## Changing settings on the running bot", 1)[1].split("\n\n", 2)[1]
     assert [name for name in LIVE_SETTINGS if f"`{name}`" not in section] == []
