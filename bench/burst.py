@@ -13,7 +13,7 @@ Reported per scenario: the most containers of these chats the engine ever report
 every 75 ms), requests accepted / rejected / lost (lost: no run record at the end), the time from the
 first write until every accepted run had its final status, and until every accepted run's result had
 reached its chat (the fake Telegram server's record). Baseline for both times: one request alone in the
-same app, just before the burst. The cap-10 scenario (the README's goal) runs five rounds on fresh chats
+same app, just before the burst. The cap-10 scenario (docs/performance.md's goal) runs five rounds on fresh chats
 (two with --quick), each with its own lone request: both times are medians of the rounds.
 """
 

@@ -1,4 +1,4 @@
-"""Operator settings from the environment and `.env` (names and defaults as in the design's table)."""
+"""Operator settings from the environment and `.env` (docs/settings.md is their reference)."""
 
 from __future__ import annotations
 
@@ -111,13 +111,13 @@ def memory_limit_bytes(value: str, max_bytes: int = MAX_INT64) -> int:
 
 
 class Settings(RuntimeSettings):
-    """Every setting crewbot reads. `.env.example` documents each one."""
+    """Every setting crewbot reads; docs/settings.md is generated from them (crewbot/settings_reference.py)."""
 
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False)
 
     telegram_bot_token: SecretStr | None = Field(default=None, alias="TELEGRAM_BOT_TOKEN")
     telegram_api_base_url: str = Field(default=DEFAULT_TELEGRAM_API_BASE_URL, alias="TELEGRAM_API_BASE_URL")
-    # Webhook mode (README "Operating it"): Telegram POSTs updates to this public HTTPS URL; empty: long polling.
+    # Webhook mode (docs/telegram.md): Telegram POSTs updates to this public HTTPS URL; empty: long polling.
     telegram_webhook_url: WebhookUrl = Field(default=None, alias="TELEGRAM_WEBHOOK_URL")
     telegram_webhook_listen: WebhookListen = Field(default=DEFAULT_WEBHOOK_LISTEN, alias="TELEGRAM_WEBHOOK_LISTEN")
     telegram_webhook_secret: WebhookSecret = Field(None, alias="TELEGRAM_WEBHOOK_SECRET", validate_default=True)
@@ -175,7 +175,7 @@ class Settings(RuntimeSettings):
     )
     subagent_pids: int = Field(default=256, ge=MIN_SUBAGENT_PIDS, le=MAX_SUBAGENT_PIDS, alias="SUBAGENT_PIDS")
 
-    # Budgets: what one run may cause, enforced on the host (README "Security").
+    # Budgets: what one run may cause, enforced on the host (docs/security.md "How the boundary is held").
     subagent_max_tokens: int = Field(
         default=200_000, ge=MIN_SUBAGENT_MAX_TOKENS, le=MAX_SUBAGENT_MAX_TOKENS, alias="SUBAGENT_MAX_TOKENS"
     )
@@ -201,7 +201,7 @@ class Settings(RuntimeSettings):
     subagent_price_output_per_mtok: float | None = Field(
         default=None, ge=0, le=MAX_PRICE_PER_MTOK, allow_inf_nan=False, alias="SUBAGENT_PRICE_OUTPUT_PER_MTOK"
     )
-    # The web, through the door the operator controls (README "Subagents and the web"); live, for the next run.
+    # The web, through the door the operator controls (docs/files-and-web.md); live, for the next run.
     subagent_egress: EgressMode = Field(default=EgressMode.NONE, alias="SUBAGENT_EGRESS")
     subagent_egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=list, alias="SUBAGENT_EGRESS_ALLOW")
     subagent_egress_max_mb: int = Field(default=50, ge=1, le=MAX_SUBAGENT_EGRESS_MB, alias="SUBAGENT_EGRESS_MAX_MB")
@@ -234,7 +234,7 @@ class Settings(RuntimeSettings):
         default=256 * 1024, ge=MIN_IPC_MAX_FILE_BYTES, le=MAX_IPC_MAX_FILE_BYTES, alias="IPC_MAX_FILE_BYTES"
     )
 
-    # Scheduled tasks (README "Scheduled tasks").
+    # Scheduled tasks (docs/using.md "Scheduled tasks").
     timezone: str = Field(default="UTC", alias="TIMEZONE")
     schedule_min_interval_seconds: int = Field(
         default=300, ge=1, le=MAX_SCHEDULE_MIN_INTERVAL_SECONDS, alias="SCHEDULE_MIN_INTERVAL_SECONDS"

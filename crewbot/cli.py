@@ -36,7 +36,9 @@ STARTS = frozenset({"run", "console", "migrate"})  # commands whose failure mean
 EXIT_CANNOT_START = 2
 EXIT_CRASHED = 1
 EXIT_INTERRUPTED = 130
-NO_TOKEN_NOTE = "TELEGRAM_BOT_TOKEN is not set, so this is the console (README: Putting it in a Telegram group)."
+NO_TOKEN_NOTE = (
+    "TELEGRAM_BOT_TOKEN is not set, so this is the console (docs/telegram.md: Putting it in a Telegram group)."
+)
 CONSOLE_FILES_DIR = "console-files"  # under DATA_DIR: files subagents send to the console
 LOGS_TAIL_CHARS = 10_000  # `crewbot logs` shows this much of a run's output by default
 

@@ -32,7 +32,7 @@ FULL_CHECK_AT_START_MAX_BYTES = 256 * 1024 * 1024
 MAX_INTEGRITY_ERRORS = 3  # damage reports asked of SQLite: the first says enough (unbounded, it may raise instead)
 RESTORE_FIX = (
     "stop crewbot, move it aside with its -wal and -shm files, and copy your backup in its place "
-    "(README: Operating it, Restore); with no backup, moving it aside starts afresh"
+    "(docs/operating.md: Backup and restore); with no backup, moving it aside starts afresh"
 )
 
 

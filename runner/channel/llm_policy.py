@@ -1,8 +1,9 @@
 """What a subagent's LLM request may ask of the provider: one endpoint, one model, bounded output, no provider tools.
 
-A subagent's request body is hostile input (DESIGN.md "Trust boundary"): an LLM following strangers' instructions
-can ask for an expensive model, a huge output, several choices, or tools the provider runs itself (web search,
-fetch, code execution, MCP servers), which is network access despite network `none` and spend without a bound.
+A subagent's request body is hostile input (docs/security.md "The trust boundary"): an LLM following strangers'
+instructions can ask for an expensive model, a huge output, several choices, or tools the provider runs itself (web
+search, fetch, code execution, MCP servers), which is network access despite network `none` and spend without a
+bound.
 `RequestPolicy` rebuilds each body from an allow-list before the proxy forwards it, and says what it dropped so
 the proxy can log it. It is pure: no I/O, and the caller's payload is never modified.
 """

@@ -15,7 +15,7 @@ HOST_CORES = 4
 HOST_PAGES = 524_288  # 2 GiB of 4 KiB pages
 PAGE_BYTES = 4_096
 
-# The documented ranges (README's settings table): a new numeric setting must say its own.
+# The documented ranges (docs/settings.md shows the same bounds): a new numeric setting must say its own.
 RANGES = {
     "LLM_TIMEOUT_SECONDS": "a number from 1 to 3600",
     "MAX_CONCURRENT_SUBAGENTS": "a whole number from 1 to 100",

@@ -21,7 +21,8 @@ TOPIC = 77
 
 
 async def test_a_topic_of_an_upgraded_group_is_allowed_by_the_old_id(tmp_path: Path) -> None:
-    # README: "A topic is allowed by its chat's id" and "ALLOWED_CHAT_IDS may list the old id, the new one, or both".
+    # docs/telegram.md: "A topic is allowed by its chat's id" and "ALLOWED_CHAT_IDS may list the old id, the new one,
+    # or both".
     async with FakeTelegram() as tg:
         tg.add_chat(OLD_GROUP_ID, chat_type="group", title="team")
         settings = make_settings(tmp_path / "data", tg, ALLOWED_CHAT_IDS=str(OLD_GROUP_ID))

@@ -21,7 +21,7 @@ from tests.harness import make_settings
 CHAT_ID = -1001
 MESSAGES = 300  # enough rows that the messages table spans pages, its root an interior one
 DAMAGE_BYTES = 64  # a page header and its first cell pointers
-RESTORE_HINT = "copy your backup in its place (README: Operating it, Restore)"
+RESTORE_HINT = "copy your backup in its place (docs/operating.md: Backup and restore)"
 
 
 async def filled_database(path: Path) -> None:
