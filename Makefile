@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup engine image host-image test-deps lint test test-kubernetes test-stress run bench docs clean
+.PHONY: setup engine image host-image test-deps lint test test-deploy test-kubernetes test-stress run bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,12 @@ lint: setup
 	$(PY) scripts/check_module_size.py
 
 test: lint image test-deps
-	$(VENV)/bin/pytest -m "not kubernetes"
+	$(VENV)/bin/pytest -m "not kubernetes and not deploy"
+
+# Not part of `make test` (a few minutes: every wheel and an image build): the host image (deploy/Dockerfile.host)
+# built from a copy of these sources, run against this engine, a subagent run from inside it (tests/deploy/).
+test-deploy: image
+	$(VENV)/bin/pytest -m deploy
 
 # The Kubernetes backend's tests against the cluster at KUBECONFIG (skipped, saying why, without one). With the
 # test kit (../shared/kube: `export KUBECONFIG=$$(bash ../shared/kube/up.sh | tail -n1)`) the subagent image is
