@@ -49,8 +49,8 @@ def build_wheels(root: Path, log: Callable[[str], None]) -> Path:
     if sys.version_info[:2] != BASE_PYTHON:
         wanted = ".".join(map(str, BASE_PYTHON))
         raise HostImageError(
-            f"this is Python {sys.version.split()[0]}, the image's is {wanted}: their compiled wheels differ; "
-            f"run this script with a Python {wanted} (`make clean host-image PYTHON=python{wanted}` makes .venv with one)"
+            f"this is Python {sys.version.split()[0]}, the image's is {wanted}: their compiled wheels differ; run "
+            f"this script with a Python {wanted} (`make clean host-image PYTHON=python{wanted}` makes .venv with one)"
         )
     wheels = root / WHEELS_DIR
     shutil.rmtree(wheels, ignore_errors=True)
