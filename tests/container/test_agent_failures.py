@@ -102,8 +102,9 @@ async def test_missing_channel_exits_bad_task(
     paths: ContainerPaths, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The real channel retries connecting for about 30 s and the agent waits up to 15 minutes for a host
-    # that restarts; one attempt and no wait say the same.
-    monkeypatch.setattr("container.channel.CONNECT_RETRY_DELAYS_SECONDS", ())
+    # that restarts; one attempt and no wait say the same. run_main reads the delays from its own module
+    # (container/__main__.py), so that is the name to replace.
+    monkeypatch.setattr("container.__main__.CONNECT_RETRY_DELAYS_SECONDS", ())
     monkeypatch.setattr("container.channel.HOST_AWAY_SECONDS", 0.0)
 
     assert await run_main(paths) == EXIT_BAD_TASK
