@@ -100,10 +100,34 @@ def build_image(root: Path, tag: str, base: str, log: Callable[[str], None]) -> 
         client.close()
 
 
+def image_id(tag: str) -> str | None:
+    client = docker.from_env()
+    try:
+        return str(client.images.get(tag).id)
+    except docker.errors.ImageNotFound:
+        return None
+    finally:
+        client.close()
+
+
 def image_size_bytes(tag: str) -> int:
     client = docker.from_env()
     try:
         return int(client.images.get(tag).attrs.get("Size") or 0)
+    finally:
+        client.close()
+
+
+def remove_previous(previous_id: str | None, tag: str, log: Callable[[str], None]) -> None:
+    """The image the tag named before, left untagged by the new build (420 MB each); one in use stays."""
+    if previous_id is None or previous_id == image_id(tag):
+        return
+    client = docker.from_env()
+    try:
+        client.images.remove(previous_id)
+        log(f"host image: removed the previous image {previous_id[:19]}")
+    except docker.errors.APIError as exc:
+        log(f"host image: previous image {previous_id[:19]} kept ({_short(exc)})")
     finally:
         client.close()
 
@@ -141,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         build_wheels(args.root.resolve(), log)
         wheels_done = time.monotonic()
         log(f"host image: wheels built after {wheels_done - started:.1f} s; building {args.tag} on {base}")
+        previous_id = image_id(args.tag)
         build_image(args.root.resolve(), args.tag, base, log)
+        remove_previous(previous_id, args.tag, log)
         size = image_size_bytes(args.tag)
     except HostImageError as exc:
         print(f"error: {exc}", file=sys.stderr)
