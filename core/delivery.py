@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from core.outbox import Outbox
 from core.store.messages import NewMessage
 from core.store.outbox import OutboxStore, Outgoing
@@ -42,10 +44,18 @@ class Delivery:
         return False
 
     async def post_answer(
-        self, chat_id: int, content: str, *, kind: str = "reply", reply_to: int | None = None
+        self,
+        chat_id: int,
+        content: str,
+        *,
+        kind: str = "reply",
+        reply_to: int | None = None,
+        edit_ids: tuple[int, ...] = (),
     ) -> int | None:
-        """Store and send now, like `post`; the platform id of its first part if it went out now."""
-        row_id = await self._store.add(self.outgoing(chat_id, content, kind=kind, reply_to=reply_to))
+        """Store and send now, like `post`; the platform id of its first part if it went out now. With
+        `edit_ids` (a streamed answer) its parts are written into those messages, the rest sent anew."""
+        outgoing = dataclasses.replace(self.outgoing(chat_id, content, kind=kind, reply_to=reply_to), edit_ids=edit_ids)
+        row_id = await self._store.add(outgoing)
         self._outbox.track(row_id)
         await self._outbox.flush(chat_id)
         return self._outbox.take_platform_id(row_id)

@@ -13,7 +13,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from core.backoff import backoff_seconds
 from core.logging import get_logger
@@ -45,6 +45,13 @@ class DeliveryError(Exception):
         self.chat_unreachable = chat_unreachable
 
 
+class MessageGone(DeliveryError):
+    """The message to edit is not there any more (a member deleted it): the part is sent anew instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, permanent=True)
+
+
 # Told when a chat cannot be reached (chat id, the platform's reason): the owner stops the chat's work.
 UnreachableHandler = Callable[[int, str], Awaitable[None]]
 
@@ -63,6 +70,15 @@ class Sender(Protocol):
         self, chat_id: int, file: OutgoingFile, caption: str, reply_to: int | None = None
     ) -> int | None:
         """One file with its caption, as a photo or a document (`file.kind`); its platform message id."""
+
+
+@runtime_checkable
+class PartEditor(Protocol):
+    """A channel that can rewrite a part it sent (a streamed answer's final text goes into its message)."""
+
+    async def edit_part(self, chat_id: int, message_id: int, part: str) -> None:
+        """Replace the message's text and take its buttons away; "not modified" is success. Raises
+        MessageGone when the message was deleted, DeliveryError otherwise."""
 
 
 @dataclass(slots=True)
@@ -132,6 +148,12 @@ class Outbox:
         reply_to = row.reply_to if index == 0 else None
         if row.file is not None:
             return await self._channel.send_file(row.chat_id, row.file, row.text, reply_to)
+        if index < len(row.edit_ids) and isinstance(self._channel, PartEditor):
+            try:
+                await self._channel.edit_part(row.chat_id, row.edit_ids[index], parts[index])
+                return row.edit_ids[index]
+            except MessageGone:  # deleted while it was written: the answer still arrives, as a new message
+                log.info("streamed_part_gone", chat_id=row.chat_id, outbox_id=row.id, part=index)
         return await self._channel.send_part(row.chat_id, parts[index], reply_to)
 
     async def _deliver(self, row: OutboxRow) -> bool:

@@ -55,6 +55,12 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "MERGE_CANCEL_SCOPE": "On such an abort, cancel that turn's subagents (`turn`) or all of the chat's "
             "(`chat`).",
             "TYPING_INTERVAL_SECONDS": "How often *typing* is sent again while something runs for the chat.",
+            "STREAM_REPLIES": "Show the main agent's answer as it is written: one message edited as it grows "
+            "(a draft in private chats), with a Stop button. Off: the whole answer is sent at once.",
+            "STREAM_EDIT_INTERVAL_SECONDS": "The least time between two edits of one chat's growing answer; "
+            "longer when many chats stream at once (`STREAM_EDITS_PER_SECOND`).",
+            "STREAM_EDITS_PER_SECOND": "Edits of growing answers per second, all chats together (Telegram "
+            "allows a bot about 30 messages a second).",
             "SUBAGENT_RESULT_MODE": "`direct`: a finished run's result is sent as its own `[Subagent]` message; "
             "`announce`: the result (status, result, usage) is handed to the main agent as a new turn, which "
             "tells the chat in its own words or stays silent. The raw result is stored as `[Subagent]` for the "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from bot.agent.announce import Announcer
 from bot.agent.deps import SubagentDesk
+from bot.agent.live_reply import LiveReplies
 from bot.agent.main_agent import MainAgent, build_main_model
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
@@ -16,6 +17,8 @@ from bot.budget_command import BudgetCommand
 from bot.card_presses import CardPresses
 from bot.channels.base import CardChannel, Channel
 from bot.channels.buttons import PressChannel
+from bot.channels.edit_pacer import EditPacer
+from bot.channels.live_message import LiveChannel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.flood import FloodGuard
 from bot.ports.spawner import Spawner
@@ -177,6 +180,10 @@ class App:
         if subagents is not None and settings.status_card and isinstance(channel, CardChannel):
             self.cards = StatusCards(channel, RunStore(stores.db))
             subagents.watch_runs(self.cards.run_changed)
+        self.live: LiveReplies | None = None
+        if settings.stream_replies and isinstance(channel, LiveChannel):
+            pacer = EditPacer(settings.stream_edit_interval_seconds, settings.stream_edits_per_second)
+            self.live = LiveReplies(channel, pacer, self.typing, settings.assistant_name)
         self.agent = MainAgent(
             (lambda: model) if model is not None else functools.partial(build_main_model, settings),
             stores.messages,
@@ -194,6 +201,7 @@ class App:
             abilities=functools.partial(subagent_abilities, settings),
             allowances=self.allowances,
             on_tokens=count_tokens,  # the main agent's tokens in the metrics (crewbot_llm_tokens_total)
+            live=self.live,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)

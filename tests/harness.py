@@ -30,6 +30,8 @@ def make_settings(data_dir: Path, tg: FakeTelegram | None = None, **overrides: A
         "MERGE_WINDOW_SECONDS": 0,
         # Tests count the chat's messages; the card is tested on its own (tests/bot/test_status_card.py).
         "STATUS_CARD": "false",
+        # Tests count whole messages; streamed answers are tested on their own (tests/bot/agent/test_live_reply*.py).
+        "STREAM_REPLIES": "false",
         "LOG_LEVEL": "DEBUG",
     }
     if tg is not None:

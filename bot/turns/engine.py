@@ -38,6 +38,8 @@ class Turn:
     # (an announcement): the prompt holds everything, and the answer replies to nothing.
     trigger_id: int | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    abort_reason: str | None = None  # "merge" or "stop" once aborted: a streamed answer is kept or marked stopped
+    stopped_by: str | None = None  # who pressed Stop (or sent /stop), for the mark on the answer
 
     def begin_delivery(self) -> None:
         """From here on the reply goes out whole: a merge no longer aborts this turn."""
@@ -119,18 +121,23 @@ class ChatEngine:
         state = self._chats.get(chat_id)
         return state.turn if state else None
 
-    def stop_turn(self, chat_id: int) -> Turn | None:
-        """/stop: abort the in-flight turn (whatever its age) and drop what was waiting."""
+    def stop_turn(self, chat_id: int, by: str | None = None, turn_id: str | None = None) -> Turn | None:
+        """/stop or a Stop button (`turn_id`: only that turn): abort the in-flight turn (whatever its age)
+        and drop what was waiting."""
         state = self._chats.get(chat_id)
         if state is None or state.turn is None or state.turn.aborted:
             return None
+        if turn_id is not None and state.turn.id != turn_id:
+            return None
         state.pending = False
         turn = state.turn
+        turn.stopped_by = by
         self._abort(turn, reason="stop")
         return turn
 
     def _abort(self, turn: Turn, reason: str = "merge") -> None:
         turn.aborted = True
+        turn.abort_reason = reason
         if turn.task is not None:
             turn.task.cancel()
         # The cascade runs as its own task so the caller (the inbound path) never waits on Docker.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -38,6 +39,7 @@ class Outgoing:
     run_id: str | None = None  # a subagent's progress message or file: dropped if its run is cancelled first
     reply_to: int | None = None  # the platform message its first part replies to
     file: OutgoingFile | None = None  # sent as one part, with `text` as its caption
+    edit_ids: tuple[int, ...] = ()  # a streamed answer: its parts edit these platform messages, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,7 @@ class OutboxRow:
     reply_to: int | None = None
     message_id: int | None = None  # the stored copy (messages.id), if any
     file: OutgoingFile | None = None
+    edit_ids: tuple[int, ...] = ()
 
 
 async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
@@ -60,7 +63,7 @@ async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
     file = outgoing.file
     cursor = await conn.execute(
         "INSERT INTO outbox (chat_id, message_id, text, next_attempt_at, created_at, run_id, reply_to, "
-        "file_path, file_name, file_kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "file_path, file_name, file_kind, edit_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             outgoing.message.chat_id,
             message_id,
@@ -72,6 +75,7 @@ async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
             None if file is None else str(file.path),
             None if file is None else file.name,
             None if file is None else file.kind.value,
+            json.dumps(list(outgoing.edit_ids)) if outgoing.edit_ids else None,
         ),
     )
     assert cursor.lastrowid is not None
@@ -91,6 +95,7 @@ def _row(row: aiosqlite.Row) -> OutboxRow:
         file=None
         if row["file_path"] is None
         else OutgoingFile(Path(row["file_path"]), row["file_name"] or "file", SentFileKind(row["file_kind"])),
+        edit_ids=tuple(int(i) for i in json.loads(row["edit_ids"])) if row["edit_ids"] else (),
     )
 
 

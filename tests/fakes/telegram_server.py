@@ -41,7 +41,16 @@ from tests.fakes.telegram_keyboards import CallbackAnswer, CallbackQuery
 from tests.fakes.telegram_methods import BotApi
 from tests.fakes.telegram_params import ApiError, Params
 from tests.fakes.telegram_pushes import DEFAULT_USER_FIRST_NAME, DEFAULT_USER_ID, UserSide
-from tests.fakes.telegram_state import ApiCall, ChatAction, JsonDict, SentMessage, TelegramData, chat_type_for
+from tests.fakes.telegram_state import (
+    ApiCall,
+    ChatAction,
+    Draft,
+    Edit,
+    JsonDict,
+    SentMessage,
+    TelegramData,
+    chat_type_for,
+)
 from tests.fakes.telegram_webhook import WebhookSide
 from tests.fakes.waiting import Watch
 
@@ -53,6 +62,8 @@ __all__ = [
     "CallbackAnswer",
     "CallbackQuery",
     "ChatAction",
+    "Draft",
+    "Edit",
     "FakeTelegram",
     "Fault",
     "FileDownload",
@@ -288,6 +299,16 @@ class FakeTelegram(LoopbackServer, UserSide, CallbackSide, WebhookSide):
         with self._lock:
             stored = self._data.files.files.get(file_id)
             return stored.data if stored is not None else None
+
+    def edits(self, chat_id: int | None = None) -> list[Edit]:
+        """Successful editMessageText calls, in order, with their times."""
+        with self._lock:
+            return [e for e in self._data.edits if chat_id is None or e.chat_id == chat_id]
+
+    def drafts(self, chat_id: int | None = None) -> list[Draft]:
+        """Successful sendMessageDraft calls, in order, with their times."""
+        with self._lock:
+            return [d for d in self._data.drafts if chat_id is None or d.chat_id == chat_id]
 
     def chat_actions(self, chat_id: int | None = None) -> list[ChatAction]:
         with self._lock:

@@ -1,0 +1,124 @@
+"""The Telegram side of a growing answer (bot/channels/live_message.py): send it with its Stop button, edit it,
+show a draft in a private chat, and write a final part into its message (the outbox's PartEditor)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from telegram import Bot, InlineKeyboardMarkup, ReplyParameters
+from telegram.constants import ParseMode
+from telegram.error import BadRequest, TelegramError
+
+from bot.channels.base import ChatAddress, ChatDirectory
+from bot.channels.buttons import CardButton
+from bot.channels.formatting import TELEGRAM_MESSAGE_LIMIT_UNITS, markdown_to_telegram_html, utf16_len, visible_text
+from bot.channels.telegram_cards import keyboard
+from bot.channels.telegram_limits import delivery_error
+from core.logging import get_logger
+from core.outbox import MessageGone
+
+log = get_logger(__name__)
+
+_GONE_MARKERS = ("message to edit not found", "message can't be edited", "message_id_invalid")
+
+
+def _html_of(part: str) -> str | None:
+    """The part as Telegram HTML, or None when its visible text would be over the limit (sent plain)."""
+    rendered = markdown_to_telegram_html(part)
+    return rendered if utf16_len(visible_text(rendered)) <= TELEGRAM_MESSAGE_LIMIT_UNITS else None
+
+
+def _parse_refused(exc: BadRequest) -> bool:
+    reason = str(exc).lower()
+    return "parse" in reason or "entit" in reason
+
+
+async def html_or_plain(part: str, call: Callable[[str, str | None], Awaitable[Any]]) -> Any:
+    """`call(text, parse_mode)` with the HTML; again with the plain part when Telegram refuses the HTML."""
+    rendered = _html_of(part)
+    if rendered is not None:
+        try:
+            return await call(rendered, ParseMode.HTML)
+        except BadRequest as exc:
+            if not _parse_refused(exc):
+                raise
+            log.warning("html_rejected_sending_plain", error=str(exc))
+    return await call(part, None)
+
+
+class TelegramStreaming:
+    """Mixed into TelegramChannel, which gives the bot and the directory of conversations."""
+
+    _directory: ChatDirectory
+
+    def _telegram(self) -> Bot:
+        raise NotImplementedError
+
+    async def drafts_for(self, chat_id: int) -> bool:
+        address = await self._directory.address(chat_id)
+        return address.platform_chat_id > 0  # Telegram's users (private chats) have positive ids
+
+    async def send_live(self, chat_id: int, part: str, reply_to: int | None, buttons: Sequence[CardButton] = ()) -> int:
+        address = await self._directory.address(chat_id)
+        reply = None if reply_to is None else ReplyParameters(reply_to, allow_sending_without_reply=True)
+        markup = keyboard(buttons)
+
+        async def send(text: str, parse_mode: str | None) -> int:
+            sent = await self._telegram().send_message(
+                address.platform_chat_id,
+                text,
+                parse_mode=parse_mode,
+                message_thread_id=address.thread_id,
+                reply_parameters=reply,
+                reply_markup=markup,
+            )
+            return int(sent.message_id)
+
+        try:
+            return int(await html_or_plain(part, send))
+        except TelegramError as exc:
+            raise delivery_error(exc) from exc
+
+    async def edit_live(self, chat_id: int, message_id: int, part: str, buttons: Sequence[CardButton] = ()) -> None:
+        await self._edit(await self._directory.address(chat_id), message_id, part, keyboard(buttons))
+
+    async def edit_part(self, chat_id: int, message_id: int, part: str) -> None:
+        await self._edit(await self._directory.address(chat_id), message_id, part, None)
+
+    async def _edit(
+        self, address: ChatAddress, message_id: int, part: str, markup: InlineKeyboardMarkup | None
+    ) -> None:
+        async def edit(text: str, parse_mode: str | None) -> None:
+            await self._telegram().edit_message_text(
+                text,
+                chat_id=address.platform_chat_id,
+                message_id=message_id,
+                parse_mode=parse_mode,
+                reply_markup=markup,
+            )
+
+        try:
+            await html_or_plain(part, edit)
+        except BadRequest as exc:
+            reason = str(exc).lower()
+            if "not modified" in reason:
+                return  # it already shows this text
+            if any(marker in reason for marker in _GONE_MARKERS):
+                raise MessageGone(str(exc)) from exc
+            raise delivery_error(exc) from exc
+        except TelegramError as exc:
+            raise delivery_error(exc) from exc
+
+    async def send_draft(self, chat_id: int, draft_id: int, part: str) -> None:
+        address = await self._directory.address(chat_id)
+
+        async def draft(text: str, parse_mode: str | None) -> None:
+            await self._telegram().send_message_draft(
+                address.platform_chat_id, draft_id, text, message_thread_id=address.thread_id, parse_mode=parse_mode
+            )
+
+        try:
+            await html_or_plain(part, draft)
+        except TelegramError as exc:
+            raise delivery_error(exc) from exc

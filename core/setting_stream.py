@@ -1,0 +1,33 @@
+"""Streamed replies (STREAM_*): how a growing answer is shown (bot/channels/live_message.py). `Settings` takes
+these fields from `StreamSettings`, and the subagent runtime's from `RuntimeSettings` below it."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from core.setting_runtime import RuntimeSettings
+
+# Telegram answers 429 to a chat edited much faster than once a second.
+MIN_STREAM_EDIT_INTERVAL_SECONDS = 0.5
+MAX_STREAM_EDIT_INTERVAL_SECONDS = 30.0
+MAX_STREAM_EDITS_PER_SECOND = 30.0  # Telegram's documented limit of a bot's messages, all chats together
+MIN_STREAM_EDITS_PER_SECOND = 1.0
+
+
+class StreamSettings(RuntimeSettings):
+    # Replies written as they arrive: one message edited as it grows (drafts in private chats).
+    stream_replies: bool = Field(default=True, alias="STREAM_REPLIES")
+    stream_edit_interval_seconds: float = Field(
+        default=1.5,
+        ge=MIN_STREAM_EDIT_INTERVAL_SECONDS,
+        le=MAX_STREAM_EDIT_INTERVAL_SECONDS,
+        allow_inf_nan=False,
+        alias="STREAM_EDIT_INTERVAL_SECONDS",
+    )
+    stream_edits_per_second: float = Field(
+        default=20.0,
+        ge=MIN_STREAM_EDITS_PER_SECOND,
+        le=MAX_STREAM_EDITS_PER_SECOND,
+        allow_inf_nan=False,
+        alias="STREAM_EDITS_PER_SECOND",
+    )
