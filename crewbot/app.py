@@ -14,7 +14,7 @@ from bot.agent.main_agent import MainAgent, build_main_model
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
-from bot.card_presses import CardPresses
+from bot.card_presses import STOP_BUTTON, CardPresses
 from bot.channels.base import CardChannel, Channel
 from bot.channels.buttons import PressChannel
 from bot.channels.edit_pacer import EditPacer
@@ -97,6 +97,7 @@ class TurnRecorder:
         if self.runs is None:
             return
         try:
+            # /stop stops everything of the chat; a Stop button and a merge follow MERGE_CANCEL_SCOPE.
             if self._scope is CancelScope.CHAT or reason == "stop":
                 cancelled = await self.runs.cancel_chat(turn.chat_id, f"turn {turn.id} aborted ({reason})")
             else:
@@ -227,8 +228,12 @@ class App:
             delivery=self.delivery,
             flood=FloodGuard(),
             # The card's buttons (a card of before a restart too): by who asked for the run, or _is_admin.
-            presses=CardPresses(RunStore(stores.db), stores.turns, control, self._is_admin) if control else None,
+            presses=CardPresses(RunStore(stores.db), stores.turns, control, self._is_admin, stop=self._stop_pressed),
         )
+
+    def _stop_pressed(self, chat_id: int, turn_id: str, by: str) -> bool:
+        """A growing answer's Stop button: its turn, if it is still the chat's turn in flight, is stopped."""
+        return self.engine.stop_turn(chat_id, by=by, turn_id=turn_id, reason=STOP_BUTTON) is not None
 
     def _allowance_notice(self, chat_id: int, status: BudgetStatus) -> None:
         """A chat passed 80 % of its allowance (told once a day: the store keeps the day's record)."""

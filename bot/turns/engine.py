@@ -121,7 +121,9 @@ class ChatEngine:
         state = self._chats.get(chat_id)
         return state.turn if state else None
 
-    def stop_turn(self, chat_id: int, by: str | None = None, turn_id: str | None = None) -> Turn | None:
+    def stop_turn(
+        self, chat_id: int, by: str | None = None, turn_id: str | None = None, reason: str = "stop"
+    ) -> Turn | None:
         """/stop or a Stop button (`turn_id`: only that turn): abort the in-flight turn (whatever its age)
         and drop what was waiting."""
         state = self._chats.get(chat_id)
@@ -132,7 +134,7 @@ class ChatEngine:
         state.pending = False
         turn = state.turn
         turn.stopped_by = by
-        self._abort(turn, reason="stop")
+        self._abort(turn, reason=reason)
         return turn
 
     def _abort(self, turn: Turn, reason: str = "merge") -> None:
