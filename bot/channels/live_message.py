@@ -20,8 +20,9 @@ Design:
 - A merge aborts the turn as before (its task cancelled: the HTTP stream closes); the live message stays on
   screen and the next turn writes into it. A Stop (button or command) aborts the same way and leaves the
   text so far, marked as stopped and by whom, stored as the bot's message.
-- A crash: the live message is recorded (core/store/live_messages.py) until its final text is owed; a
-  record left at start is marked interrupted on screen.
+- A crash (not built yet, see the branch's report): the live message is to be recorded until its final
+  text is owed (in the outbox row's transaction); a record left at start is marked interrupted on screen
+  and its turn answered into it.
 """
 
 from __future__ import annotations

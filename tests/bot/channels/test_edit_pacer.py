@@ -1,0 +1,62 @@
+"""The edit pacer on a virtual clock: one chat's interval, and 20 chats streaming at once within the budget."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from bot.channels.edit_pacer import EditPacer
+
+
+class VirtualClock:
+    """Time that moves only when someone sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.0)
+        await asyncio.sleep(0)
+
+
+async def test_one_chat_writes_at_most_once_per_interval() -> None:
+    clock = VirtualClock()
+    pacer = EditPacer(1.5, 20.0, clock=clock, sleep=clock.sleep)
+    pacer.open(1)
+    times = []
+    for _ in range(5):
+        await pacer.wait_turn(1)
+        times.append(clock.now)
+    assert [round(b - a, 6) for a, b in itertools.pairwise(times)] == [1.5] * 4
+
+
+async def test_twenty_chats_stay_within_the_global_budget_and_each_its_interval() -> None:
+    clock = VirtualClock()
+    pacer = EditPacer(0.5, 10.0, clock=clock, sleep=clock.sleep)
+    chats = range(20)
+    for chat in chats:
+        pacer.open(chat)
+    assert pacer.interval_seconds() == 2.0  # 20 chats at 10 a second: each one every 2 s, not every 0.5 s
+    writes: list[tuple[float, int]] = []
+    for _ in range(3):
+        for chat in chats:
+            await pacer.wait_turn(chat)
+            writes.append((clock.now, chat))
+    moments = sorted(at for at, _ in writes)
+    assert all(b - a >= 0.1 - 1e-9 for a, b in itertools.pairwise(moments))  # 10 a second at most
+    for chat in chats:
+        own = [at for at, c in writes if c == chat]
+        assert all(b - a >= 2.0 - 1e-9 for a, b in itertools.pairwise(own))
+
+
+async def test_a_429_holds_the_chat_back_for_its_retry_after() -> None:
+    clock = VirtualClock()
+    pacer = EditPacer(0.5, 20.0, clock=clock, sleep=clock.sleep)
+    pacer.open(7)
+    await pacer.wait_turn(7)
+    pacer.back_off(7, 10.0)
+    await pacer.wait_turn(7)
+    assert clock.now >= 10.0
