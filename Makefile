@@ -50,15 +50,17 @@ test-deploy: image
 	$(VENV)/bin/pytest -m deploy
 
 # The Kubernetes backend's tests against the cluster at KUBECONFIG (skipped, saying why, without one). With the
-# test kit (../shared/kube: `export KUBECONFIG=$$(bash ../shared/kube/up.sh | tail -n1)`) the subagent image is
-# loaded into its node first; another cluster must be able to pull SUBAGENT_IMAGE itself.
+# test kit (../shared/kube: `export KUBECONFIG=$$(bash ../shared/kube/up.sh | tail -n1)`) the subagent image and
+# the bot's own (host-image: deploy/kubernetes runs in a pod, tests/runner/kube/test_kube_in_cluster.py) are
+# loaded into its node first; another cluster's node must have crewbot-agent:latest and crewbot-host:latest.
 KUBE_KIT ?= ../shared/kube
 test-kubernetes: image
 	@if [ -z "$$KUBECONFIG" ]; then \
 	  echo "test-kubernetes: skipped: no KUBECONFIG (start the kit: export KUBECONFIG=\$$(bash $(KUBE_KIT)/up.sh | tail -n1))"; \
 	  exit 0; fi
 	@if [ -f $(KUBE_KIT)/load-image.sh ] && [ "$$KUBECONFIG" = /var/lib/crewbot-kube/admin.kubeconfig ]; then \
-	  bash $(KUBE_KIT)/load-image.sh crewbot-agent:latest >&2; fi
+	  $(MAKE) --no-print-directory host-image \
+	  && bash $(KUBE_KIT)/load-image.sh crewbot-agent:latest crewbot-host:latest >&2; fi
 	$(VENV)/bin/pytest -m kubernetes
 
 # Not part of `make test`: the Docker tests ROUNDS times (default 3) with every core busy, to shake out races.

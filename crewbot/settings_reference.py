@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crewbot.settings_reference", description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 when docs/settings.md differs; write nothing")
     args = parser.parse_args(argv)
+    if not (ROOT / "pyproject.toml").is_file():  # an installed crewbot: the page is the source checkout's
+        print(f"{REGENERATE} writes a source checkout's docs/settings.md: run it in one", file=sys.stderr)
+        return 1
     text = render()
     if args.check:
         if PAGE.read_text(encoding="utf-8") != text:

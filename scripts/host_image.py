@@ -16,6 +16,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,30 +39,51 @@ DOCKER_API_TIMEOUT_SECONDS = 1_800
 WHEELS_TIMEOUT_SECONDS = 900
 # The base's python3 (bookworm's and the official image's): compiled wheels built by another Python do not fit.
 BASE_PYTHON = (3, 11)
+# What crewbot's own wheel is built from (pyproject.toml's packages.find), copied: setuptools reuses the checkout's
+# build/lib and never removes from it, so a module deleted since the last build would ship again.
+PACKAGES = ("core", "bot", "runner", "container", "crewbot")
+BUILD_FILES = ("pyproject.toml", "README.md")
 
 
 class HostImageError(Exception):
     """The image could not be built; the message says which step failed and why."""
 
 
-def build_wheels(root: Path, log: Callable[[str], None]) -> Path:
-    """crewbot and its dependencies as wheels in ROOT/deploy/wheels (emptied first: no stale versions)."""
+def check_python() -> None:
+    """Before any engine work (the base may take minutes to make): wheels built by another Python do not fit."""
     if sys.version_info[:2] != BASE_PYTHON:
         wanted = ".".join(map(str, BASE_PYTHON))
         raise HostImageError(
             f"this is Python {sys.version.split()[0]}, the image's is {wanted}: their compiled wheels differ; run "
-            f"this script with a Python {wanted} (`make clean host-image PYTHON=python{wanted}` makes .venv with one)"
+            f"scripts/host_image.py with a Python {wanted} (e.g. `python{wanted} -m venv /tmp/hostimage-venv` and "
+            "`pip install -e .` into it)"
         )
+
+
+def copy_sources(root: Path, dest: Path) -> Path:
+    """Only what the wheel is built from, without bytecode or build scratch."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in BUILD_FILES:
+        shutil.copy2(root / name, dest / name)
+    for package in PACKAGES:
+        shutil.copytree(root / package, dest / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def build_wheels(root: Path, log: Callable[[str], None]) -> Path:
+    """crewbot and its dependencies as wheels in ROOT/deploy/wheels (emptied first: no stale versions)."""
     wheels = root / WHEELS_DIR
     shutil.rmtree(wheels, ignore_errors=True)
     log(f"host image: building wheels into {wheels}")
-    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), f".[{EXTRAS}]"]
-    try:
-        done = subprocess.run(
-            command, cwd=root, capture_output=True, text=True, timeout=WHEELS_TIMEOUT_SECONDS, check=False
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise HostImageError(f"pip wheel could not run: {exc}") from exc
+    with tempfile.TemporaryDirectory(prefix="crewbot-host-wheel-") as scratch:
+        source = copy_sources(root, Path(scratch) / "crewbot")
+        command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), f".[{EXTRAS}]"]
+        try:
+            done = subprocess.run(
+                command, cwd=source, capture_output=True, text=True, timeout=WHEELS_TIMEOUT_SECONDS, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise HostImageError(f"pip wheel could not run: {exc}") from exc
     if done.returncode != 0:
         raise HostImageError(f"pip wheel failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return wheels
@@ -133,7 +155,10 @@ def remove_previous(previous_id: str | None, tag: str, log: Callable[[str], None
 
 
 def base_image(requested: str | None, log: Callable[[str], None]) -> str:
-    client: Any = docker.from_env(timeout=DOCKER_API_TIMEOUT_SECONDS)
+    try:
+        client: Any = docker.from_env(timeout=DOCKER_API_TIMEOUT_SECONDS)
+    except docker.errors.DockerException as exc:
+        raise HostImageError(f"Docker engine not reachable ({_short(exc)}); start it: `make engine`") from exc
     try:
         return ensure_base_image(client, log, requested=requested)
     except BaseImageError as exc:
@@ -161,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     try:
+        check_python()
         base = base_image(args.base_image, log)
         build_wheels(args.root.resolve(), log)
         wheels_done = time.monotonic()
@@ -171,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         size = image_size_bytes(args.tag)
     except HostImageError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (docker.errors.DockerException, OSError) as exc:  # requests' errors are OSErrors
+        print(f"error: the Docker engine failed ({_short(exc)}); is it running? `make engine`", file=sys.stderr)
         return 1
     finished = time.monotonic()
     log(

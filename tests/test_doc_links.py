@@ -24,12 +24,17 @@ CODE_SPAN = re.compile(r"(`+).+?\1", re.DOTALL)
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.MULTILINE)
 EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)  # http:, https:, mailto:, …
-# A repository path in a comment: one of its top folders, then a file with an extension.
+# A repository path in a comment: one of its top folders, then a file with an extension (not inside an absolute
+# path such as /etc/crewbot/crewbot.env).
 CITED_PATH = re.compile(
-    r"\b((?:core|bot|runner|container|crewbot|tests|bench|scripts|deploy|docs)/[\w./-]*\w\.[A-Za-z]+)\b"
+    r"(?<![\w/.-])((?:core|bot|runner|container|crewbot|tests|bench|scripts|deploy|docs)/[\w./-]*\w\.[A-Za-z]+)\b"
 )
 CITED_DOC = re.compile(r"(?<![\w/.-])([\w-]+\.md)\b")  # a bare page name (at the root or under docs/)
 CODE_FOLDERS = ("core", "bot", "runner", "container", "crewbot", "tests", "bench", "scripts")
+# Files whose comments start at `#` (shell, YAML, TOML, make, Dockerfiles, unit files), and what a unit file
+# cites outside its comments (Documentation=).
+HASH_COMMENTED = ("Makefile", ".ci/run", ".env.example", "mkdocs.yml", "pyproject.toml", ".dockerignore", ".gitignore")
+HASH_COMMENTED_GLOBS = ("deploy/**/*", "scripts/*.sh", "runner/runtimes/*.Dockerfile", "tests/**/*.yaml")
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
@@ -111,6 +116,30 @@ def missing_citations(root: Path, folders: tuple[str, ...] = CODE_FOLDERS) -> li
     return problems
 
 
+def hash_comments(text: str) -> str:
+    return "\n".join(line.split("#", 1)[1] for line in text.splitlines() if "#" in line)
+
+
+def missing_citations_in_config(root: Path) -> list[str]:
+    """The same for the files commented with `#`: what their comments (or a unit's Documentation=) cite."""
+    files = [root / name for name in HASH_COMMENTED if (root / name).is_file()]
+    files += sorted(path for pattern in HASH_COMMENTED_GLOBS for path in root.glob(pattern) if path.is_file())
+    problems: list[str] = []
+    for path in files:
+        if path.suffix in {".json", ".whl"} or "wheels" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        cited = hash_comments(text) + "\n" + "\n".join(re.findall(r"^Documentation=(.*)$", text, re.MULTILINE))
+        problems += [
+            f"{path.relative_to(root)} cites {name}, which is not in the repository" for name in missing(cited, root)
+        ]
+        problems += [
+            f"{path.relative_to(root)} cites {uri}, a path an install need not have"
+            for uri in re.findall(r"file://(\S+)", cited)
+        ]
+    return problems
+
+
 def test_every_link_and_anchor_in_the_docs_resolves() -> None:
     assert broken_links(doc_files(), ROOT) == []
 
@@ -166,6 +195,21 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 
 def test_no_comment_cites_a_file_outside_the_repository() -> None:
     assert missing_citations(ROOT) == []
+    assert missing_citations_in_config(ROOT) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("Makefile", "# as DESIGN.md says\nall:\n"),
+        ("deploy/crewbot.service", "[Unit]\nDocumentation=file:///opt/crewbot/docs/install.md\n"),
+        ("deploy/kubernetes/bot.yaml", "kind: Pod  # runner/kube/gone.py makes it\n"),
+    ],
+)
+def test_a_config_files_citation_of_a_missing_file_is_found(tmp_path: Path, name: str, text: str) -> None:
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    assert len(missing_citations_in_config(tmp_path)) == 1
 
 
 @pytest.mark.parametrize("comment", ['# see DESIGN.md "Trust boundary"', "# runner/ipc/gone.py does it"])

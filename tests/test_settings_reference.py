@@ -44,3 +44,15 @@ def test_check_mode_fails_on_a_stale_page_and_says_how_to_regenerate(
     assert REGENERATE in capsys.readouterr().err
     assert settings_reference.main([]) == 0
     assert settings_reference.main(["--check"]) == 0
+
+
+def test_from_an_install_it_refuses_in_one_line_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site_packages = tmp_path / "site-packages"  # an installed crewbot: no pyproject.toml beside its packages
+    monkeypatch.setattr(settings_reference, "ROOT", site_packages)
+    monkeypatch.setattr(settings_reference, "PAGE", site_packages / "docs" / "settings.md")
+
+    assert settings_reference.main([]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not site_packages.exists()

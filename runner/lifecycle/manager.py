@@ -211,7 +211,7 @@ class TaskManager:
                 await self._conclude(live, RunStatus.FAILED, error=f"could not start its container: {exc}")
                 return
             await self._accounting.started(live, live.container_id, marked_running_at)
-            log.info("run_started", run_id=live.id, container_id=live.container_id[:12])
+            log.info("run_started", run_id=live.id, container_id=live.container_id)
             await self._supervise(live, chat)
 
         await self._guarded(live, body)

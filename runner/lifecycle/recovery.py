@@ -81,8 +81,8 @@ class Recovery:
         try:
             await self._runtime.kill(container_id)
         except Exception as exc:  # removing it below forces the kill anyway
-            log.warning("orphan_container_not_killed", container_id=container_id[:12], error=str(exc))
+            log.warning("orphan_container_not_killed", container_id=container_id, error=str(exc))
         try:
             await self._runtime.remove(container_id)
         except Exception as exc:
-            log.warning("orphan_container_not_removed", container_id=container_id[:12], error=str(exc))
+            log.warning("orphan_container_not_removed", container_id=container_id, error=str(exc))

@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.crewbot.test_crash_recovery import (
+    GATED,
     BotProcess,
     bot_env,
     chat_containers,
     query,
+    recovery_done,
+    release,
     remove_containers,
     texts,
     tg,  # noqa: F401  (the fixture, used by name)
@@ -42,7 +45,7 @@ async def test_sigkill_with_requests_waiting_in_the_queue(
     bot = BotProcess(env, tmp_path)
     try:
         bot.start()
-        tg.push_message(chat_id, f"@{tg.bot_username} background: $ sleep 20 && echo {token}-$((100+0))")
+        tg.push_message(chat_id, f"@{tg.bot_username} background: $ {GATED}; echo {token}-$((100+0))")
         await until(
             "the first run's first LLM call",
             lambda: query(db, "SELECT 1 FROM subagent_runs WHERE status = 'running' AND llm_requests >= 1"),
@@ -63,6 +66,9 @@ async def test_sigkill_with_requests_waiting_in_the_queue(
         before = await until("three requests waiting", three_waiting, bot)
         bot.kill()
         bot.start()
+        recovered = await until("the restart's recovery", lambda: recovery_done(bot), bot)
+        assert (recovered["reattached"], recovered["restarted"]) == (1, 3), recovered
+        release(data_dir, [chat_id])
 
         def results() -> list[str]:
             return [t for t in texts(tg, chat_id) if t.startswith("Crew: [Task:")]

@@ -27,12 +27,20 @@ from tests.fakes.telegram_server import FakeTelegram
 pytestmark = pytest.mark.docker
 
 SCHEDULED = re.compile(r"Scheduled task ([0-9a-f]{8}) ")
-LEAD_SECONDS = 10  # how far ahead the one-off is set: the bot must have answered before it is due
+# How far ahead the one-off is set, once the bot polls: its turn must have answered before the time is due.
+LEAD_SECONDS = 6
+POLLING_WAIT_SECONDS = 60.0  # the bot's start, on a loaded machine
 
 
 def one_off(lead_seconds: float) -> str:
     """An ISO date-time `lead_seconds` from now, to the second, in UTC (the bot's default zone)."""
     return (datetime.now(UTC) + timedelta(seconds=lead_seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+async def schedule_one_off(tg: FakeTelegram, chat_id: int, command: str) -> None:
+    """Ask for `command` at LEAD_SECONDS from now, once the bot polls (so its start takes none of the lead)."""
+    await tg.wait_for_requests("getUpdates", 1, POLLING_WAIT_SECONDS)
+    tg.push_message(chat_id, f"@{tg.bot_username} schedule: {one_off(LEAD_SECONDS)} {command}")
 
 
 async def scheduled_task_id(tg: FakeTelegram, chat_id: int, bot: BotProcess) -> str:
@@ -59,7 +67,7 @@ async def test_a_one_off_due_in_seconds_runs_as_a_subagent_and_its_result_arrive
         bot = BotProcess(bot_env(tg, tmp_path / "data", [chat_id], subagent_image), tmp_path)
         try:
             bot.start()
-            tg.push_message(chat_id, f"@{tg.bot_username} schedule: {one_off(LEAD_SECONDS)} $ echo {token}-$((100+1))")
+            await schedule_one_off(tg, chat_id, f"$ echo {token}-$((100+1))")
             task_id = await scheduled_task_id(tg, chat_id, bot)
 
             def result() -> list[str]:
@@ -92,7 +100,7 @@ async def test_a_task_due_while_the_bot_is_killed_runs_once_after_the_restart(
         bot = BotProcess(bot_env(tg, tmp_path / "data", [chat_id], subagent_image), tmp_path)
         try:
             bot.start()
-            tg.push_message(chat_id, f"@{tg.bot_username} schedule: {one_off(LEAD_SECONDS)} $ echo {token}-$((100+1))")
+            await schedule_one_off(tg, chat_id, f"$ echo {token}-$((100+1))")
             task_id = await scheduled_task_id(tg, chat_id, bot)
             bot.kill()  # before it is due
             [row] = query(db, "SELECT next_due_at FROM scheduled_tasks WHERE id = ?", task_id)
