@@ -34,8 +34,11 @@ DRAFT_ID_MODULUS = 2**31 - 1  # a draft id is a non-zero 32-bit integer
 class StreamStats:
     """What the metrics are told of one answer: when its first words were visible, how many writes it took."""
 
-    started_at: float
+    chat_id: int
+    drafts: bool  # shown as a draft (a private chat) rather than by editing a message
+    started_at: float  # the clock's seconds when the turn opened its answer (the turn's start)
     first_visible_at: float | None = None
+    ended_at: float | None = None  # settled: the last write done
     writes: int = 0
 
 
@@ -70,7 +73,7 @@ class LiveReply:
         self._settled = False
         self._failures = 0
         self._typing_muted = False
-        self.stats = StreamStats(started_at=owner.clock())
+        self.stats = StreamStats(chat_id=chat_id, drafts=drafts, started_at=owner.clock())
 
     @property
     def text(self) -> str:
@@ -100,6 +103,7 @@ class LiveReply:
                 self._owner.pacer.close(self.chat_id)
             if self._typing_muted:
                 self._owner.typing.unmute(self.chat_id)
+            self.stats.ended_at = self._owner.clock()
             self._owner.finished(self)
         return tuple(self._screen.ids)
 
