@@ -36,9 +36,11 @@ from core.store.announcements import AnnouncementStore
 from core.store.chats import ChatAddress
 from core.store.runs import RunStore
 from core.store.spend import SpendKind, SpendStore
+from core.store.streamed_answers import StreamedAnswerStore
 from core.store.turns import TurnStatus, TurnStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
+from crewbot.stream_record import CountStream, StreamRecorder
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -142,6 +144,7 @@ class App:
         config: LiveConfig | None = None,
         allowances: Allowances | None = None,
         count_tokens: Callable[[SpendKind, int, int], None] | None = None,
+        count_stream: CountStream | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
@@ -182,9 +185,14 @@ class App:
             self.cards = StatusCards(channel, RunStore(stores.db))
             subagents.watch_runs(self.cards.run_changed)
         self.live: LiveReplies | None = None
+        self.streams: StreamRecorder | None = None
         if settings.stream_replies and isinstance(channel, LiveChannel):
             pacer = EditPacer(settings.stream_edit_interval_seconds, settings.stream_edits_per_second)
-            self.live = LiveReplies(channel, pacer, self.typing, settings.assistant_name)
+            # Each settled answer's first-text time and edits: the metrics and crewbot stats.
+            self.streams = StreamRecorder(StreamedAnswerStore(stores.db), count_stream)
+            self.live = LiveReplies(
+                channel, pacer, self.typing, settings.assistant_name, on_finished=self.streams.finished
+            )
         self.agent = MainAgent(
             (lambda: model) if model is not None else functools.partial(build_main_model, settings),
             stores.messages,
@@ -337,6 +345,8 @@ class App:
         if self.announcer is not None:
             await self.announcer.close()
         await asyncio.gather(*self._notices, return_exceptions=True)  # stored, then sent by the outbox
+        if self.streams is not None:
+            await self.streams.close()
         await self.typing.close()
         await self.outbox.close()
         await self.channel.stop()
