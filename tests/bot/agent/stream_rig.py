@@ -12,6 +12,7 @@ from typing import Any
 from pydantic_ai.models import override_allow_model_requests
 
 from crewbot.app import App
+from crewbot.stream_record import CountStream
 from tests.fakes.llm_server import FakeLLM, StreamPace
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
@@ -56,7 +57,7 @@ async def stored_answers(app: App, chat_id: int = GROUP_ID) -> list[tuple[str, s
 
 @asynccontextmanager
 async def streaming_bot(
-    tmp_path: Path, pace: StreamPace, **overrides: Any
+    tmp_path: Path, pace: StreamPace, count_stream: CountStream | None = None, **overrides: Any
 ) -> AsyncIterator[tuple[App, FakeTelegram, FakeLLM]]:
     async with FakeTelegram() as tg, FakeLLM(api_key=API_KEY) as llm:
         llm.set_stream_pace(pace)
@@ -70,5 +71,5 @@ async def streaming_bot(
         }
         settings = make_settings(tmp_path, tg, **(values | overrides))
         with override_allow_model_requests(True):
-            async with telegram_app(settings) as app:
+            async with telegram_app(settings, count_stream=count_stream) as app:
                 yield app, tg, llm
