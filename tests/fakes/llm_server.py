@@ -148,6 +148,7 @@ class FakeLLM(LoopbackServer):
         self._faults = FaultQueue()
         self._requests: list[RecordedRequest] = []
         self._disconnected: list[RecordedRequest] = []
+        self._disconnected_at: list[float] = []  # time.monotonic() of each hang-up, as `_disconnected`
         self._delay_seconds = 0.0
         self._pace = StreamPace()
 
@@ -193,6 +194,11 @@ class FakeLLM(LoopbackServer):
     def disconnected_requests(self) -> list[RecordedRequest]:
         with self._lock:
             return list(self._disconnected)
+
+    def disconnect_times(self) -> list[float]:
+        """When (time.monotonic()) each client hung up, in the order of `disconnected_requests()`."""
+        with self._lock:
+            return list(self._disconnected_at)
 
     async def wait_for_requests(
         self, count: int = 1, timeout_seconds: float = DEFAULT_WAIT_SECONDS, *, path: str | None = None
@@ -276,6 +282,7 @@ class FakeLLM(LoopbackServer):
             if not self.closing:  # the client hung up, not our own shutdown
                 with self._lock:
                     self._disconnected.append(record)
+                    self._disconnected_at.append(time.monotonic())
                     self._watch.notify()
             raise
 
