@@ -72,7 +72,9 @@ class CardPresses:
             self._refused(press, "neither the asker nor an admin")
             return CardAnswer(_who_may(askers, "stop this answer"), alert=True)
         if self._stop is None or not self._stop(press.chat_id, turn_id, press.user_name):
-            return CardAnswer(NOT_WRITING, clear_buttons=True)
+            # An alert, not a passing toast: the presser expected the answer to stop (one from before a restart
+            # is finished or answered into by the start: bot/agent/live_restart.py).
+            return CardAnswer(NOT_WRITING, alert=True, clear_buttons=True)
         log.info("answer_stopped", chat_id=press.chat_id, turn_id=turn_id, user_id=press.user_id)
         return CardAnswer("Stopped.")
 

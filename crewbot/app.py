@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from bot.agent.announce import Announcer
 from bot.agent.deps import SubagentDesk
 from bot.agent.live_reply import LiveReplies
+from bot.agent.live_restart import LiveRestart
 from bot.agent.main_agent import MainAgent, build_main_model
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
@@ -191,7 +192,12 @@ class App:
             # Each settled answer's first-text time and edits: the metrics and crewbot stats.
             self.streams = StreamRecorder(StreamedAnswerStore(stores.db), count_stream)
             self.live = LiveReplies(
-                channel, pacer, self.typing, settings.assistant_name, on_finished=self.streams.finished
+                channel,
+                pacer,
+                self.typing,
+                settings.assistant_name,
+                on_finished=self.streams.finished,
+                records=stores.live,  # recorded while on screen: a restart answers into it (bot/agent/live_restart.py)
             )
         self.agent = MainAgent(
             (lambda: model) if model is not None else functools.partial(build_main_model, settings),
@@ -277,6 +283,11 @@ class App:
         interrupted = await self.stores.turns.close_interrupted()
         if interrupted:
             log.info("turns_interrupted_by_restart", count=interrupted)
+        # Before polling: a growing answer a crash cut short is marked interrupted (owed, sent once the outbox
+        # runs) or handed to the live replies, so the chat's next answer, even one asked meanwhile, goes into it.
+        resumed = await LiveRestart(
+            self.stores.live, self.stores.messages, self.delivery, self.live, self.conversation_allowed
+        ).recover()
         if isinstance(self.channel, PressChannel):
             self.channel.on_press(self.router.press)
         # The channel first: re-attached runs show typing at once. Spawn requests that new turns write
@@ -290,6 +301,8 @@ class App:
         self.outbox.start()  # also sends whatever a crash left owed
         if self.announcer is not None:
             await self.announcer.restore()  # results a crash left unannounced get their turns
+        for turn in resumed:  # the questions whose answers a crash cut short are answered into their messages
+            self.engine.notify(turn.chat_id, turn.trigger_id)
         log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
 
     async def _chat_unreachable(self, chat_id: int, reason: str) -> None:

@@ -6,6 +6,11 @@ that asked) with a Stop button, then edits; past a part's limit the text goes on
 private chat the part being written is a draft and the parts before it are messages. `settle()` ends the
 writing and gives the platform ids on screen, which the final text (stored once, through the outbox) is
 written into. Writing is best effort: a failure here never loses the answer, which the outbox delivers.
+
+While it is on screen the answer is recorded (core/store/live_messages.py): a new message's id at once, before
+anything else is written, the text at most every RECORD_TEXT_INTERVAL_SECONDS; the final text's outbox row
+ends the record in its transaction, and a record a crash left is handled at the next start
+(bot/agent/live_restart.py).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from bot.channels.buttons import CardAction, CardButton
 from bot.channels.edit_pacer import EditPacer
 from bot.channels.live_message import DeliveryError, LiveChannel, MessageGone
 from core.logging import get_logger
+from core.store.live_messages import LiveMessageStore
 from core.typing_indicator import TypingIndicator
 
 log = get_logger(__name__)
@@ -28,6 +34,9 @@ STOP_LABEL = "■ Stop"
 WRITING_MARK = " …"  # after the text while it is still being written
 MAX_WRITE_FAILURES = 3  # failed writes in a row (not 429s) before the answer stops being shown as it grows
 DRAFT_ID_MODULUS = 2**31 - 1  # a draft id is a non-zero 32-bit integer
+# The recorded text of a growing answer may lag what is shown by this much: a new part's id is recorded at
+# once, the text only for a restart to finish it with, so not every edit writes to the disk.
+RECORD_TEXT_INTERVAL_SECONDS = 5.0
 
 
 @dataclass(slots=True)
@@ -57,16 +66,24 @@ class LiveReply:
         reply_to: int | None,
         ids: tuple[int, ...],
         drafts: bool,
+        *,
+        trigger_id: int | None = None,
+        recorded: bool = False,
     ) -> None:
         self._owner = owner
         self.chat_id = chat_id
         self.turn_id = turn_id
         self._reply_to = reply_to
+        self._trigger_id = trigger_id
         self._screen = _Screen(ids=list(ids))
+        self._recorded_ids = tuple(ids) if recorded else ()  # as the store has them
+        self._recorded_text = ""
+        self._recorded_at = owner.clock()
         self._drafts = drafts
         self._draft_id = zlib.crc32(turn_id.encode()) % DRAFT_ID_MODULUS + 1
         self._latest = ""
         self._written = ""
+        self._shown = ""  # the text of the newest write begun: what the record says is on screen
         self._changed = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._busy = False  # a request to Telegram is in flight: settle waits for it (its id must be known)
@@ -118,13 +135,31 @@ class LiveReply:
                 continue
             text = self._latest
             self._busy = True
+            self._shown = text
             try:
                 await self._write(text)
                 self._written, self._failures = text, 0
+                if self._owner.clock() - self._recorded_at >= RECORD_TEXT_INTERVAL_SECONDS:
+                    await self.record()
             except DeliveryError as exc:
                 self._failed(exc)
             finally:
                 self._busy = False
+
+    async def record(self) -> None:
+        """Store the parts on screen and the text they show (best effort: the answer itself is never lost
+        by a failure here, only a restart's chance to finish this message)."""
+        records = self._owner.records
+        ids = tuple(self._screen.ids)
+        text = self._shown
+        if records is None or not ids or (ids == self._recorded_ids and text == self._recorded_text):
+            return
+        try:
+            await records.save(self.turn_id, self.chat_id, self._trigger_id, ids, text)
+        except Exception:
+            log.exception("live_reply_record_failed", chat_id=self.chat_id, turn_id=self.turn_id)
+            return
+        self._recorded_ids, self._recorded_text, self._recorded_at = ids, text, self._owner.clock()
 
     def _failed(self, exc: DeliveryError) -> None:
         self._changed.set()  # the newest text is written at the next turn
@@ -166,9 +201,10 @@ class LiveReply:
             except MessageGone:  # a member deleted it while it was written: the text goes on in a new one
                 log.info("live_reply_message_gone", chat_id=self.chat_id, message_id=screen.ids[index])
                 screen.ids[index] = await channel.send_live(self.chat_id, part, None, buttons)
-                return
-        reply_to = self._reply_to if not screen.ids else None
-        screen.ids.append(await channel.send_live(self.chat_id, part, reply_to, buttons))
+        else:
+            reply_to = self._reply_to if not screen.ids else None
+            screen.ids.append(await channel.send_live(self.chat_id, part, reply_to, buttons))
+        await self.record()  # a new message's id is stored before anything else is written
 
     def _visible(self) -> None:
         if self.stats.first_visible_at is None:
@@ -190,24 +226,33 @@ class LiveReplies:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_finished: Callable[[StreamStats], None] | None = None,
+        records: LiveMessageStore | None = None,
     ) -> None:
         self.channel = channel
         self.pacer = pacer
         self.typing = typing
         self.assistant_name = assistant_name
         self.clock = clock
+        self.records = records  # None: growing answers are not recorded (nothing to finish after a crash)
         self._on_finished = on_finished
-        self._kept: dict[int, tuple[int, ...]] = {}
+        self._kept: dict[int, tuple[tuple[int, ...], str]] = {}  # chat id -> (part ids, the turn that wrote them)
 
-    async def open(self, chat_id: int, turn_id: str, reply_to: int | None) -> LiveReply:
-        ids = self._kept.pop(chat_id, ())
+    async def open(self, chat_id: int, turn_id: str, reply_to: int | None, trigger_id: int | None = None) -> LiveReply:
+        ids, writer = self._kept.pop(chat_id, ((), ""))
+        recorded = False
+        if ids and self.records is not None:
+            try:
+                recorded = await self.records.hand_over(writer, turn_id, trigger_id)
+            except Exception:
+                log.exception("live_reply_hand_over_failed", chat_id=chat_id, turn_id=turn_id)
         drafts = await self.channel.drafts_for(chat_id)
-        return LiveReply(self, chat_id, turn_id, reply_to, ids, drafts)
+        return LiveReply(self, chat_id, turn_id, reply_to, ids, drafts, trigger_id=trigger_id, recorded=recorded)
 
-    def keep(self, chat_id: int, ids: tuple[int, ...]) -> None:
-        """A merge aborted the turn: its message stays, and the chat's next answer is written into it."""
+    def keep(self, chat_id: int, ids: tuple[int, ...], turn_id: str) -> None:
+        """A merge aborted turn `turn_id` (or a restart cut it short): its message stays, and the chat's next
+        answer is written into it (and takes over its record)."""
         if ids:
-            self._kept[chat_id] = ids
+            self._kept[chat_id] = (ids, turn_id)
 
     def finished(self, reply: LiveReply) -> None:
         if self._on_finished is not None and reply.stats.writes:

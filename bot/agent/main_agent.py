@@ -140,7 +140,7 @@ class MainAgent:
     async def __call__(self, turn: Turn) -> None:
         live = None
         if self._live is not None and turn.trigger_id is not None:  # an announcement may be skipped: never streamed
-            live = await self._live.open(turn.chat_id, turn.id, await self._asked(turn))
+            live = await self._live.open(turn.chat_id, turn.id, await self._asked(turn), turn.trigger_id)
         try:
             reply, kind = await self._answer(turn, live)
         except asyncio.CancelledError:
@@ -153,20 +153,24 @@ class MainAgent:
         edit_ids = await live.settle() if live is not None else ()
         turn.begin_delivery()
         # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
-        message_id = await asyncio.shield(self._post_answer(turn, reply, kind, edit_ids))
+        message_id = await asyncio.shield(self._post_answer(turn, reply, kind, edit_ids, live is not None))
         if self._on_answered is not None:
             self._on_answered(turn.id, message_id)
 
     async def _abandon(self, turn: Turn, live: LiveReply) -> None:
         edit_ids = await live.settle()
         if turn.abort_reason == "merge":
-            self._live_replies().keep(turn.chat_id, edit_ids)
+            self._live_replies().keep(turn.chat_id, edit_ids, turn.id)
+            return
+        if turn.abort_reason is None:
+            # The bot is stopping: the message stays recorded, and the next start answers the turn into it.
+            await live.record()
             return
         if not edit_ids and not live.text:
             return  # nothing was shown: nothing to mark
         mark = f"_(stopped by {turn.stopped_by})_" if turn.stopped_by else "_(stopped)_"
         text = f"{live.text}\n\n{mark}" if live.text else mark
-        await self._post_answer(turn, text, "stopped", edit_ids)
+        await self._post_answer(turn, text, "stopped", edit_ids, True)
 
     def _live_replies(self) -> LiveReplies:
         assert self._live is not None
@@ -236,9 +240,14 @@ class MainAgent:
         # A reply to the message that asked, looked up now: an upgrade meanwhile retires its old id.
         return None if turn.trigger_id is None else await self._messages.platform_id_of(turn.trigger_id, turn.chat_id)
 
-    async def _post_answer(self, turn: Turn, reply: str, kind: str, edit_ids: tuple[int, ...] = ()) -> int | None:
-        asked = await self._asked(turn)
-        return await self._delivery.post_answer(turn.chat_id, reply, kind=kind, reply_to=asked, edit_ids=edit_ids)
+    async def _post_answer(
+        self, turn: Turn, reply: str, kind: str, edit_ids: tuple[int, ...] = (), streamed: bool = False
+    ) -> int | None:
+        """Stored once and owed to the chat; a streamed answer's record of its message ends in that step."""
+        asked, live = await self._asked(turn), turn.id if streamed else None
+        return await self._delivery.post_answer(
+            turn.chat_id, reply, kind=kind, reply_to=asked, edit_ids=edit_ids, finishes_live=live
+        )
 
 
 def _cut(live: LiveReply | None, notice: str) -> str:

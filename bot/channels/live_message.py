@@ -20,9 +20,11 @@ Design:
 - A merge aborts the turn as before (its task cancelled: the HTTP stream closes); the live message stays on
   screen and the next turn writes into it. A Stop (button or command) aborts the same way and leaves the
   text so far, marked as stopped and by whom, stored as the bot's message.
-- A crash (not built yet, see the branch's report): the live message is to be recorded until its final
-  text is owed (in the outbox row's transaction); a record left at start is marked interrupted on screen
-  and its turn answered into it.
+- A crash: the live message is recorded (core/store/live_messages.py: its parts' ids at once, its text now and
+  then) until its final text is owed, and the outbox row that owes it ends the record in its transaction. A
+  record left at start (bot/agent/live_restart.py) has its turn answered into the same message, or, where
+  that cannot be (the question gone, the chat not allowed), its text finished as interrupted, without Stop.
+  A stop of the bot (SIGTERM) leaves the record too: the next start answers into it.
 """
 
 from __future__ import annotations

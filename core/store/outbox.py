@@ -11,6 +11,7 @@ from pathlib import Path
 import aiosqlite
 
 from core.store.db import Database
+from core.store.live_messages import finish_in
 from core.store.messages import NewMessage, insert_message
 
 
@@ -40,6 +41,9 @@ class Outgoing:
     reply_to: int | None = None  # the platform message its first part replies to
     file: OutgoingFile | None = None  # sent as one part, with `text` as its caption
     edit_ids: tuple[int, ...] = ()  # a streamed answer: its parts edit these platform messages, in order
+    # The turn whose live_messages record this final text ends: deleted in the same transaction, so a record
+    # left at start-up is never an answer already owed.
+    finishes_live: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,8 @@ async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
         ),
     )
     assert cursor.lastrowid is not None
+    if outgoing.finishes_live is not None:
+        await finish_in(conn, outgoing.finishes_live)
     return cursor.lastrowid
 
 

@@ -40,6 +40,7 @@ async def test_the_answer_grows_in_one_message_and_ends_as_the_final_text(tmp_pa
         gaps = [b.at - a.at for a, b in itertools.pairwise(seen)]
         assert min(gaps[:-1], default=INTERVAL_SECONDS) >= INTERVAL_SECONDS * 0.95  # paced; the final goes at once
         assert await stored_answers(app) == [(ANSWER, "reply")]  # stored once, the final text
+        assert await app.stores.live.leftovers() == []  # its record ended with the final text's outbox row
 
 
 async def test_an_answer_past_the_limit_goes_on_in_a_next_message(tmp_path: Path) -> None:

@@ -39,6 +39,8 @@ async def test_a_merging_follow_up_stops_the_stream_and_the_merged_answer_is_wri
         await app.wait_quiet(GROUP_ID)
         assert [m.message_id for m in tg.sent_messages(GROUP_ID)] == [live.message_id]  # never two answers
         assert await stored_answers(app) == [("One answer to both.", "reply")]
+        # The first turn's record of the message went to the merged turn, and ended with its final text.
+        assert await app.stores.live.leftovers() == []
 
 
 async def test_a_provider_error_mid_stream_keeps_the_text_and_says_it_was_cut(tmp_path: Path) -> None:

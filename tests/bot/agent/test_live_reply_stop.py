@@ -39,9 +39,11 @@ async def test_the_asker_stops_the_answer_and_the_model_call_closes(tmp_path: Pa
         assert tg.buttons(GROUP_ID, live.message_id) == []  # the final text has no Stop any more
         [(content, kind)] = await stored_answers(app)
         assert kind == "stopped" and content.endswith("_(stopped by Ann)_")
+        assert await app.stores.live.leftovers() == []  # ended with the stopped text: a restart leaves it be
 
         again = tg.push_callback_query(GROUP_ID, live.message_id, stop["callback_data"], user_id=ASKER)
-        assert (await tg.wait_for_answer(again)).text == "This answer is not being written any more."
+        late = await tg.wait_for_answer(again)
+        assert late.show_alert and late.text == "This answer is not being written any more."
         assert len(tg.sent_messages(GROUP_ID)) == 1
 
 
