@@ -377,6 +377,7 @@ async def _stream_openai(
     chunks = openai_stream_chunks(
         completion, include_usage=bool(options.get("include_usage")), piece_chars=pace.piece_chars
     )
+    started = asyncio.get_running_loop().time()
     for number, chunk in enumerate(chunks):
         if pace.cut_after is not None and number > pace.cut_after:
             if pace.error_after_cut:
@@ -385,7 +386,9 @@ async def _stream_openai(
             await response.write_eof()
             return response
         if pace.seconds_per_piece > 0 and number > 0:
-            await asyncio.sleep(pace.seconds_per_piece)
+            # Piece n at n intervals from the start: a sleep's overshoot does not add up over a long answer.
+            due = started + number * pace.seconds_per_piece
+            await asyncio.sleep(max(due - asyncio.get_running_loop().time(), 0.0))
         await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
