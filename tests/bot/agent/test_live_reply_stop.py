@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.allowances import tokens_of_bytes
+from core.store.spend import SpendStore
 from tests.bot.agent.stream_rig import shown, stored_answers, streaming_bot
 from tests.fakes.llm_server import StreamPace, openai_text
 from tests.harness import GROUP_ID
@@ -59,3 +61,23 @@ async def test_forged_and_other_chats_stop_buttons_do_nothing(tmp_path: Path) ->
             assert not answer.show_alert and answer.text is not None
         assert shown(tg) == ["Crew: A short answer."]
         assert await stored_answers(app) == [("A short answer.", "reply")]
+
+
+async def test_a_stopped_streams_output_so_far_counts_in_the_allowances(tmp_path: Path) -> None:
+    async with streaming_bot(tmp_path, SLOW) as (app, tg, llm):
+        llm.openai.enqueue(openai_text(LONG))
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} explain", user_id=ASKER, first_name="Ann")
+        [live] = await tg.wait_for_messages(GROUP_ID, 1)
+        await tg.wait_until(lambda: tg.edits(GROUP_ID) or None)  # a good part of the answer has streamed
+        [stop] = tg.buttons(GROUP_ID, live.message_id)
+        pressed = tg.push_callback_query(GROUP_ID, live.message_id, stop["callback_data"], user_id=ASKER)
+        assert (await tg.wait_for_answer(pressed)).text == "Stopped."
+        await llm.wait_for_disconnects(1)
+        await app.wait_quiet(GROUP_ID)
+        [(content, _)] = await stored_answers(app)
+        streamed = content.removesuffix("\n\n_(stopped by Ann)_")
+        [row] = await SpendStore(app.stores.db).rows("0000-00-00", GROUP_ID)
+        assert (row.spend.calls, row.spend.estimated_calls) == (1, 1)
+        # The provider sent no count before the stop (its usage comes last): the text so far, by the estimate.
+        assert tokens_of_bytes(len(streamed.encode())) <= row.spend.output_tokens < tokens_of_bytes(len(LONG))
+        assert row.spend.input_tokens > 0
