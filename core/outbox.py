@@ -80,6 +80,9 @@ class PartEditor(Protocol):
         """Replace the message's text and take its buttons away; "not modified" is success. Raises
         MessageGone when the message was deleted, DeliveryError otherwise."""
 
+    async def delete_part(self, chat_id: int, message_id: int) -> None:
+        """Delete a message the answer no longer needs; one already gone is success. Raises DeliveryError."""
+
 
 @dataclass(slots=True)
 class _ChatLock:
@@ -166,6 +169,8 @@ class Outbox:
                 if index == 0 and platform_id is not None and row.message_id is not None:
                     # A reply to it names this id: it is how a reply finds the message (and a result its run).
                     await self._store.set_platform_id(row.message_id, platform_id)
+                if index + 1 == len(parts):
+                    await self._drop_extra_parts(row, len(parts))
                 await self._store.part_sent(row.id, index + 1, done=index + 1 == len(parts))
         except DeliveryError as exc:
             if exc.chat_unreachable:
@@ -186,6 +191,20 @@ class Outbox:
             await self._store.retry_later(row.id, attempts, self._clock() + delay, str(exc))
             return False
         return True
+
+    async def _drop_extra_parts(self, row: OutboxRow, used: int) -> None:
+        """A streamed answer that ends in fewer parts than were on screen (a merge's shorter answer): the parts
+        past its last are deleted before the row counts as sent, so a crash meanwhile deletes them again. One
+        that cannot be deleted (too old) stays: the answer itself has arrived."""
+        if len(row.edit_ids) <= used or not isinstance(self._channel, PartEditor):
+            return
+        for message_id in row.edit_ids[used:]:
+            try:
+                await self._channel.delete_part(row.chat_id, message_id)
+            except DeliveryError as exc:
+                if not exc.permanent or exc.chat_unreachable:
+                    raise  # retried with the row (its parts are rewritten as they are: "not modified")
+                log.warning("streamed_part_not_deleted", chat_id=row.chat_id, outbox_id=row.id, error=str(exc))
 
     async def _unreachable(self, chat_id: int, reason: str) -> None:
         """Nothing owed to the chat can arrive: give it all up at once (no retries), and tell the owner."""

@@ -18,7 +18,8 @@ Design:
   or half a link is valid HTML at every edit; a part that fills up (4,096 units) is left as it is and the
   text continues in a next message.
 - A merge aborts the turn as before (its task cancelled: the HTTP stream closes); the live message stays on
-  screen and the next turn writes into it. A Stop (button or command) aborts the same way and leaves the
+  screen and the next turn writes into it; parts the merged answer does not need are deleted by the outbox
+  before its row counts as sent. A Stop (button or command) aborts the same way and leaves the
   text so far, marked as stopped and by whom, stored as the bot's message.
 - A crash: the live message is recorded (core/store/live_messages.py: its parts' ids at once, its text now and
   then) until its final text is owed, and the outbox row that owes it ends the record in its transaction. A
@@ -55,6 +56,9 @@ class LiveChannel(Protocol):
 
     async def edit_part(self, chat_id: int, message_id: int, part: str) -> None:
         """The final text of a part, without buttons (the outbox's PartEditor)."""
+
+    async def delete_part(self, chat_id: int, message_id: int) -> None:
+        """Delete a part the final text does not need (the outbox's PartEditor); gone already is success."""
 
     async def send_draft(self, chat_id: int, draft_id: int, part: str) -> None:
         """Show `part` as the chat's draft `draft_id` (changes of one draft are animated)."""

@@ -16,11 +16,12 @@ from bot.channels.formatting import TELEGRAM_MESSAGE_LIMIT_UNITS, markdown_to_te
 from bot.channels.telegram_cards import keyboard
 from bot.channels.telegram_limits import delivery_error
 from core.logging import get_logger
-from core.outbox import MessageGone
+from core.outbox import DeliveryError, MessageGone
 
 log = get_logger(__name__)
 
 _GONE_MARKERS = ("message to edit not found", "message can't be edited", "message_id_invalid")
+_DELETED_MARKER = "message to delete not found"
 
 
 def _html_of(part: str) -> str | None:
@@ -85,6 +86,18 @@ class TelegramStreaming:
 
     async def edit_part(self, chat_id: int, message_id: int, part: str) -> None:
         await self._edit(await self._directory.address(chat_id), message_id, part, None)
+
+    async def delete_part(self, chat_id: int, message_id: int) -> None:
+        address = await self._directory.address(chat_id)
+        try:
+            await self._telegram().delete_message(address.platform_chat_id, message_id)
+        except BadRequest as exc:
+            if _DELETED_MARKER in str(exc).lower():
+                return  # a member, or this delete before a crash, did it already
+            known = delivery_error(exc)  # a refusal (too old to delete) does not pass by waiting
+            raise DeliveryError(str(exc), permanent=True, chat_unreachable=known.chat_unreachable) from exc
+        except TelegramError as exc:
+            raise delivery_error(exc) from exc
 
     async def _edit(
         self, address: ChatAddress, message_id: int, part: str, markup: InlineKeyboardMarkup | None

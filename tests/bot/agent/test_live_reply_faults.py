@@ -43,6 +43,23 @@ async def test_a_merging_follow_up_stops_the_stream_and_the_merged_answer_is_wri
         assert await app.stores.live.leftovers() == []
 
 
+async def test_a_merged_answer_shorter_than_the_aborted_one_leaves_no_stale_part(tmp_path: Path) -> None:
+    long_first = "\n".join(f"Line {n}: " + "words " * 12 for n in range(200))  # about 15,000 characters
+    pace = StreamPace(piece_chars=150, seconds_per_piece=0.05)  # about 5 s for the whole of it
+    async with streaming_bot(tmp_path, pace, MERGE_WINDOW_SECONDS=30) as (app, tg, llm):
+        llm.openai.handle_with(Answers(long_first, "One short answer to both."))
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} first")
+        first, second = await tg.wait_for_messages(GROUP_ID, 2, timeout_seconds=10)  # two parts on screen
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} and second")
+        await llm.wait_for_disconnects(1)
+        await tg.wait_until(lambda: shown(tg) == ["Crew: One short answer to both."] or None)
+        await app.wait_quiet(GROUP_ID)
+        assert tg.message(GROUP_ID, first.message_id) is not None  # the answer went into the first part
+        assert tg.message(GROUP_ID, second.message_id) is None  # the part it no longer needs was deleted
+        assert len(tg.sent_messages(GROUP_ID)) == 2  # and nothing was sent anew
+        assert await stored_answers(app) == [("One short answer to both.", "reply")]
+
+
 async def test_a_provider_error_mid_stream_keeps_the_text_and_says_it_was_cut(tmp_path: Path) -> None:
     pace = StreamPace(piece_chars=4, seconds_per_piece=0.02, cut_after=10, error_after_cut=True)
     async with streaming_bot(tmp_path, pace) as (app, tg, llm):

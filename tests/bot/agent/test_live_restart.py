@@ -39,6 +39,9 @@ class Unseen:
     async def edit_part(self, chat_id: int, message_id: int, part: str) -> None:
         raise AssertionError("nothing is edited by the start-up pass")
 
+    async def delete_part(self, chat_id: int, message_id: int) -> None:
+        raise AssertionError("nothing is deleted by the start-up pass")
+
     async def send_draft(self, chat_id: int, draft_id: int, part: str) -> None:
         raise AssertionError("nothing is drafted by the start-up pass")
 
