@@ -10,6 +10,7 @@ finished with INTERRUPTED_MARK and no Stop button, through the outbox. Either wa
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ log = get_logger(__name__)
 
 INTERRUPTED_MARK = "_(interrupted by a restart)_"
 INTERRUPTED_KIND = "interrupted"  # the stored message's kind: prompts see an answer cut short
+# A record older than this (from its first message) is not answered into: the chat has moved on below it.
+LIVE_RESUME_MAX_AGE_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +44,15 @@ class LiveRestart:
         delivery: Delivery,
         live: LiveReplies | None,
         allowed: Callable[[int], Awaitable[bool]],
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._records = records
         self._messages = messages
         self._delivery = delivery
         self._live = live  # None: streaming is off now, so nothing is answered into an old message
         self._allowed = allowed
+        self._clock = clock  # unix seconds, as the records' created_at
 
     async def recover(self) -> list[Resumed]:
         """Handle every leftover record (before polling starts); the turns to start again (after it does)."""
@@ -65,8 +71,13 @@ class LiveRestart:
         return resumed
 
     async def _answerable(self, record: LiveRecord) -> int | None:
-        """The trigger to answer again: still stored, of the chat, and the chat still one the bot works in."""
+        """The trigger to answer again: still stored, of the chat, the chat still one the bot works in, the
+        record recent, and its turn started nothing that answering again would start twice."""
         if record.trigger_message_id is None or not record.part_ids:
+            return None
+        if self._clock() - record.created_at > LIVE_RESUME_MAX_AGE_SECONDS:
+            return None
+        if await self._records.started_work(record):
             return None
         asked = await self._messages.get(record.trigger_message_id)
         if asked is None or asked.chat_id != record.chat_id or not await self._allowed(record.chat_id):

@@ -71,6 +71,26 @@ class LiveMessageStore:
         async with self._db.write() as conn:
             await finish_in(conn, turn_id)
 
+    async def started_work(self, record: LiveRecord) -> bool:
+        """Whether the answer's turn started a subagent run or scheduled a task: answering its trigger again
+        would likely do it twice (bot/agent/live_restart.py). Turns of a chat run one at a time, so the
+        chat's runs spawned by a turn, and its tasks, since the answer's turn began (or since its message
+        was first recorded, for a turn it was handed over from by a merge) are that answer's."""
+        async with self._db.conn.execute(
+            "SELECT MIN(COALESCE((SELECT started_at FROM turns WHERE id = ?), ?), ?)",
+            (record.turn_id, record.created_at, record.created_at),
+        ) as cursor:
+            row = await cursor.fetchone()
+        since = float(row[0]) if row is not None else record.created_at
+        async with self._db.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM subagent_runs WHERE turn_id = ? "
+            "OR (chat_id = ? AND turn_id IS NOT NULL AND created_at >= ?)) "
+            "OR EXISTS (SELECT 1 FROM scheduled_tasks WHERE chat_id = ? AND created_at >= ?)",
+            (record.turn_id, record.chat_id, since, record.chat_id, since),
+        ) as cursor:
+            found = await cursor.fetchone()
+        return bool(found is not None and found[0])
+
     async def leftovers(self) -> list[LiveRecord]:
         """Every record left (at start-up: answers a crash or a stop cut short), oldest first."""
         async with self._db.conn.execute("SELECT * FROM live_messages ORDER BY created_at, turn_id") as cursor:

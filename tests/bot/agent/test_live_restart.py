@@ -4,16 +4,27 @@ question is gone or whose chat is not allowed any more, are finished as interrup
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from bot.agent.live_reply import LiveReplies
-from bot.agent.live_restart import INTERRUPTED_KIND, INTERRUPTED_MARK, LiveRestart, Resumed
+from bot.agent.live_restart import (
+    INTERRUPTED_KIND,
+    INTERRUPTED_MARK,
+    LIVE_RESUME_MAX_AGE_SECONDS,
+    LiveRestart,
+    Resumed,
+)
 from bot.channels.buttons import CardButton
 from bot.channels.edit_pacer import EditPacer
 from core.store import ChatStore, Database, MessageStore
 from core.store.live_messages import LiveMessageStore
 from core.store.messages import NewMessage
 from core.store.outbox import OutboxStore, Outgoing
+from core.store.run_record import RunStatus
+from core.store.runs import RunStore
+from core.store.schedules import NewTask, ScheduleStore, TaskMode
+from core.store.turns import TurnStore
 from core.typing_indicator import TypingIndicator
 from tests.bot.helpers import RecordingChannel, make_delivery
 
@@ -126,3 +137,65 @@ async def test_without_streaming_now_every_record_is_marked_interrupted(
     assert await LiveRestart(records, messages, make_delivery(db, channel), None, allowed).recover() == []
     assert await owed(db) == [(CHAT, f"Crew: half an answer\n\n{INTERRUPTED_MARK}", "[5]")]
     assert await records.leftovers() == []
+
+
+async def test_a_turn_that_started_a_run_or_scheduled_a_task_or_is_too_old_is_not_answered_again(
+    db: Database, chats: ChatStore, messages: MessageStore
+) -> None:
+    """Answering such a trigger again would start its run or task twice, or answer far up the chat."""
+    spawned, scheduled, stale, fresh = -2001, -2002, -2003, -2004
+    for chat_id in (spawned, scheduled, stale, fresh):
+        await chats.ensure(chat_id, "supergroup", f"chat {chat_id}")
+    records, turns = LiveMessageStore(db), TurnStore(db)
+    now = time.time()
+    for chat_id, turn in ((spawned, "t-spawn"), (scheduled, "t-task"), (stale, "t-stale"), (fresh, "t-fresh")):
+        asked = await ask(messages, chat_id, "a question")
+        await turns.start(turn, chat_id, asked)
+        await records.save(turn, chat_id, asked, (50,), "half")
+    await RunStore(db).create(
+        "r1", chat_id=spawned, turn_id="t-spawn", task="work", label="w", include_context=False,
+        status=RunStatus.RUNNING,
+    )  # fmt: skip
+    task = NewTask(
+        chat_id=scheduled, creator_id=7, label="daily", prompt="p", schedule="every 1d", timezone="UTC",
+        mode=TaskMode.MESSAGE, next_due_at=now + 86_400, created_at=now + 1,
+    )  # fmt: skip
+    await ScheduleStore(db).create(task, max_open=10)
+    async with db.write() as conn:  # its first message was sent long ago
+        long_ago = now - LIVE_RESUME_MAX_AGE_SECONDS - 1
+        await conn.execute("UPDATE live_messages SET created_at = ? WHERE turn_id = 't-stale'", (long_ago,))
+    channel = RecordingChannel()
+    typing = TypingIndicator(channel.send_typing, 4.0)
+    live = LiveReplies(Unseen(), EditPacer(1.0, 20.0), typing, "Crew", records=records)
+
+    async def allowed(chat_id: int) -> bool:
+        return True
+
+    resumed = await LiveRestart(records, messages, make_delivery(db, channel), live, allowed).recover()
+
+    assert [r.chat_id for r in resumed] == [fresh]
+    assert sorted(chat for chat, _, _ in await owed(db)) == sorted([spawned, scheduled, stale])
+    assert {text for _, text, _ in await owed(db)} == {f"Crew: half\n\n{INTERRUPTED_MARK}"}
+    assert [r.turn_id for r in await records.leftovers()] == ["t-fresh"]
+    await typing.close()
+
+
+async def test_a_run_of_the_turn_a_merge_handed_the_answer_over_from_counts_too(
+    db: Database, chats: ChatStore, messages: MessageStore
+) -> None:
+    await chats.ensure(CHAT, "supergroup", "crew")
+    await chats.ensure(GONE_CHAT, "supergroup", "other")
+    records = LiveMessageStore(db)
+    first = await ask(messages, CHAT, "first")
+    await records.save("t-aborted", CHAT, first, (5,), "half")
+    await RunStore(db).create(
+        "r1", chat_id=CHAT, turn_id="t-aborted", task="work", label="w", include_context=False,
+        status=RunStatus.RUNNING,
+    )  # fmt: skip
+    merged = await ask(messages, CHAT, "and also")
+    assert await records.hand_over("t-aborted", "t-merged", merged)
+    [record] = await records.leftovers()
+    assert await records.started_work(record)
+    await records.save("t-other", GONE_CHAT, None, (), "")  # another chat's record: nothing of its own started
+    [_, other] = await records.leftovers()
+    assert not await records.started_work(other)
