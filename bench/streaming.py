@@ -7,7 +7,7 @@ second: 20 s of model time. Two apps in the same run, alternating, each asked in
 STREAM_REPLIES on (the answer grows in one message) and off (the baseline: the whole answer at the end; a
 request that does not stream is answered after the same 20 s, as a provider answers once it has generated it).
 Each app answers one warm-up question first (its first turn loads pydantic-ai), which is not measured.
-Everything else is the product's defaults (STREAM_EDIT_INTERVAL_SECONDS 1.5, STREAM_EDITS_PER_SECOND 20).
+Everything else is the product's defaults (STREAM_EDIT_INTERVAL_SECONDS 3, STREAM_EDITS_PER_SECOND 20).
 
 - mention → first visible text: from pushing the mention into the fake Bot API to the chat's first sendMessage
   (streaming on); the baseline's first visible text is its whole answer.

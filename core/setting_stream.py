@@ -7,9 +7,13 @@ from pydantic import Field
 
 from core.setting_runtime import RuntimeSettings
 
-# Telegram answers 429 to a chat edited much faster than once a second.
-MIN_STREAM_EDIT_INTERVAL_SECONDS = 0.5
+# Telegram answers 429 to a chat written to faster than about once a second, and allows a group about 20
+# messages a minute (edits counted with them, bot/channels/telegram_limits.py): a group's growing answer is
+# edited every 3 s by default, a private chat's draft every second.
+MIN_STREAM_EDIT_INTERVAL_SECONDS = 1.0
 MAX_STREAM_EDIT_INTERVAL_SECONDS = 30.0
+DEFAULT_STREAM_EDIT_INTERVAL_SECONDS = 3.0  # 20 edits a minute: a group's whole budget while it streams
+DEFAULT_STREAM_DRAFT_INTERVAL_SECONDS = 1.0
 MAX_STREAM_EDITS_PER_SECOND = 30.0  # Telegram's documented limit of a bot's messages, all chats together
 MIN_STREAM_EDITS_PER_SECOND = 1.0
 
@@ -18,11 +22,18 @@ class StreamSettings(RuntimeSettings):
     # Replies written as they arrive: one message edited as it grows (drafts in private chats).
     stream_replies: bool = Field(default=True, alias="STREAM_REPLIES")
     stream_edit_interval_seconds: float = Field(
-        default=1.5,
+        default=DEFAULT_STREAM_EDIT_INTERVAL_SECONDS,
         ge=MIN_STREAM_EDIT_INTERVAL_SECONDS,
         le=MAX_STREAM_EDIT_INTERVAL_SECONDS,
         allow_inf_nan=False,
         alias="STREAM_EDIT_INTERVAL_SECONDS",
+    )
+    stream_draft_interval_seconds: float = Field(
+        default=DEFAULT_STREAM_DRAFT_INTERVAL_SECONDS,
+        ge=MIN_STREAM_EDIT_INTERVAL_SECONDS,
+        le=MAX_STREAM_EDIT_INTERVAL_SECONDS,
+        allow_inf_nan=False,
+        alias="STREAM_DRAFT_INTERVAL_SECONDS",
     )
     stream_edits_per_second: float = Field(
         default=20.0,

@@ -57,8 +57,12 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "TYPING_INTERVAL_SECONDS": "How often *typing* is sent again while something runs for the chat.",
             "STREAM_REPLIES": "Show the main agent's answer as it is written: one message edited as it grows "
             "(a draft in private chats), with a Stop button. Off: the whole answer is sent at once.",
-            "STREAM_EDIT_INTERVAL_SECONDS": "The least time between two edits of one chat's growing answer; "
-            "longer when many chats stream at once (`STREAM_EDITS_PER_SECOND`).",
+            "STREAM_EDIT_INTERVAL_SECONDS": "The least time between two edits of one group's growing answer "
+            "(Telegram allows a group about 20 messages a minute, edits included: 3 s uses all of it); longer "
+            "when many chats stream at once (`STREAM_EDITS_PER_SECOND`), and doubled for a while in a chat "
+            "Telegram answered 429 (up to 30 s, back over minutes).",
+            "STREAM_DRAFT_INTERVAL_SECONDS": "The least time between two updates of a private chat's draft "
+            "(its growing answer); longer when many chats stream at once, and after a 429 as for groups.",
             "STREAM_EDITS_PER_SECOND": "Edits of growing answers per second, all chats together (Telegram "
             "allows a bot about 30 messages a second).",
             "SUBAGENT_RESULT_MODE": "`direct`: a finished run's result is sent as its own `[Subagent]` message; "

@@ -188,7 +188,12 @@ class App:
         self.live: LiveReplies | None = None
         self.streams: StreamRecorder | None = None
         if settings.stream_replies and isinstance(channel, LiveChannel):
-            pacer = EditPacer(settings.stream_edit_interval_seconds, settings.stream_edits_per_second)
+            pacer = EditPacer(
+                settings.stream_edit_interval_seconds,
+                settings.stream_edits_per_second,
+                draft_interval_seconds=settings.stream_draft_interval_seconds,
+                drafts_for=channel.drafts_for,
+            )
             # Each settled answer's first-text time and edits: the metrics and crewbot stats.
             self.streams = StreamRecorder(StreamedAnswerStore(stores.db), count_stream)
             self.live = LiveReplies(

@@ -9,10 +9,13 @@ Design:
   that showed it (`edit_ids`), and the outbox writes each part into its message by an edit (a deleted one
   is sent anew), with the outbox's exactly-once, crash-safe promise. Drafts need no edit: the final
   message is a plain sendMessage.
-- Edits are paced (bot/channels/edit_pacer.py): at most one per chat every STREAM_EDIT_INTERVAL_SECONDS,
+- Edits are paced (bot/channels/edit_pacer.py): at most one per group every STREAM_EDIT_INTERVAL_SECONDS
+  (3 s: a group's 20 messages a minute), one draft per private chat every STREAM_DRAFT_INTERVAL_SECONDS,
   and STREAM_EDITS_PER_SECOND for all chats together; with many chats streaming each one's interval
   stretches so the sum stays inside the global budget. A 429 pushes that chat's next edit back by its
-  retry_after. Between two edits only the newest text matters: nothing queues.
+  retry_after and doubles its interval for minutes. Edits to a group also take places in the group's bucket
+  of sends (bot/channels/telegram_limits.py), so its answers, results and cards together stay within the
+  limit. Between two edits only the newest text matters: nothing queues.
 - Each edit renders the whole text so far with the same Markdown-to-HTML renderer and the same split as a
   final message (bot/channels/formatting.py): the renderer closes every tag it opens, so half a code fence
   or half a link is valid HTML at every edit; a part that fills up (4,096 units) is left as it is and the

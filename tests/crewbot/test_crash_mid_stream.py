@@ -66,7 +66,7 @@ def streaming_env(telegram: FakeTelegram, llm: FakeLLM, data_dir: Path, chats: l
         LLM_API_KEY=API_KEY,
         LLM_MODEL="fake-model",
         STREAM_REPLIES="true",
-        STREAM_EDIT_INTERVAL_SECONDS="0.5",
+        STREAM_EDIT_INTERVAL_SECONDS="1",
         # No engine: this is the chat side, and must not touch a real engine's containers.
         DOCKER_HOST=f"unix://{data_dir.parent}/no-docker-engine.sock",
     )

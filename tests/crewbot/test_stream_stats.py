@@ -56,7 +56,7 @@ async def test_each_streamed_answer_is_counted_and_crewbot_stats_shows_them(tmp_
     done = run_crewbot(["stats", "--since", "1h"], env, cwd)
     assert done.returncode == 0, done.stderr
     assert "streamed answers: 2; first text visible: median " in done.stdout
-    assert f"streamed edits: {growing}; " in done.stdout and " allows 120)" in done.stdout
+    assert f"streamed edits: {growing}; " in done.stdout and f" allows {60 / INTERVAL_SECONDS:.0f})" in done.stdout
 
     done = run_crewbot(["stats", "--since", "1h", "--chat", "-42"], env, cwd)
     assert done.returncode == 0, done.stderr

@@ -17,7 +17,7 @@ from tests.fakes.llm_server import FakeLLM, StreamPace
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
-INTERVAL_SECONDS = 0.5  # STREAM_EDIT_INTERVAL_SECONDS in these tests (its lower bound)
+INTERVAL_SECONDS = 1.0  # STREAM_EDIT_INTERVAL_SECONDS in these tests (its lower bound)
 API_KEY = "sk-test-stream"
 
 

@@ -1,11 +1,12 @@
-"""The edit pacer on a virtual clock: one chat's interval, and 20 chats streaming at once within the budget."""
+"""The edit pacer on a virtual clock: one chat's interval, 20 chats streaming at once within the budget, and a
+chat slowed by its 429s (doubled, remembered, halving back over minutes)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 
-from bot.channels.edit_pacer import EditPacer
+from bot.channels.edit_pacer import MAX_SLOWED_INTERVAL_SECONDS, SLOWDOWN_HALVING_SECONDS, EditPacer
 
 
 class VirtualClock:
@@ -60,3 +61,48 @@ async def test_a_429_holds_the_chat_back_for_its_retry_after() -> None:
     pacer.back_off(7, 10.0)
     await pacer.wait_turn(7)
     assert clock.now >= 10.0
+
+
+async def test_each_429_doubles_the_chats_interval_up_to_the_cap_and_it_halves_back_over_minutes() -> None:
+    clock = VirtualClock()
+    pacer = EditPacer(3.0, 20.0, clock=clock, sleep=clock.sleep)
+    pacer.open(7)
+    pacer.open(8)
+    await pacer.wait_turn(7)
+    pacer.back_off(7, 1.0)
+    assert pacer.chat_interval_seconds(7) == 6.0
+    assert pacer.chat_interval_seconds(8) == 3.0  # another chat keeps its pace
+    before = clock.now
+    await pacer.wait_turn(7)
+    written = clock.now
+    await pacer.wait_turn(7)
+    assert written - before >= 1.0 and clock.now - written == 6.0  # the retry_after, then the slower pace
+    for _ in range(4):
+        pacer.back_off(7, 1.0)
+    assert pacer.chat_interval_seconds(7) == MAX_SLOWED_INTERVAL_SECONDS  # 48 s capped
+    pacer.close(7)
+    clock.now += SLOWDOWN_HALVING_SECONDS - 1
+    pacer.open(7)
+    assert pacer.chat_interval_seconds(7) == MAX_SLOWED_INTERVAL_SECONDS  # remembered across its answers
+    halvings = []
+    for _ in range(4):
+        clock.now += SLOWDOWN_HALVING_SECONDS
+        halvings.append(pacer.chat_interval_seconds(7))
+    assert halvings == [15.0, 7.5, 3.75, 3.0]  # back to its own pace, not below it
+
+
+async def test_a_private_chats_draft_has_its_own_interval() -> None:
+    clock = VirtualClock()
+
+    async def drafts_for(chat_id: int) -> bool:
+        return chat_id > 0
+
+    pacer = EditPacer(3.0, 20.0, draft_interval_seconds=1.0, drafts_for=drafts_for, clock=clock, sleep=clock.sleep)
+    for chat in (5, -5):
+        pacer.open(chat)
+        times = []
+        for _ in range(3):
+            await pacer.wait_turn(chat)
+            times.append(clock.now)
+        expected = 1.0 if chat > 0 else 3.0  # the draft's interval, the group's
+        assert [round(b - a, 6) for a, b in itertools.pairwise(times)] == [expected] * 2
