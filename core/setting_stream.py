@@ -14,7 +14,9 @@ MIN_STREAM_EDIT_INTERVAL_SECONDS = 1.0
 MAX_STREAM_EDIT_INTERVAL_SECONDS = 30.0
 DEFAULT_STREAM_EDIT_INTERVAL_SECONDS = 3.0  # 20 edits a minute: a group's whole budget while it streams
 DEFAULT_STREAM_DRAFT_INTERVAL_SECONDS = 1.0
-MAX_STREAM_EDITS_PER_SECOND = 30.0  # Telegram's documented limit of a bot's messages, all chats together
+# Telegram allows a bot about 30 messages a second, all chats together; growing answers get at most 20 of
+# them, so the outbox's sends and final edits, results and cards keep a third even while many chats stream.
+MAX_STREAM_EDITS_PER_SECOND = 20.0
 MIN_STREAM_EDITS_PER_SECOND = 1.0
 
 

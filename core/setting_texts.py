@@ -63,8 +63,9 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "Telegram answered 429 (up to 30 s, back over minutes).",
             "STREAM_DRAFT_INTERVAL_SECONDS": "The least time between two updates of a private chat's draft "
             "(its growing answer); longer when many chats stream at once, and after a 429 as for groups.",
-            "STREAM_EDITS_PER_SECOND": "Edits of growing answers per second, all chats together (Telegram "
-            "allows a bot about 30 messages a second).",
+            "STREAM_EDITS_PER_SECOND": "Edits of growing answers per second, all chats together. Telegram "
+            "allows a bot about 30 messages a second; at most 20 go to growing answers, so final texts, results "
+            "and cards keep room while many chats stream.",
             "SUBAGENT_RESULT_MODE": "`direct`: a finished run's result is sent as its own `[Subagent]` message; "
             "`announce`: the result (status, result, usage) is handed to the main agent as a new turn, which "
             "tells the chat in its own words or stays silent. The raw result is stored as `[Subagent]` for the "
