@@ -48,6 +48,7 @@ class EditPacer:
         self._global_next_at = 0.0
 
     def open(self, chat_id: int) -> None:
+        self._prune()
         self._streams[chat_id] = self._streams.get(chat_id, 0) + 1
 
     def close(self, chat_id: int) -> None:
@@ -63,6 +64,10 @@ class EditPacer:
     def streaming(self) -> int:
         """Chats with a growing answer now."""
         return len(self._streams)
+
+    def remembered(self) -> int:
+        """Chats the pacer keeps a time or a slowdown for: those streaming, and those whose wait is not over."""
+        return len(self._next_at.keys() | self._slowed.keys() | self._streams.keys())
 
     def interval_seconds(self) -> float:
         """A group's least time between writes now: the setting, or longer when many chats stream."""
@@ -96,6 +101,16 @@ class EditPacer:
         base = self._bases.get(chat_id, self._interval_seconds)
         slowed = min(2 * max(base, self._slowed_seconds(chat_id, base)), MAX_SLOWED_INTERVAL_SECONDS)
         self._slowed[chat_id] = (max(slowed, base), now)
+
+    def _prune(self) -> None:
+        """Forget the chats whose next write time has passed and whose slowdown is over: without this, one
+        entry would stay for every chat that ever streamed (a 429 in its last write leaves one behind)."""
+        now = self._clock()
+        for chat_id in [c for c, at in self._next_at.items() if at <= now and c not in self._streams]:
+            del self._next_at[chat_id]
+        least = min(self._interval_seconds, self._draft_interval_seconds)
+        for chat_id in list(self._slowed):
+            self._slowed_seconds(chat_id, self._bases.get(chat_id, least))  # drops it once back to its pace
 
     def _crowded_seconds(self) -> float:
         return len(self._streams) * self._spacing_seconds

@@ -106,3 +106,17 @@ async def test_a_private_chats_draft_has_its_own_interval() -> None:
             times.append(clock.now)
         expected = 1.0 if chat > 0 else 3.0  # the draft's interval, the group's
         assert [round(b - a, 6) for a, b in itertools.pairwise(times)] == [expected] * 2
+
+
+async def test_chats_whose_wait_is_over_are_forgotten() -> None:
+    clock = VirtualClock()
+    pacer = EditPacer(3.0, 20.0, clock=clock, sleep=clock.sleep)
+    for chat in range(500):  # each streamed once, its last write answered 429
+        pacer.open(chat)
+        await pacer.wait_turn(chat)
+        pacer.back_off(chat, 5.0)
+        pacer.close(chat)
+    assert pacer.remembered() == 500  # their waits and slowdowns are still on
+    clock.now += 10 * SLOWDOWN_HALVING_SECONDS
+    pacer.open(1000)
+    assert pacer.remembered() == 1  # only the chat streaming now
