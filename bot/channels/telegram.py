@@ -112,6 +112,7 @@ class TelegramChannel(TelegramStreaming):
         self._bot_id: int | None = None
         self._bot_username: str | None = None
         self._presses = Presses()  # the status card's buttons pressed (telegram_cards)
+        self._drafts_refused: set[int] = set()  # private chats that refused sendMessageDraft (telegram_stream)
         self._polling: PollingTask | WebhookReceiving | None = None
 
     def _build(self) -> Application:  # type: ignore[type-arg]

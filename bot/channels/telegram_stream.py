@@ -8,7 +8,7 @@ from typing import Any
 
 from telegram import Bot, InlineKeyboardMarkup, ReplyParameters
 from telegram.constants import ParseMode
-from telegram.error import BadRequest, TelegramError
+from telegram.error import BadRequest, EndPointNotFound, TelegramError
 
 from bot.channels.base import ChatAddress, ChatDirectory
 from bot.channels.buttons import CardButton
@@ -22,6 +22,8 @@ log = get_logger(__name__)
 
 _GONE_MARKERS = ("message to edit not found", "message can't be edited", "message_id_invalid")
 _DELETED_MARKER = "message to delete not found"
+# In TelegramStreaming._drafts_refused: the Bot API has no sendMessageDraft at all (a server older than 9.3).
+DRAFTS_REFUSED_EVERYWHERE = 0
 
 
 def _html_of(part: str) -> str | None:
@@ -52,13 +54,25 @@ class TelegramStreaming:
     """Mixed into TelegramChannel, which gives the bot and the directory of conversations."""
 
     _directory: ChatDirectory
+    # Private chats (Telegram ids) whose drafts Telegram refused, remembered while the process runs: their
+    # answers grow by edits as a group's do, and no further draft is tried (each would fail with a warning).
+    _drafts_refused: set[int]
 
     def _telegram(self) -> Bot:
         raise NotImplementedError
 
     async def drafts_for(self, chat_id: int) -> bool:
         address = await self._directory.address(chat_id)
-        return address.platform_chat_id > 0  # Telegram's users (private chats) have positive ids
+        # Telegram's users (private chats) have positive ids.
+        return address.platform_chat_id > 0 and not self._refused_drafts(address.platform_chat_id)
+
+    def _refused_drafts(self, platform_chat_id: int) -> bool:
+        return not self._drafts_refused.isdisjoint((platform_chat_id, DRAFTS_REFUSED_EVERYWHERE))
+
+    def _refuse_drafts(self, platform_chat_id: int, exc: TelegramError) -> DeliveryError:
+        self._drafts_refused.add(platform_chat_id)
+        log.warning("drafts_refused_editing_instead", platform_chat_id=platform_chat_id, error=str(exc))
+        return DeliveryError(str(exc), permanent=True)
 
     async def send_live(self, chat_id: int, part: str, reply_to: int | None, buttons: Sequence[CardButton] = ()) -> int:
         address = await self._directory.address(chat_id)
@@ -131,7 +145,17 @@ class TelegramStreaming:
                 address.platform_chat_id, draft_id, text, message_thread_id=address.thread_id, parse_mode=parse_mode
             )
 
+        if self._refused_drafts(address.platform_chat_id):
+            raise DeliveryError("drafts were refused in this chat", permanent=True)
         try:
             await html_or_plain(part, draft)
+        except EndPointNotFound as exc:
+            raise self._refuse_drafts(DRAFTS_REFUSED_EVERYWHERE, exc) from exc
+        except BadRequest as exc:
+            known = delivery_error(exc)
+            if known.chat_unreachable:
+                raise known from exc
+            # Not the text (html_or_plain sent it plain after a parse refusal): drafts themselves are refused.
+            raise self._refuse_drafts(address.platform_chat_id, exc) from exc
         except TelegramError as exc:
             raise delivery_error(exc) from exc
