@@ -27,7 +27,9 @@ Design:
 - A crash: the live message is recorded (core/store/live_messages.py: its parts' ids at once, its text now and
   then) until its final text is owed, and the outbox row that owes it ends the record in its transaction. A
   record left at start (bot/agent/live_restart.py) has its turn answered into the same message, or, where
-  that cannot be (the question gone, the chat not allowed), its text finished as interrupted, without Stop.
+  that cannot be or is not safe (the question gone, the chat not allowed, the record older than 5 minutes, or
+  its turn started a run or scheduled a task, which answering again would repeat), its text finished as
+  interrupted, without Stop.
   A stop of the bot (SIGTERM) leaves the record too: the next start answers into it.
 """
 
