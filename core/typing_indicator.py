@@ -53,6 +53,9 @@ class TypingIndicator:
         else:
             self._muted.pop(chat_id, None)
 
+    def muted(self, chat_id: int) -> bool:
+        return chat_id in self._muted
+
     def holders(self, chat_id: int) -> int:
         return self._counts.get(chat_id, 0)
 

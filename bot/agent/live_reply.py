@@ -88,6 +88,7 @@ class LiveReply:
         self._writer: asyncio.Task[None] | None = None
         self._busy = False  # a request to Telegram is in flight: settle waits for it (its id must be known)
         self._settled = False
+        self._settling: asyncio.Task[None] | None = None
         self._failures = 0
         self._typing_muted = False
         self.stats = StreamStats(chat_id=chat_id, drafts=drafts, started_at=owner.clock())
@@ -108,21 +109,32 @@ class LiveReply:
 
     async def settle(self) -> tuple[int, ...]:
         """Stop writing; the platform ids of the parts on screen. Typing, muted while the text was visible,
-        may show again (a subagent of the turn still running)."""
-        if not self._settled:
+        may show again (a subagent of the turn still running).
+
+        Cancel-safe: the ending runs as a task of its own, which a cancel of the caller (a Stop, a merge, the
+        bot stopping) neither cuts short nor repeats; any later call waits for the same ending. A request in
+        flight is let finish, so the id of a message it sends is known and written into."""
+        if self._settling is None:
             self._settled = True
-            writer = self._writer
+            self._settling = asyncio.create_task(self._settle(), name=f"settle-{self.turn_id}")
+        await asyncio.shield(self._settling)
+        return tuple(self._screen.ids)
+
+    async def _settle(self) -> None:
+        writer = self._writer
+        try:
             if writer is not None:
                 if not self._busy:
                     writer.cancel()
                 self._changed.set()
-                await asyncio.gather(writer, return_exceptions=True)
+                await asyncio.wait([writer])
+        finally:
+            if writer is not None:
                 self._owner.pacer.close(self.chat_id)
             if self._typing_muted:
                 self._owner.typing.unmute(self.chat_id)
             self.stats.ended_at = self._owner.clock()
             self._owner.finished(self)
-        return tuple(self._screen.ids)
 
     async def _write_loop(self) -> None:
         while not self._settled and self._failures < MAX_WRITE_FAILURES:

@@ -138,24 +138,35 @@ class MainAgent:
         )
 
     async def __call__(self, turn: Turn) -> None:
-        live = None
-        if self._live is not None and turn.trigger_id is not None:  # an announcement may be skipped: never streamed
-            live = await self._live.open(turn.chat_id, turn.id, await self._asked(turn), turn.trigger_id)
+        live: LiveReply | None = None
         try:
+            if self._live is not None and turn.trigger_id is not None:  # an announcement may be skipped: not streamed
+                live = await self._live.open(turn.chat_id, turn.id, await self._asked(turn), turn.trigger_id)
             reply, kind = await self._answer(turn, live)
+            # Only an announcement may be skipped: a member who asked is answered, and a streamed answer's
+            # message (with its Stop) never stays on screen unfinished.
+            if reply == SKIP_MARKER and turn.trigger_id is None:
+                log.info("turn_skipped", turn_id=turn.id)  # an announcement the chat need not hear of
+                return
+            # The answer is complete: a merge or a Stop no longer aborts it (bot/turns/engine.py), and what is
+            # left (the last write on screen, the final text stored and owed) completes even if the turn is
+            # cancelled (the bot stopping, /stop), so a reply is never half-sent.
+            turn.begin_delivery()
+            message_id = await asyncio.shield(self._deliver(turn, reply, kind, live))
         except asyncio.CancelledError:
-            if live is not None:  # a merge keeps the message for the next turn; a Stop leaves it marked
+            if live is not None and not turn.delivering:  # a merge keeps the message; a Stop leaves it marked
                 await asyncio.shield(self._abandon(turn, live))
             raise
-        if reply == SKIP_MARKER:
-            log.info("turn_skipped", turn_id=turn.id)  # an announcement the chat need not hear of
-            return
-        edit_ids = await live.settle() if live is not None else ()
-        turn.begin_delivery()
-        # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
-        message_id = await asyncio.shield(self._post_answer(turn, reply, kind, edit_ids, live is not None))
+        except Exception:
+            if live is not None and not turn.delivering:  # the words shown stay, finished and without Stop
+                await asyncio.shield(self._deliver(turn, _cut(live, APOLOGY), "notice", live))
+            raise
         if self._on_answered is not None:
             self._on_answered(turn.id, message_id)
+
+    async def _deliver(self, turn: Turn, reply: str, kind: str, live: LiveReply | None) -> int | None:
+        edit_ids = await live.settle() if live is not None else ()
+        return await self._post_answer(turn, reply, kind, edit_ids, live is not None)
 
     async def _abandon(self, turn: Turn, live: LiveReply) -> None:
         edit_ids = await live.settle()

@@ -117,6 +117,11 @@ class ChatEngine:
         state = self._chats.get(chat_id)
         return state is None or state.worker is None or state.worker.done()
 
+    def waiting(self, chat_id: int) -> bool:
+        """Whether a notified message waits for the chat's next turn."""
+        state = self._chats.get(chat_id)
+        return state is not None and state.pending
+
     def current_turn(self, chat_id: int) -> Turn | None:
         state = self._chats.get(chat_id)
         return state.turn if state else None
@@ -125,11 +130,13 @@ class ChatEngine:
         self, chat_id: int, by: str | None = None, turn_id: str | None = None, reason: str = "stop"
     ) -> Turn | None:
         """/stop or a Stop button (`turn_id`: only that turn): abort the in-flight turn (whatever its age)
-        and drop what was waiting."""
+        and drop what was waiting. A button does nothing once the turn's answer is complete and being
+        delivered (`delivering`): nothing is left to stop, and its cascade would cancel the subagents the
+        answer has just told of; /stop keeps its meaning (the chat's subagents too)."""
         state = self._chats.get(chat_id)
         if state is None or state.turn is None or state.turn.aborted:
             return None
-        if turn_id is not None and state.turn.id != turn_id:
+        if turn_id is not None and (state.turn.id != turn_id or state.turn.delivering):
             return None
         state.pending = False
         turn = state.turn
