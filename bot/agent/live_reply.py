@@ -260,6 +260,10 @@ class LiveReplies:
         drafts = await self.channel.drafts_for(chat_id)
         return LiveReply(self, chat_id, turn_id, reply_to, ids, drafts, trigger_id=trigger_id, recorded=recorded)
 
+    def kept(self, chat_id: int) -> bool:
+        """Whether the chat's next answer is to be written into a message kept for it."""
+        return chat_id in self._kept
+
     def keep(self, chat_id: int, ids: tuple[int, ...], turn_id: str) -> None:
         """A merge aborted turn `turn_id` (or a restart cut it short): its message stays, and the chat's next
         answer is written into it (and takes over its record)."""

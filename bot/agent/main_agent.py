@@ -140,12 +140,14 @@ class MainAgent:
     async def __call__(self, turn: Turn) -> None:
         live: LiveReply | None = None
         try:
-            if self._live is not None and turn.trigger_id is not None:  # an announcement may be skipped: not streamed
+            # An announcement may be skipped: not streamed, unless a merged turn left its message for this one
+            # (an announcement waited, so the merged question is this turn's): kept ids never outlive it.
+            if self._live is not None and (turn.trigger_id is not None or self._live.kept(turn.chat_id)):
                 live = await self._live.open(turn.chat_id, turn.id, await self._asked(turn), turn.trigger_id)
             reply, kind = await self._answer(turn, live)
-            # Only an announcement may be skipped: a member who asked is answered, and a streamed answer's
-            # message (with its Stop) never stays on screen unfinished.
-            if reply == SKIP_MARKER and turn.trigger_id is None:
+            # Only an announcement with nothing on screen may be skipped: a member who asked is answered, and a
+            # streamed answer's message (with its Stop) never stays on screen unfinished.
+            if reply == SKIP_MARKER and turn.trigger_id is None and live is None:
                 log.info("turn_skipped", turn_id=turn.id)  # an announcement the chat need not hear of
                 return
             # The answer is complete: a merge or a Stop no longer aborts it (bot/turns/engine.py), and what is

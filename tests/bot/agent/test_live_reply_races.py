@@ -120,3 +120,26 @@ async def test_an_answer_of_only_the_skip_marker_is_still_finished(tmp_path: Pat
         assert await stored_answers(app) == [("[skip]", "reply")]
         assert await app.stores.live.leftovers() == []
         nothing_left_running(app)
+
+
+async def test_a_merge_into_an_announcement_turn_writes_its_answer_into_the_kept_message(tmp_path: Path) -> None:
+    slow = StreamPace(piece_chars=4, seconds_per_piece=0.05)
+    async with streaming_bot(tmp_path, slow, MERGE_WINDOW_SECONDS=30) as (app, tg, llm):
+        llm.openai.handle_with(Answers(ANSWER, "One answer to both.", "A later answer."))
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} first", user_id=ASKER, first_name="Ann")
+        [live] = await tg.wait_for_messages(GROUP_ID, 1)
+        app.engine.notify(GROUP_ID, None, merge=False)  # a subagent's result to announce waits: no trigger bound
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} and second", user_id=ASKER, first_name="Ann")
+        await llm.wait_for_disconnects(1)  # merged: the first stream was closed
+        await tg.wait_until(lambda: shown(tg) == ["Crew: One answer to both."] or None)
+        await app.wait_quiet(GROUP_ID)
+        assert [m.message_id for m in tg.sent_messages(GROUP_ID)] == [live.message_id]
+        assert tg.buttons(GROUP_ID, live.message_id) == []  # finished: no Stop left on it
+        assert app.live is not None and not app.live.kept(GROUP_ID)
+
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} third", user_id=ASKER, first_name="Ann")
+        await tg.wait_until(lambda: shown(tg) == ["Crew: One answer to both.", "Crew: A later answer."] or None)
+        await app.wait_quiet(GROUP_ID)
+        assert await stored_answers(app) == [("One answer to both.", "reply"), ("A later answer.", "reply")]
+        assert await app.stores.live.leftovers() == []
+        nothing_left_running(app)
