@@ -11,6 +11,7 @@ runs have all ended (one from before a restart, say) loses its buttons.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 
 from bot.channels.buttons import CardAction, CardAnswer, CardPress
 from bot.ports.runs import RunCancels
@@ -21,11 +22,22 @@ from core.store.turns import TurnStore
 log = get_logger(__name__)
 
 AdminCheck = Callable[[int, int], Awaitable[bool]]  # (chat id, user id): an admin of that chat, or an operator
-# (chat id, turn id, who): stop that turn if it is the chat's turn in flight; whether it was
-TurnStop = Callable[[int, str, str], bool]
+
+
+class StopOutcome(StrEnum):
+    """What a Stop press did to the turn it named."""
+
+    STOPPED = "stopped"
+    ANSWERED = "answered"  # its answer is complete and on its way: nothing left to stop
+    NOT_WRITING = "not_writing"  # not the chat's turn in flight (finished, stopped, from before a restart)
+
+
+# (chat id, turn id, who): stop that turn if it is the chat's turn in flight and still answering
+TurnStop = Callable[[int, str, str], StopOutcome]
 NO_SUCH_RUN = "No such run in this chat. /subagents lists them."
 STOP_BUTTON = "stop_button"  # the abort reason of a Stop press: its runs are cancelled as MERGE_CANCEL_SCOPE says
 NOT_WRITING = "This answer is not being written any more."
+ANSWERED = "This answer is already complete: it is being sent."
 MAX_NAMES_SHOWN = 3  # of the people who asked, in a refusal
 
 
@@ -71,7 +83,10 @@ class CardPresses:
         if press.user_id not in dict(askers) and not await self._is_admin(press.chat_id, press.user_id):
             self._refused(press, "neither the asker nor an admin")
             return CardAnswer(_who_may(askers, "stop this answer"), alert=True)
-        if self._stop is None or not self._stop(press.chat_id, turn_id, press.user_name):
+        outcome = self._stop(press.chat_id, turn_id, press.user_name) if self._stop else StopOutcome.NOT_WRITING
+        if outcome is StopOutcome.ANSWERED:  # its final text, without the button, is on its way
+            return CardAnswer(ANSWERED)
+        if outcome is StopOutcome.NOT_WRITING:
             # An alert, not a passing toast: the presser expected the answer to stop (one from before a restart
             # is finished or answered into by the start: bot/agent/live_restart.py).
             return CardAnswer(NOT_WRITING, alert=True, clear_buttons=True)

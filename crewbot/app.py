@@ -15,7 +15,7 @@ from bot.agent.main_agent import MainAgent, build_main_model
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
-from bot.card_presses import STOP_BUTTON, CardPresses
+from bot.card_presses import STOP_BUTTON, CardPresses, StopOutcome
 from bot.channels.base import CardChannel, Channel
 from bot.channels.buttons import PressChannel
 from bot.channels.edit_pacer import EditPacer
@@ -250,9 +250,14 @@ class App:
             presses=CardPresses(RunStore(stores.db), stores.turns, control, self._is_admin, stop=self._stop_pressed),
         )
 
-    def _stop_pressed(self, chat_id: int, turn_id: str, by: str) -> bool:
+    def _stop_pressed(self, chat_id: int, turn_id: str, by: str) -> StopOutcome:
         """A growing answer's Stop button: its turn, if it is still the chat's turn in flight, is stopped."""
-        return self.engine.stop_turn(chat_id, by=by, turn_id=turn_id, reason=STOP_BUTTON) is not None
+        if self.engine.stop_turn(chat_id, by=by, turn_id=turn_id, reason=STOP_BUTTON) is not None:
+            return StopOutcome.STOPPED
+        turn = self.engine.current_turn(chat_id)
+        if turn is not None and turn.id == turn_id and turn.delivering and not turn.aborted:
+            return StopOutcome.ANSWERED
+        return StopOutcome.NOT_WRITING
 
     def _allowance_notice(self, chat_id: int, status: BudgetStatus) -> None:
         """A chat passed 80 % of its allowance (told once a day: the store keeps the day's record)."""

@@ -1,0 +1,43 @@
+"""Presses on a growing answer at awkward moments: a Stop once the answer is complete and on its way, a Stop
+by a member whose display name is Markdown, a forged Stop on a message with live buttons."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.store.turns import TurnStatus
+from tests.bot.agent.stream_rig import shown, stored_answers, streaming_bot
+from tests.bot.agent.test_live_reply_races import (
+    ANSWER,
+    ASKER,
+    PACE,
+    answered_in_full,
+    nothing_left_running,
+)
+from tests.fakes.llm_server import StreamPace, openai_text
+from tests.harness import GROUP_ID
+
+SLOW = StreamPace(piece_chars=4, seconds_per_piece=0.05)
+PRIZE = "[Claim prize](https://evil.example)"
+
+
+async def test_a_stop_once_the_answer_is_complete_says_so_and_stops_nothing(tmp_path: Path) -> None:
+    async with streaming_bot(tmp_path, PACE) as (app, tg, llm):
+        llm.openai.enqueue(openai_text(ANSWER))
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} explain", user_id=ASKER, first_name="Ann")
+        [live] = await tg.wait_for_messages(GROUP_ID, 1)
+        turn = app.engine.current_turn(GROUP_ID)
+        assert turn is not None
+        tg.holds.hold("editMessageText", GROUP_ID)  # the button stays on screen until the held write lands
+        await tg.wait_until(lambda: tg.holds.waiting("editMessageText", GROUP_ID) or None)
+        await answered_in_full(app)
+        [stop] = tg.buttons(GROUP_ID, live.message_id)
+        pressed = tg.push_callback_query(GROUP_ID, live.message_id, stop["callback_data"], user_id=ASKER)
+        answer = await tg.wait_for_answer(pressed)
+        assert answer.text == "This answer is already complete: it is being sent." and not answer.show_alert
+        tg.holds.release("editMessageText", GROUP_ID)
+        await tg.wait_until(lambda: shown(tg) == [f"Crew: {ANSWER.strip()}"] or None)  # unmarked: not stopped
+        await app.wait_quiet(GROUP_ID)
+        assert await stored_answers(app) == [(ANSWER.strip(), "reply")]
+        assert await app.stores.turns.status(turn.id) is TurnStatus.COMPLETED  # not aborted: no cascade ran
+        nothing_left_running(app)
