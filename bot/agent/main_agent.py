@@ -4,6 +4,7 @@ main agent's pydantic-ai model built from settings (openai-compatible, anthropic
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,8 @@ APOLOGY = "Sorry, I could not answer just now (the language model did not respon
 # An announcement turn refused for the allowance before it took its runs: they are told at the next turn let in.
 UNANNOUNCED = "A subagent run has finished meanwhile: /subagents shows it, and I will tell you more when I can."
 FINISHED = "Subagent runs have finished meanwhile: /subagents shows them."  # refused after taking them
+MAX_NAME_CHARS = 64  # of who stopped an answer, in its mark
+_MARKDOWN_SPECIALS = re.compile(r"[!-/:-@\[-`{-~]")  # ASCII punctuation: each may be backslash-escaped
 LLM_MAX_RETRIES = 3  # 429s and 5xx are retried this often, with the SDK's backoff (honouring retry-after)
 
 
@@ -181,7 +184,7 @@ class MainAgent:
             return
         if not edit_ids and not live.text:
             return  # nothing was shown: nothing to mark
-        mark = f"_(stopped by {turn.stopped_by})_" if turn.stopped_by else "_(stopped)_"
+        mark = f"_(stopped by {_plain(turn.stopped_by)})_" if turn.stopped_by else "_(stopped)_"
         text = f"{live.text}\n\n{mark}" if live.text else mark
         await self._post_answer(turn, text, "stopped", edit_ids, True)
 
@@ -261,6 +264,13 @@ class MainAgent:
         return await self._delivery.post_answer(
             turn.chat_id, reply, kind=kind, reply_to=asked, edit_ids=edit_ids, finishes_live=live
         )
+
+
+def _plain(name: str) -> str:
+    """A member's display name inside the bot's Markdown: shown as written, never as a link or a style (every
+    ASCII punctuation mark escaped, as CommonMark allows), on one line, at most MAX_NAME_CHARS."""
+    flat = " ".join(name.split())[:MAX_NAME_CHARS]
+    return _MARKDOWN_SPECIALS.sub(r"\\\g<0>", flat)
 
 
 def _cut(live: LiveReply | None, notice: str) -> str:

@@ -41,3 +41,36 @@ async def test_a_stop_once_the_answer_is_complete_says_so_and_stops_nothing(tmp_
         assert await stored_answers(app) == [(ANSWER.strip(), "reply")]
         assert await app.stores.turns.status(turn.id) is TurnStatus.COMPLETED  # not aborted: no cascade ran
         nothing_left_running(app)
+
+
+async def test_a_stoppers_markdown_name_is_shown_as_written_not_as_a_link(tmp_path: Path) -> None:
+    async with streaming_bot(tmp_path, SLOW) as (app, tg, llm):
+        llm.openai.enqueue(openai_text(ANSWER))
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} explain", user_id=ASKER, first_name=PRIZE)
+        [live] = await tg.wait_for_messages(GROUP_ID, 1)
+        [stop] = tg.buttons(GROUP_ID, live.message_id)
+        pressed = tg.push_callback_query(
+            GROUP_ID, live.message_id, stop["callback_data"], user_id=ASKER, first_name=PRIZE
+        )
+        assert (await tg.wait_for_answer(pressed)).text == "Stopped."
+        await tg.wait_until(lambda: [t for t in shown(tg) if t.endswith(f"(stopped by {PRIZE})")] or None)
+        await app.wait_quiet(GROUP_ID)
+        final = tg.requests("editMessageText")[-1].params
+        assert "<a " not in str(final["text"]) and "evil.example" in str(final["text"])
+        [(content, kind)] = await stored_answers(app)
+        assert kind == "stopped" and "stopped by" in content
+
+
+async def test_a_long_name_is_cut_in_the_mark(tmp_path: Path) -> None:
+    name = "N" * 200
+    async with streaming_bot(tmp_path, SLOW) as (app, tg, llm):
+        llm.openai.enqueue(openai_text(ANSWER))
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} explain", user_id=ASKER, first_name="Ann")
+        [live] = await tg.wait_for_messages(GROUP_ID, 1)
+        [stop] = tg.buttons(GROUP_ID, live.message_id)
+        pressed = tg.push_callback_query(
+            GROUP_ID, live.message_id, stop["callback_data"], user_id=ASKER, first_name=name
+        )
+        await tg.wait_for_answer(pressed)
+        await tg.wait_until(lambda: [t for t in shown(tg) if t.endswith(f"(stopped by {'N' * 64})")] or None)
+        await app.wait_quiet(GROUP_ID)
