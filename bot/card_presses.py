@@ -77,8 +77,10 @@ class CardPresses:
         asked or an admin; a turn no longer in flight (finished, stopped, from before a restart) loses it."""
         turn_id = press.run_id
         if await self._turns.chat_of(turn_id) != press.chat_id:
+            # Forged or another chat's: the message pressed may be anything of the bot's (a card with live
+            # buttons), so it is left as it is.
             self._refused(press, "no such answer in this chat")
-            return CardAnswer(NOT_WRITING, clear_buttons=True)
+            return CardAnswer(NOT_WRITING)
         askers = await self._turns.askers(turn_id)
         if press.user_id not in dict(askers) and not await self._is_admin(press.chat_id, press.user_id):
             self._refused(press, "neither the asker nor an admin")

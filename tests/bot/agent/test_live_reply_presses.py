@@ -74,3 +74,16 @@ async def test_a_long_name_is_cut_in_the_mark(tmp_path: Path) -> None:
         await tg.wait_for_answer(pressed)
         await tg.wait_until(lambda: [t for t in shown(tg) if t.endswith(f"(stopped by {'N' * 64})")] or None)
         await app.wait_quiet(GROUP_ID)
+
+
+async def test_a_forged_stop_leaves_the_buttons_of_the_message_pressed(tmp_path: Path) -> None:
+    async with streaming_bot(tmp_path, SLOW) as (app, tg, llm):
+        llm.openai.enqueue(openai_text(ANSWER))
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} explain", user_id=ASKER, first_name="Ann")
+        [live] = await tg.wait_for_messages(GROUP_ID, 1)
+        forged = tg.push_callback_query(GROUP_ID, live.message_id, "s:ffffffffffff", user_id=ASKER)
+        answer = await tg.wait_for_answer(forged)
+        assert answer.text == "This answer is not being written any more." and not answer.show_alert
+        await app.wait_quiet(GROUP_ID)
+        assert tg.requests("editMessageReplyMarkup") == []  # its live Stop button was never taken off
+        assert await stored_answers(app) == [(ANSWER.strip(), "reply")]  # and the answer went on
