@@ -250,15 +250,30 @@ class LiveReplies:
         self._kept: dict[int, tuple[tuple[int, ...], str]] = {}  # chat id -> (part ids, the turn that wrote them)
 
     async def open(self, chat_id: int, turn_id: str, reply_to: int | None, trigger_id: int | None = None) -> LiveReply:
+        """The turn's answer, written into the chat's kept message if there is one. A cancel meanwhile (a merge,
+        a Stop, the bot stopping) leaves that message kept for the chat's next turn, with its record's owner
+        as the hand-over left it (the hand-over is let finish), so the chat never gets a second message."""
         ids, writer = self._kept.pop(chat_id, ((), ""))
-        recorded = False
-        if ids and self.records is not None:
-            try:
-                recorded = await self.records.hand_over(writer, turn_id, trigger_id)
-            except Exception:
-                log.exception("live_reply_hand_over_failed", chat_id=chat_id, turn_id=turn_id)
-        drafts = await self.channel.drafts_for(chat_id)
+        taking = asyncio.ensure_future(self._take_over(writer, turn_id, trigger_id)) if ids else None
+        try:
+            recorded = await asyncio.shield(taking) if taking is not None else False
+            drafts = await self.channel.drafts_for(chat_id)
+        except asyncio.CancelledError:
+            if taking is not None:
+                owner = turn_id if await taking else writer
+                self._kept.setdefault(chat_id, (ids, owner))
+            raise
         return LiveReply(self, chat_id, turn_id, reply_to, ids, drafts, trigger_id=trigger_id, recorded=recorded)
+
+    async def _take_over(self, writer: str, turn_id: str, trigger_id: int | None) -> bool:
+        """The kept message's record becomes the turn's; whether it did (best effort, as any record)."""
+        if self.records is None:
+            return False
+        try:
+            return await self.records.hand_over(writer, turn_id, trigger_id)
+        except Exception:
+            log.exception("live_reply_hand_over_failed", turn_id=turn_id)
+            return False
 
     def kept(self, chat_id: int) -> bool:
         """Whether the chat's next answer is to be written into a message kept for it."""
