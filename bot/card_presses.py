@@ -49,12 +49,14 @@ class CardPresses:
         control: RunCancels | None,
         is_admin: AdminCheck,
         stop: TurnStop | None = None,
+        writing: Callable[[int, int], str | None] | None = None,
     ) -> None:
         self._runs = runs
         self._turns = turns
         self._control = control  # None: no subagents in this process
         self._is_admin = is_admin
         self._stop = stop
+        self._writing = writing  # (chat id, message id): the turn writing into that message now (LiveReplies)
 
     async def press(self, press: CardPress) -> CardAnswer:
         if press.action is CardAction.STOP:
@@ -81,6 +83,9 @@ class CardPresses:
             # buttons), so it is left as it is.
             self._refused(press, "no such answer in this chat")
             return CardAnswer(NOT_WRITING)
+        if self._writing is not None and press.message_id is not None:
+            # A merged or restarted turn's message shows the old turn's button until the new turn writes it.
+            turn_id = self._writing(press.chat_id, press.message_id) or turn_id
         askers = await self._turns.askers(turn_id)
         if press.user_id not in dict(askers) and not await self._is_admin(press.chat_id, press.user_id):
             self._refused(press, "neither the asker nor an admin")

@@ -247,7 +247,14 @@ class App:
             delivery=self.delivery,
             flood=FloodGuard(),
             # The card's buttons (a card of before a restart too): by who asked for the run, or _is_admin.
-            presses=CardPresses(RunStore(stores.db), stores.turns, control, self._is_admin, stop=self._stop_pressed),
+            presses=CardPresses(
+                RunStore(stores.db),
+                stores.turns,
+                control,
+                self._is_admin,
+                stop=self._stop_pressed,
+                writing=self.live.writing_into if self.live is not None else None,
+            ),
         )
 
     def _stop_pressed(self, chat_id: int, turn_id: str, by: str) -> StopOutcome:

@@ -94,6 +94,11 @@ class LiveReply:
         self.stats = StreamStats(chat_id=chat_id, drafts=drafts, started_at=owner.clock())
 
     @property
+    def message_ids(self) -> tuple[int, ...]:
+        """The platform ids of the parts on screen so far."""
+        return tuple(self._screen.ids)
+
+    @property
     def text(self) -> str:
         """The text so far (without the assistant's name)."""
         return self._latest
@@ -248,6 +253,7 @@ class LiveReplies:
         self.records = records  # None: growing answers are not recorded (nothing to finish after a crash)
         self._on_finished = on_finished
         self._kept: dict[int, tuple[tuple[int, ...], str]] = {}  # chat id -> (part ids, the turn that wrote them)
+        self._writing: dict[int, LiveReply] = {}  # chat id -> its answer being written (one turn at a time)
 
     async def open(self, chat_id: int, turn_id: str, reply_to: int | None, trigger_id: int | None = None) -> LiveReply:
         """The turn's answer, written into the chat's kept message if there is one. A cancel meanwhile (a merge,
@@ -263,7 +269,15 @@ class LiveReplies:
                 owner = turn_id if await taking else writer
                 self._kept.setdefault(chat_id, (ids, owner))
             raise
-        return LiveReply(self, chat_id, turn_id, reply_to, ids, drafts, trigger_id=trigger_id, recorded=recorded)
+        reply = LiveReply(self, chat_id, turn_id, reply_to, ids, drafts, trigger_id=trigger_id, recorded=recorded)
+        self._writing[chat_id] = reply
+        return reply
+
+    def writing_into(self, chat_id: int, message_id: int) -> str | None:
+        """The turn whose answer is being written into that message now: a merged or restarted turn's message
+        keeps the old turn's Stop button until the new turn's first write, and a press on it means the new."""
+        reply = self._writing.get(chat_id)
+        return reply.turn_id if reply is not None and message_id in reply.message_ids else None
 
     async def _take_over(self, writer: str, turn_id: str, trigger_id: int | None) -> bool:
         """The kept message's record becomes the turn's; whether it did (best effort, as any record)."""
@@ -286,5 +300,7 @@ class LiveReplies:
             self._kept[chat_id] = (ids, turn_id)
 
     def finished(self, reply: LiveReply) -> None:
+        if self._writing.get(reply.chat_id) is reply:
+            del self._writing[reply.chat_id]
         if self._on_finished is not None and reply.stats.writes:
             self._on_finished(reply.stats)

@@ -11,6 +11,7 @@ from tests.bot.agent.test_live_reply_races import (
     ANSWER,
     ASKER,
     PACE,
+    Answers,
     answered_in_full,
     nothing_left_running,
 )
@@ -87,3 +88,26 @@ async def test_a_forged_stop_leaves_the_buttons_of_the_message_pressed(tmp_path:
         await app.wait_quiet(GROUP_ID)
         assert tg.requests("editMessageReplyMarkup") == []  # its live Stop button was never taken off
         assert await stored_answers(app) == [(ANSWER.strip(), "reply")]  # and the answer went on
+
+
+async def test_the_old_stop_button_of_a_merged_answer_stops_the_turn_writing_into_it(tmp_path: Path) -> None:
+    async with streaming_bot(tmp_path, SLOW, MERGE_WINDOW_SECONDS=30) as (app, tg, llm):
+        llm.openai.handle_with(Answers(ANSWER, ANSWER))
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} first", user_id=ASKER, first_name="Ann")
+        [live] = await tg.wait_for_messages(GROUP_ID, 1)
+        [old_stop] = tg.buttons(GROUP_ID, live.message_id)
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} and second", user_id=ASKER, first_name="Ann")
+        await llm.wait_for_requests(2)  # the merged turn has taken the message over; its button is the old one
+        pressed = tg.push_callback_query(
+            GROUP_ID, live.message_id, old_stop["callback_data"], user_id=ASKER, first_name="Ann"
+        )
+        answer = await tg.wait_for_answer(pressed)
+        assert answer.text == "Stopped." and not answer.show_alert
+        await llm.wait_for_disconnects(2)  # the merged turn's stream was closed too
+        await tg.wait_until(lambda: [t for t in shown(tg) if t.endswith("(stopped by Ann)")] or None)
+        await app.wait_quiet(GROUP_ID)
+        assert [m.message_id for m in tg.sent_messages(GROUP_ID)] == [live.message_id]
+        assert tg.requests("editMessageReplyMarkup") == []
+        [(_, kind)] = await stored_answers(app)
+        assert kind == "stopped"
+        assert await app.stores.live.leftovers() == []
