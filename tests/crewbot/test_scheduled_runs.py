@@ -104,6 +104,7 @@ async def test_a_task_due_while_the_bot_is_killed_runs_once_after_the_restart(
             task_id = await scheduled_task_id(tg, chat_id, bot)
             bot.kill()  # before it is due
             [row] = query(db, "SELECT next_due_at FROM scheduled_tasks WHERE id = ?", task_id)
+            assert fires(db, task_id) == [], f"the turn outran LEAD_SECONDS ({LEAD_SECONDS} s): the task fired first"
             # The due time passes while no bot runs (well inside SCHEDULE_MISFIRE_GRACE_SECONDS).
             await asyncio.sleep(max(0.0, row["next_due_at"] - time.time()) + 1)
             assert fires(db, task_id) == []

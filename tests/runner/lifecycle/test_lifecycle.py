@@ -28,6 +28,7 @@ async def test_cap_holds_under_concurrent_requests(tmp_path: Path) -> None:
         assert r.runtime.max_running == 2
 
 
+@pytest.mark.usefixtures("quick_engine_retries")
 async def test_a_cancelled_run_holds_its_slot_until_the_kill_is_confirmed(tmp_path: Path) -> None:
     started = asyncio.Event()
     async with rig(tmp_path, forever(started), MAX_CONCURRENT_SUBAGENTS=1, SUBAGENT_QUEUE_LIMIT=0) as r:
@@ -45,6 +46,7 @@ async def test_a_cancelled_run_holds_its_slot_until_the_kill_is_confirmed(tmp_pa
         assert r.service.live.count() == 0
 
 
+@pytest.mark.usefixtures("quick_engine_retries")
 async def test_a_timed_out_container_whose_kill_failed_is_killed_and_removed_later(tmp_path: Path) -> None:
     started = asyncio.Event()
     async with rig(tmp_path, forever(started), SUBAGENT_TIMEOUT_SECONDS=0.5) as r:
@@ -206,6 +208,7 @@ async def test_a_rejection_notice_owed_before_a_crash_is_told_at_start(tmp_path:
         assert len(r.texts(OTHER_CHAT_ID)) == 1
 
 
+@pytest.mark.usefixtures("quick_engine_retries")
 async def test_engine_failure_on_kill_is_logged_and_retried(tmp_path: Path) -> None:
     started = asyncio.Event()
     async with rig(tmp_path, forever(started)) as r:

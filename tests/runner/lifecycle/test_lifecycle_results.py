@@ -74,6 +74,7 @@ async def test_a_reported_result_is_sent_before_the_container_exits(tmp_path: Pa
         assert r.runtime.running_count() == 0
 
 
+@pytest.mark.usefixtures("quick_engine_retries")
 async def test_a_result_reported_after_a_stop_was_asked_for_does_not_count(tmp_path: Path) -> None:
     asked = asyncio.Event()
     accepted = asyncio.Event()
@@ -133,6 +134,7 @@ async def test_a_second_result_is_refused(tmp_path: Path) -> None:
         assert record is not None and record.result == "first"
 
 
+@pytest.mark.usefixtures("quick_engine_retries")
 async def test_waiting_for_a_chat_to_end_its_runs_skips_a_cancelled_one_the_engine_cannot_stop(tmp_path: Path) -> None:
     # The chat has its cancel: its container is stopped for sure, but the engine may be away for long.
     started = asyncio.Event()
