@@ -31,7 +31,7 @@ async def test_each_streamed_answer_is_counted_and_crewbot_stats_shows_them(tmp_
             await app.wait_quiet(GROUP_ID)
         # Every write the chat saw, less the outbox's final edit of each answer (the final text, not growth).
         growing = len(writes(tg)) - 2
-    assert growing >= 4  # each answer: its first words and at least one edit
+    assert growing >= 2  # each answer its first words at least (an edit more only if the stream outlasts the interval)
 
     def get(name: str, shown: str = "message") -> float | None:
         return metrics.registry.get_sample_value(name, {"shown": shown})
