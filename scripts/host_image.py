@@ -25,6 +25,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from runner.runtimes.image import ImageBuildError, follow_build, short_error
 from runner.runtimes.image_base import BaseImageError, ensure_base_image
 
 DEFAULT_TAG = "crewbot-host:latest"
@@ -107,14 +108,11 @@ def build_image(root: Path, tag: str, base: str, log: Callable[[str], None]) -> 
             forcerm=True,
             decode=True,
         )
-        for event in events:
-            if "error" in event:
-                raise HostImageError(f"docker build of {tag} failed: {str(event['error']).strip()}")
-            for line in str(event.get("stream", "")).splitlines():
-                if line.strip():
-                    log(f"  build: {line.rstrip()}")
+        follow_build(events, tag, log)
+    except ImageBuildError as exc:
+        raise HostImageError(str(exc)) from exc
     except docker.errors.DockerException as exc:
-        raise HostImageError(f"docker build of {tag} failed: {_short(exc)}") from exc
+        raise HostImageError(f"docker build of {tag} failed: {short_error(exc)}") from exc
     finally:
         for image in client.images.list(filters={"label": f"{LABEL_INSTALL_STAGE}={stage}"}):
             with contextlib.suppress(docker.errors.APIError):  # BuildKit keeps no stage images: none is found
@@ -149,7 +147,7 @@ def remove_previous(previous_id: str | None, tag: str, log: Callable[[str], None
         client.images.remove(previous_id)
         log(f"host image: removed the previous image {previous_id[:19]}")
     except docker.errors.APIError as exc:
-        log(f"host image: previous image {previous_id[:19]} kept ({_short(exc)})")
+        log(f"host image: previous image {previous_id[:19]} kept ({short_error(exc)})")
     finally:
         client.close()
 
@@ -158,20 +156,15 @@ def base_image(requested: str | None, log: Callable[[str], None]) -> str:
     try:
         client: Any = docker.from_env(timeout=DOCKER_API_TIMEOUT_SECONDS)
     except docker.errors.DockerException as exc:
-        raise HostImageError(f"Docker engine not reachable ({_short(exc)}); start it: `make engine`") from exc
+        raise HostImageError(f"Docker engine not reachable ({short_error(exc)}); start it: `make engine`") from exc
     try:
         return ensure_base_image(client, log, requested=requested)
     except BaseImageError as exc:
         raise HostImageError(str(exc)) from exc
     except docker.errors.DockerException as exc:
-        raise HostImageError(f"Docker engine not reachable ({_short(exc)}); start it: `make engine`") from exc
+        raise HostImageError(f"Docker engine not reachable ({short_error(exc)}); start it: `make engine`") from exc
     finally:
         client.close()
-
-
-def _short(exc: BaseException) -> str:
-    explanation = getattr(exc, "explanation", None)
-    return str(explanation or exc).strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except (docker.errors.DockerException, OSError) as exc:  # requests' errors are OSErrors
-        print(f"error: the Docker engine failed ({_short(exc)}); is it running? `make engine`", file=sys.stderr)
+        print(f"error: the Docker engine failed ({short_error(exc)}); is it running? `make engine`", file=sys.stderr)
         return 1
     finished = time.monotonic()
     log(

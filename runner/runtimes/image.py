@@ -21,7 +21,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.resources import files
@@ -149,7 +149,9 @@ def _build_locked(
             except ToolsError as exc:
                 raise ImageBuildError(f"{exc} ({image} left as it was)") from exc
             except docker.errors.DockerException as exc:
-                raise ImageBuildError(f"cannot make the tools image: {_short(exc)} ({image} left as it was)") from exc
+                raise ImageBuildError(
+                    f"cannot make the tools image: {short_error(exc)} ({image} left as it was)"
+                ) from exc
         previous_id = _image_id(client, image)
         log(f"image: building {image} from {build_from} ({len(context.files)} files in the context)")
         _docker_build(client, image, build_from, base, context, nocache=force, log=log)
@@ -243,14 +245,19 @@ def _docker_build(
                 forcerm=True,
                 decode=True,
             )
-            for event in events:
-                if "error" in event:
-                    raise ImageBuildError(f"docker build of {image} failed: {str(event['error']).strip()}")
-                for line in str(event.get("stream", "")).splitlines():
-                    if line.strip():
-                        log(f"  build: {line.rstrip()}")
+            follow_build(events, image, log)
         except docker.errors.DockerException as exc:
-            raise ImageBuildError(f"docker build of {image} failed: {_short(exc)}") from exc
+            raise ImageBuildError(f"docker build of {image} failed: {short_error(exc)}") from exc
+
+
+def follow_build(events: Iterable[dict[str, Any]], image: str, log: Callable[[str], None]) -> None:
+    """A decoded `docker build` stream to its end: its output logged line by line, its error raised."""
+    for event in events:
+        if "error" in event:
+            raise ImageBuildError(f"docker build of {image} failed: {str(event['error']).strip()}")
+        for line in str(event.get("stream", "")).splitlines():
+            if line.strip():
+                log(f"  build: {line.rstrip()}")
 
 
 @contextmanager
@@ -286,7 +293,7 @@ def _image_labels(client: Any, image: str) -> dict[str, str] | None:
     except docker.errors.ImageNotFound:
         return None
     except docker.errors.DockerException as exc:
-        raise ImageBuildError(f"cannot inspect {image}: {_short(exc)}") from exc
+        raise ImageBuildError(f"cannot inspect {image}: {short_error(exc)}") from exc
     return dict(found.labels or {})
 
 
@@ -302,7 +309,7 @@ def _remove_if_unused(client: Any, image_id: str, log: Callable[[str], None]) ->
     try:
         client.images.remove(image_id)
     except docker.errors.APIError as exc:
-        log(f"image: previous image {image_id[:19]} kept ({_short(exc)})")
+        log(f"image: previous image {image_id[:19]} kept ({short_error(exc)})")
         return
     log(f"image: removed the previous image {image_id[:19]}")
 
@@ -316,7 +323,7 @@ def _docker_client() -> Iterator[Any]:
         client.api.timeout = DOCKER_API_TIMEOUT_SECONDS
     except docker.errors.DockerException as exc:
         raise ImageBuildError(
-            f"Docker engine not reachable ({_short(exc)}); start it (scripts/docker-engine.sh) or set DOCKER_HOST"
+            f"Docker engine not reachable ({short_error(exc)}); start it (scripts/docker-engine.sh) or set DOCKER_HOST"
         ) from exc
     try:
         yield client
@@ -324,7 +331,8 @@ def _docker_client() -> Iterator[Any]:
         client.close()
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
+    """A Docker error's own explanation (the engine's words), not the SDK's wrapper text."""
     explanation = getattr(exc, "explanation", None)
     return str(explanation or exc).strip()
 
