@@ -15,7 +15,7 @@ from bot.agent.main_agent import MainAgent, build_main_model
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
-from bot.card_presses import STOP_BUTTON, CardPresses, StopOutcome
+from bot.card_presses import CardPresses, StopOutcome
 from bot.channels.base import CardChannel, Channel
 from bot.channels.buttons import PressChannel
 from bot.channels.edit_pacer import EditPacer
@@ -26,7 +26,7 @@ from bot.ports.spawner import Spawner
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
-from bot.turns.engine import ChatEngine, Turn
+from bot.turns.engine import AbortReason, ChatEngine, Turn
 from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
 from core.live_config import LiveConfig
@@ -94,14 +94,14 @@ class TurnRecorder:
     async def turn_ended(self, turn: Turn, status: TurnStatus) -> None:
         await self._turns.end(turn.id, status)
 
-    async def turn_aborted(self, turn: Turn, reason: str) -> None:
+    async def turn_aborted(self, turn: Turn, reason: AbortReason) -> None:
         # Mark the turn first: a spawn request of this turn that is picked up later sees it and never starts.
         await self._turns.end(turn.id, TurnStatus.ABORTED)
         if self.runs is None:
             return
         try:
             # /stop stops everything of the chat; a Stop button and a merge follow MERGE_CANCEL_SCOPE.
-            if self._scope is CancelScope.CHAT or reason == "stop":
+            if self._scope is CancelScope.CHAT or reason is AbortReason.STOP:
                 cancelled = await self.runs.cancel_chat(turn.chat_id, f"turn {turn.id} aborted ({reason})")
             else:
                 cancelled = await self.runs.cancel_turn(turn.id, f"turn aborted ({reason})")
@@ -259,7 +259,7 @@ class App:
 
     def _stop_pressed(self, chat_id: int, turn_id: str, by: str) -> StopOutcome:
         """A growing answer's Stop button: its turn, if it is still the chat's turn in flight, is stopped."""
-        if self.engine.stop_turn(chat_id, by=by, turn_id=turn_id, reason=STOP_BUTTON) is not None:
+        if self.engine.stop_turn(chat_id, by=by, turn_id=turn_id, reason=AbortReason.STOP_BUTTON) is not None:
             return StopOutcome.STOPPED
         turn = self.engine.current_turn(chat_id)
         if turn is not None and turn.id == turn_id and turn.delivering and not turn.aborted:
