@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, str] = {
     "egress": "bench.egress",
     "allowance": "bench.allowance",
     "markdown": "bench.markdown",
+    "streaming": "bench.streaming",
     "webhook": "bench.webhook",
     "runtime_class": "bench.runtime_class",
     "kube": "bench.kube",

@@ -189,7 +189,7 @@ class Commands:
 
     async def _stop(self, message: InboundMessage) -> None:
         chat_id = message.chat_id
-        turn = self._engine.stop_turn(chat_id)
+        turn = self._engine.stop_turn(chat_id, by=message.sender_name)
         if turn is None:
             cancelled = await self._runs.cancel_chat(chat_id, "stop") if self._runs else 0
             text = f"Stopped {cancelled} subagent run(s)." if cancelled else "Nothing to stop."

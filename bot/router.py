@@ -45,7 +45,7 @@ class InboundRouter:
         self._commands = commands
         self._delivery = delivery
         self._flood = flood
-        self._presses = presses  # None: no subagents, so no runs to act on
+        self._presses = presses  # the card's buttons and a growing answer's Stop
 
     async def _allowed(self, message: InboundMessage | CardPress) -> bool:
         # Any of its ids counts: a topic is allowed by its chat, an upgraded group by its old or its new id.

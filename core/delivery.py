@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from core.outbox import Outbox
 from core.store.messages import NewMessage
 from core.store.outbox import OutboxStore, Outgoing
@@ -42,13 +44,38 @@ class Delivery:
         return False
 
     async def post_answer(
-        self, chat_id: int, content: str, *, kind: str = "reply", reply_to: int | None = None
+        self,
+        chat_id: int,
+        content: str,
+        *,
+        kind: str = "reply",
+        reply_to: int | None = None,
+        edit_ids: tuple[int, ...] = (),
+        finishes_live: str | None = None,
     ) -> int | None:
-        """Store and send now, like `post`; the platform id of its first part if it went out now."""
-        row_id = await self._store.add(self.outgoing(chat_id, content, kind=kind, reply_to=reply_to))
+        """Store and send now, like `post`; the platform id of its first part if it went out now. With
+        `edit_ids` (a streamed answer) its parts are written into those messages, the rest sent anew; with
+        `finishes_live` the turn's live-message record ends in the same transaction."""
+        outgoing = self.outgoing(chat_id, content, kind=kind, reply_to=reply_to)
+        row_id = await self._store.add(dataclasses.replace(outgoing, edit_ids=edit_ids, finishes_live=finishes_live))
         self._outbox.track(row_id)
         await self._outbox.flush(chat_id)
         return self._outbox.take_platform_id(row_id)
+
+    async def owe_answer(
+        self,
+        chat_id: int,
+        content: str,
+        *,
+        kind: str,
+        reply_to: int | None = None,
+        edit_ids: tuple[int, ...] = (),
+        finishes_live: str | None = None,
+    ) -> None:
+        """Store it and owe it to the chat, as `post_answer`, without sending: the outbox sends it when it runs
+        (at start-up, before the channel is up)."""
+        outgoing = self.outgoing(chat_id, content, kind=kind, reply_to=reply_to)
+        await self._store.add(dataclasses.replace(outgoing, edit_ids=edit_ids, finishes_live=finishes_live))
 
     async def notice(self, chat_id: int, content: str, *, wait: bool = False, reply_to: int | None = None) -> bool:
         """A short operational notice (rejections, refusals, errors); stored so the agent sees it too.

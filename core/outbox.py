@@ -13,7 +13,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from core.backoff import backoff_seconds
 from core.logging import get_logger
@@ -45,6 +45,13 @@ class DeliveryError(Exception):
         self.chat_unreachable = chat_unreachable
 
 
+class MessageGone(DeliveryError):
+    """The message to edit is not there any more (a member deleted it): the part is sent anew instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, permanent=True)
+
+
 # Told when a chat cannot be reached (chat id, the platform's reason): the owner stops the chat's work.
 UnreachableHandler = Callable[[int, str], Awaitable[None]]
 
@@ -63,6 +70,18 @@ class Sender(Protocol):
         self, chat_id: int, file: OutgoingFile, caption: str, reply_to: int | None = None
     ) -> int | None:
         """One file with its caption, as a photo or a document (`file.kind`); its platform message id."""
+
+
+@runtime_checkable
+class PartEditor(Protocol):
+    """A channel that can rewrite a part it sent (a streamed answer's final text goes into its message)."""
+
+    async def edit_part(self, chat_id: int, message_id: int, part: str) -> None:
+        """Replace the message's text and take its buttons away; "not modified" is success. Raises
+        MessageGone when the message was deleted, DeliveryError otherwise."""
+
+    async def delete_part(self, chat_id: int, message_id: int) -> None:
+        """Delete a message the answer no longer needs; one already gone is success. Raises DeliveryError."""
 
 
 @dataclass(slots=True)
@@ -132,6 +151,12 @@ class Outbox:
         reply_to = row.reply_to if index == 0 else None
         if row.file is not None:
             return await self._channel.send_file(row.chat_id, row.file, row.text, reply_to)
+        if index < len(row.edit_ids) and isinstance(self._channel, PartEditor):
+            try:
+                await self._channel.edit_part(row.chat_id, row.edit_ids[index], parts[index])
+                return row.edit_ids[index]
+            except MessageGone:  # deleted while it was written: the answer still arrives, as a new message
+                log.info("streamed_part_gone", chat_id=row.chat_id, outbox_id=row.id, part=index)
         return await self._channel.send_part(row.chat_id, parts[index], reply_to)
 
     async def _deliver(self, row: OutboxRow) -> bool:
@@ -144,6 +169,8 @@ class Outbox:
                 if index == 0 and platform_id is not None and row.message_id is not None:
                     # A reply to it names this id: it is how a reply finds the message (and a result its run).
                     await self._store.set_platform_id(row.message_id, platform_id)
+                if index + 1 == len(parts):
+                    await self._drop_extra_parts(row, len(parts))
                 await self._store.part_sent(row.id, index + 1, done=index + 1 == len(parts))
         except DeliveryError as exc:
             if exc.chat_unreachable:
@@ -164,6 +191,20 @@ class Outbox:
             await self._store.retry_later(row.id, attempts, self._clock() + delay, str(exc))
             return False
         return True
+
+    async def _drop_extra_parts(self, row: OutboxRow, used: int) -> None:
+        """A streamed answer that ends in fewer parts than were on screen (a merge's shorter answer): the parts
+        past its last are deleted before the row counts as sent, so a crash meanwhile deletes them again. One
+        that cannot be deleted (too old) stays: the answer itself has arrived."""
+        if len(row.edit_ids) <= used or not isinstance(self._channel, PartEditor):
+            return
+        for message_id in row.edit_ids[used:]:
+            try:
+                await self._channel.delete_part(row.chat_id, message_id)
+            except DeliveryError as exc:
+                if not exc.permanent or exc.chat_unreachable:
+                    raise  # retried with the row (its parts are rewritten as they are: "not modified")
+                log.warning("streamed_part_not_deleted", chat_id=row.chat_id, outbox_id=row.id, error=str(exc))
 
     async def _unreachable(self, chat_id: int, reason: str) -> None:
         """Nothing owed to the chat can arrive: give it all up at once (no retries), and tell the owner."""

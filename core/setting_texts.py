@@ -55,6 +55,17 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "MERGE_CANCEL_SCOPE": "On such an abort, cancel that turn's subagents (`turn`) or all of the chat's "
             "(`chat`).",
             "TYPING_INTERVAL_SECONDS": "How often *typing* is sent again while something runs for the chat.",
+            "STREAM_REPLIES": "Show the main agent's answer as it is written: one message edited as it grows "
+            "(a draft in private chats), with a Stop button. Off: the whole answer is sent at once.",
+            "STREAM_EDIT_INTERVAL_SECONDS": "The least time between two edits of one group's growing answer "
+            "(Telegram allows a group about 20 messages a minute, edits included: 3 s uses all of it); longer "
+            "when many chats stream at once (`STREAM_EDITS_PER_SECOND`), and doubled for a while in a chat "
+            "Telegram answered 429 (up to 30 s, back over minutes).",
+            "STREAM_DRAFT_INTERVAL_SECONDS": "The least time between two updates of a private chat's draft "
+            "(its growing answer); longer when many chats stream at once, and after a 429 as for groups.",
+            "STREAM_EDITS_PER_SECOND": "Edits of growing answers per second, all chats together. Telegram "
+            "allows a bot about 30 messages a second; at most 20 go to growing answers, so final texts, results "
+            "and cards keep room while many chats stream.",
             "SUBAGENT_RESULT_MODE": "`direct`: a finished run's result is sent as its own `[Subagent]` message; "
             "`announce`: the result (status, result, usage) is handed to the main agent as a new turn, which "
             "tells the chat in its own words or stays silent. The raw result is stored as `[Subagent]` for the "
@@ -169,8 +180,8 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "DATA_DIR": "The database, IPC folders, workspaces, run folders and logs; made private to its owner "
             "(0700) at start.",
             "DATA_RETENTION_DAYS": "Finished runs' logs, quarantined IPC files, unused sessions, bulky run text, "
-            "copies of chat files no run used for this long and copies of sent files (their records stay) older "
-            "than this are pruned.",
+            "copies of chat files no run used for this long, copies of sent files (their records stay) and "
+            "streamed answers' figures (`crewbot stats`) older than this are pruned.",
             "IPC_FORCE_POLLING": "Poll the IPC folders instead of inotify (file systems without events).",
             "IPC_RESCAN_SECONDS": "A full rescan of the IPC folders, a safety net under inotify.",
             "IPC_MAX_FILE_BYTES": "Larger IPC files are quarantined.",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from core.settings import Settings
 from core.store.chats import ChatStore
 from core.store.db import Database
+from core.store.live_messages import LiveMessageStore
 from core.store.messages import MessageStore
 from core.store.outbox import OutboxStore
 from core.store.turns import TurnStore
@@ -19,8 +20,16 @@ class Stores:
     messages: MessageStore
     turns: TurnStore
     outbox: OutboxStore
+    live: LiveMessageStore  # growing answers on screen (crash recovery of a streamed answer)
 
     @classmethod
     async def open(cls, settings: Settings) -> Stores:
         db = await Database.open(settings.db_path)
-        return cls(db=db, chats=ChatStore(db), messages=MessageStore(db), turns=TurnStore(db), outbox=OutboxStore(db))
+        return cls(
+            db=db,
+            chats=ChatStore(db),
+            messages=MessageStore(db),
+            turns=TurnStore(db),
+            outbox=OutboxStore(db),
+            live=LiveMessageStore(db),
+        )

@@ -23,6 +23,7 @@ class TypingIndicator:
         self._counts: dict[int, int] = {}
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._idle: dict[int, asyncio.Event] = {}
+        self._muted: dict[int, int] = {}  # chat id -> holders that show something better (a growing answer)
 
     def acquire(self, chat_id: int) -> None:
         self._counts[chat_id] = self._counts.get(chat_id, 0) + 1
@@ -40,6 +41,20 @@ class TypingIndicator:
         loop = self._loops.pop(chat_id, None)
         if loop is not None:
             loop.cancel()
+
+    def mute(self, chat_id: int) -> None:
+        """No typing action while muted (its holders stay): a growing answer shows the bot at work."""
+        self._muted[chat_id] = self._muted.get(chat_id, 0) + 1
+
+    def unmute(self, chat_id: int) -> None:
+        left = self._muted.get(chat_id, 0) - 1
+        if left > 0:
+            self._muted[chat_id] = left
+        else:
+            self._muted.pop(chat_id, None)
+
+    def muted(self, chat_id: int) -> bool:
+        return chat_id in self._muted
 
     def holders(self, chat_id: int) -> int:
         return self._counts.get(chat_id, 0)
@@ -60,7 +75,8 @@ class TypingIndicator:
     async def _loop(self, chat_id: int) -> None:
         while True:
             try:
-                await self._send_typing(chat_id)
+                if chat_id not in self._muted:
+                    await self._send_typing(chat_id)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # typing is cosmetic: never let it break a turn

@@ -9,20 +9,24 @@ from typing import TYPE_CHECKING, Protocol
 
 from bot.agent.announce import Announcer
 from bot.agent.deps import SubagentDesk
+from bot.agent.live_reply import LiveReplies
+from bot.agent.live_restart import LiveRestart
 from bot.agent.main_agent import MainAgent, build_main_model
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
-from bot.card_presses import CardPresses
+from bot.card_presses import CardPresses, StopOutcome
 from bot.channels.base import CardChannel, Channel
 from bot.channels.buttons import PressChannel
+from bot.channels.edit_pacer import EditPacer
+from bot.channels.live_message import LiveChannel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.flood import FloodGuard
 from bot.ports.spawner import Spawner
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
-from bot.turns.engine import ChatEngine, Turn
+from bot.turns.engine import AbortReason, ChatEngine, Turn
 from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
 from core.live_config import LiveConfig
@@ -33,9 +37,11 @@ from core.store.announcements import AnnouncementStore
 from core.store.chats import ChatAddress
 from core.store.runs import RunStore
 from core.store.spend import SpendKind, SpendStore
+from core.store.streamed_answers import StreamedAnswerStore
 from core.store.turns import TurnStatus, TurnStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
+from crewbot.stream_record import CountStream, StreamRecorder
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -88,13 +94,14 @@ class TurnRecorder:
     async def turn_ended(self, turn: Turn, status: TurnStatus) -> None:
         await self._turns.end(turn.id, status)
 
-    async def turn_aborted(self, turn: Turn, reason: str) -> None:
+    async def turn_aborted(self, turn: Turn, reason: AbortReason) -> None:
         # Mark the turn first: a spawn request of this turn that is picked up later sees it and never starts.
         await self._turns.end(turn.id, TurnStatus.ABORTED)
         if self.runs is None:
             return
         try:
-            if self._scope is CancelScope.CHAT or reason == "stop":
+            # /stop stops everything of the chat; a Stop button and a merge follow MERGE_CANCEL_SCOPE.
+            if self._scope is CancelScope.CHAT or reason is AbortReason.STOP:
                 cancelled = await self.runs.cancel_chat(turn.chat_id, f"turn {turn.id} aborted ({reason})")
             else:
                 cancelled = await self.runs.cancel_turn(turn.id, f"turn aborted ({reason})")
@@ -138,6 +145,7 @@ class App:
         config: LiveConfig | None = None,
         allowances: Allowances | None = None,
         count_tokens: Callable[[SpendKind, int, int], None] | None = None,
+        count_stream: CountStream | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
@@ -177,6 +185,25 @@ class App:
         if subagents is not None and settings.status_card and isinstance(channel, CardChannel):
             self.cards = StatusCards(channel, RunStore(stores.db))
             subagents.watch_runs(self.cards.run_changed)
+        self.live: LiveReplies | None = None
+        self.streams: StreamRecorder | None = None
+        if settings.stream_replies and isinstance(channel, LiveChannel):
+            pacer = EditPacer(
+                settings.stream_edit_interval_seconds,
+                settings.stream_edits_per_second,
+                draft_interval_seconds=settings.stream_draft_interval_seconds,
+                drafts_for=channel.drafts_for,
+            )
+            # Each settled answer's first-text time and edits: the metrics and crewbot stats.
+            self.streams = StreamRecorder(StreamedAnswerStore(stores.db), count_stream)
+            self.live = LiveReplies(
+                channel,
+                pacer,
+                self.typing,
+                settings.assistant_name,
+                on_finished=self.streams.finished,
+                records=stores.live,  # recorded while on screen: a restart answers into it (bot/agent/live_restart.py)
+            )
         self.agent = MainAgent(
             (lambda: model) if model is not None else functools.partial(build_main_model, settings),
             stores.messages,
@@ -194,6 +221,7 @@ class App:
             abilities=functools.partial(subagent_abilities, settings),
             allowances=self.allowances,
             on_tokens=count_tokens,  # the main agent's tokens in the metrics (crewbot_llm_tokens_total)
+            live=self.live,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
@@ -219,8 +247,24 @@ class App:
             delivery=self.delivery,
             flood=FloodGuard(),
             # The card's buttons (a card of before a restart too): by who asked for the run, or _is_admin.
-            presses=CardPresses(RunStore(stores.db), stores.turns, control, self._is_admin) if control else None,
+            presses=CardPresses(
+                RunStore(stores.db),
+                stores.turns,
+                control,
+                self._is_admin,
+                stop=self._stop_pressed,
+                writing=self.live.writing_into if self.live is not None else None,
+            ),
         )
+
+    def _stop_pressed(self, chat_id: int, turn_id: str, by: str) -> StopOutcome:
+        """A growing answer's Stop button: its turn, if it is still the chat's turn in flight, is stopped."""
+        if self.engine.stop_turn(chat_id, by=by, turn_id=turn_id, reason=AbortReason.STOP_BUTTON) is not None:
+            return StopOutcome.STOPPED
+        turn = self.engine.current_turn(chat_id)
+        if turn is not None and turn.id == turn_id and turn.delivering and not turn.aborted:
+            return StopOutcome.ANSWERED
+        return StopOutcome.NOT_WRITING
 
     def _allowance_notice(self, chat_id: int, status: BudgetStatus) -> None:
         """A chat passed 80 % of its allowance (told once a day: the store keeps the day's record)."""
@@ -256,6 +300,11 @@ class App:
         interrupted = await self.stores.turns.close_interrupted()
         if interrupted:
             log.info("turns_interrupted_by_restart", count=interrupted)
+        # Before polling: a growing answer a crash cut short is marked interrupted (owed, sent once the outbox
+        # runs) or handed to the live replies, so the chat's next answer, even one asked meanwhile, goes into it.
+        resumed = await LiveRestart(
+            self.stores.live, self.stores.messages, self.delivery, self.live, self.conversation_allowed
+        ).recover()
         if isinstance(self.channel, PressChannel):
             self.channel.on_press(self.router.press)
         # The channel first: re-attached runs show typing at once. Spawn requests that new turns write
@@ -269,6 +318,8 @@ class App:
         self.outbox.start()  # also sends whatever a crash left owed
         if self.announcer is not None:
             await self.announcer.restore()  # results a crash left unannounced get their turns
+        for turn in resumed:  # the questions whose answers a crash cut short are answered into their messages
+            self.engine.notify(turn.chat_id, turn.trigger_id)
         log.info("crewbot_started", channel=self.channel.name, provider=self.settings.llm_provider.value)
 
     async def _chat_unreachable(self, chat_id: int, reason: str) -> None:
@@ -324,6 +375,8 @@ class App:
         if self.announcer is not None:
             await self.announcer.close()
         await asyncio.gather(*self._notices, return_exceptions=True)  # stored, then sent by the outbox
+        if self.streams is not None:
+            await self.streams.close()
         await self.typing.close()
         await self.outbox.close()
         await self.channel.stop()

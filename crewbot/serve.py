@@ -238,6 +238,7 @@ async def serve(
             config=config,
             allowances=allowances,
             count_tokens=ops.metrics.count_llm_tokens,
+            count_stream=ops.metrics.count_stream,
         )
     except Exception as exc:
         await runtime.close()

@@ -26,6 +26,7 @@ from core.store.spend import SpendStore
 from crewbot.allowance_advice import AllowanceAdvice, advise_allowances, suggestions_json
 from crewbot.cap_advice import Advice, Host, advise
 from crewbot.spend_stats import DailyUse, Prices, SpendStats, compute_spend, day_of, render_spend, spend_json
+from crewbot.stream_stats import StreamUse, gather_streams, render_streams, streams_json
 from crewbot.usage_stats import CapAt, Spread, UsageStats, compute
 
 SINCE_UNITS_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -151,7 +152,12 @@ def render(stats: UsageStats, advice: Advice, chat_id: int | None, current_cap: 
 
 
 def as_json(
-    stats: UsageStats, advice: Advice, chat_id: int | None, spend: SpendStats, allowances: AllowanceAdvice
+    stats: UsageStats,
+    advice: Advice,
+    chat_id: int | None,
+    spend: SpendStats,
+    allowances: AllowanceAdvice,
+    streams: StreamUse | None = None,
 ) -> str:
     data = asdict(stats)
     data.pop("timeline")
@@ -159,6 +165,8 @@ def as_json(
     data["chat_id"] = chat_id
     data["advice"] = asdict(advice)
     data["spend"] = {**spend_json(spend), "suggestions": suggestions_json(allowances)}
+    if streams is not None:
+        data["streams"] = streams_json(streams)
     return json.dumps(data, indent=2, sort_keys=True)
 
 
@@ -167,15 +175,16 @@ async def show_stats(
 ) -> int:
     stats, advice = await gather(settings, parse_since(since), chat_id)
     spend, allowances = await gather_spend(settings, parse_since(since), chat_id)
+    streams = await gather_streams(settings, parse_since(since), chat_id)
     if plot is not None:
         from crewbot.stats_plot import draw
 
         draw(stats.timeline, stats.start, stats.end, plot)
     if as_json_output:
-        print(as_json(stats, advice, chat_id, spend, allowances))
+        print(as_json(stats, advice, chat_id, spend, allowances, streams))
     else:
         lines = render(stats, advice, chat_id, settings.max_concurrent_subagents)
-        print("\n".join([*lines, *render_spend(spend), *allowances.lines]))
+        print("\n".join([*lines, *render_streams(streams), *render_spend(spend), *allowances.lines]))
         if plot is not None:
             print(f"plot: {plot}")
     return 0

@@ -15,6 +15,7 @@ from bot.channels.webhook import WebhookConfig
 from core.settings import Settings, load_settings
 from core.stores import Stores
 from crewbot.app import App
+from crewbot.stream_record import CountStream
 from tests.fakes.telegram_server import FakeTelegram
 
 GROUP_ID = -1001
@@ -30,6 +31,8 @@ def make_settings(data_dir: Path, tg: FakeTelegram | None = None, **overrides: A
         "MERGE_WINDOW_SECONDS": 0,
         # Tests count the chat's messages; the card is tested on its own (tests/bot/test_status_card.py).
         "STATUS_CARD": "false",
+        # Tests count whole messages; streamed answers are tested on their own (tests/bot/agent/test_live_reply*.py).
+        "STREAM_REPLIES": "false",
         "LOG_LEVEL": "DEBUG",
     }
     if tg is not None:
@@ -41,7 +44,11 @@ def make_settings(data_dir: Path, tg: FakeTelegram | None = None, **overrides: A
 
 @asynccontextmanager
 async def telegram_app(
-    settings: Settings, *, model: Model | None = None, with_subagents: bool = False
+    settings: Settings,
+    *,
+    model: Model | None = None,
+    with_subagents: bool = False,
+    count_stream: CountStream | None = None,
 ) -> AsyncIterator[App]:
     stores = await Stores.open(settings)
     assert settings.telegram_bot_token is not None
@@ -61,7 +68,7 @@ async def telegram_app(
             return unguarded(settings, stores, system)
 
         factory = factory_fn
-    app = App(settings, channel, stores, factory, model=model)
+    app = App(settings, channel, stores, factory, model=model, count_stream=count_stream)
     try:
         await app.start()
     except BaseException:

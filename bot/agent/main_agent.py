@@ -4,15 +4,17 @@ main agent's pydantic-ai model built from settings (openai-compatible, anthropic
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bot.agent.announce import SKIP_MARKER
 from bot.agent.deps import AdminCheck, SubagentDesk, TurnDeps
+from bot.agent.live_reply import LiveReplies, LiveReply
 from bot.agent.prompt import build_prompt
 from bot.ports.spawner import Spawner
 from bot.schedules.book import TaskBook
-from bot.turns.engine import Turn
+from bot.turns.engine import AbortReason, Turn
 from core.allowances import Allowances, AllowanceSpent, spent_line
 from core.delivery import Delivery
 from core.logging import get_logger
@@ -32,6 +34,8 @@ APOLOGY = "Sorry, I could not answer just now (the language model did not respon
 # An announcement turn refused for the allowance before it took its runs: they are told at the next turn let in.
 UNANNOUNCED = "A subagent run has finished meanwhile: /subagents shows it, and I will tell you more when I can."
 FINISHED = "Subagent runs have finished meanwhile: /subagents shows them."  # refused after taking them
+MAX_NAME_CHARS = 64  # of who stopped an answer, in its mark
+_MARKDOWN_SPECIALS = re.compile(r"[!-/:-@\[-`{-~]")  # ASCII punctuation: each may be backslash-escaped
 LLM_MAX_RETRIES = 3  # 429s and 5xx are retried this often, with the SDK's backoff (honouring retry-after)
 
 
@@ -95,6 +99,7 @@ class MainAgent:
         abilities: Callable[[], str] | None = None,
         allowances: Allowances | None = None,
         on_tokens: Callable[[SpendKind, int, int], None] | None = None,
+        live: LiveReplies | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -106,6 +111,7 @@ class MainAgent:
         self._abilities = abilities  # what subagents can reach and use, read at each turn (settings change live)
         self._allowances = allowances  # daily LLM allowances: each model request is metered; None: not counted
         self._on_tokens = on_tokens  # each metered request's (kind, input, output): the metrics
+        self._live = live  # STREAM_REPLIES: answers shown as they are written; None: sent whole
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -135,17 +141,58 @@ class MainAgent:
         )
 
     async def __call__(self, turn: Turn) -> None:
-        reply, kind = await self._answer(turn)
-        if reply == SKIP_MARKER:
-            log.info("turn_skipped", turn_id=turn.id)  # an announcement the chat need not hear of
-            return
-        turn.begin_delivery()
-        # Once delivery starts it completes even if the turn is cancelled, so a reply is never half-sent.
-        message_id = await asyncio.shield(self._post_answer(turn, reply, kind))
+        live: LiveReply | None = None
+        try:
+            # An announcement may be skipped: not streamed, unless a merged turn left its message for this one
+            # (an announcement waited, so the merged question is this turn's): kept ids never outlive it.
+            if self._live is not None and (turn.trigger_id is not None or self._live.kept(turn.chat_id)):
+                live = await self._live.open(turn.chat_id, turn.id, await self._asked(turn), turn.trigger_id)
+            reply, kind = await self._answer(turn, live)
+            # Only an announcement with nothing on screen may be skipped: a member who asked is answered, and a
+            # streamed answer's message (with its Stop) never stays on screen unfinished.
+            if reply == SKIP_MARKER and turn.trigger_id is None and live is None:
+                log.info("turn_skipped", turn_id=turn.id)  # an announcement the chat need not hear of
+                return
+            # The answer is complete: a merge or a Stop no longer aborts it (bot/turns/engine.py), and what is
+            # left (the last write on screen, the final text stored and owed) completes even if the turn is
+            # cancelled (the bot stopping, /stop), so a reply is never half-sent.
+            turn.begin_delivery()
+            message_id = await asyncio.shield(self._deliver(turn, reply, kind, live))
+        except asyncio.CancelledError:
+            if live is not None and not turn.delivering:  # a merge keeps the message; a Stop leaves it marked
+                await asyncio.shield(self._abandon(turn, live))
+            raise
+        except Exception:
+            if live is not None and not turn.delivering:  # the words shown stay, finished and without Stop
+                await asyncio.shield(self._deliver(turn, _cut(live, APOLOGY), "notice", live))
+            raise
         if self._on_answered is not None:
             self._on_answered(turn.id, message_id)
 
-    async def _answer(self, turn: Turn) -> tuple[str, str]:
+    async def _deliver(self, turn: Turn, reply: str, kind: str, live: LiveReply | None) -> int | None:
+        edit_ids = await live.settle() if live is not None else ()
+        return await self._post_answer(turn, reply, kind, edit_ids, live is not None)
+
+    async def _abandon(self, turn: Turn, live: LiveReply) -> None:
+        edit_ids = await live.settle()
+        if turn.abort_reason is AbortReason.MERGE:
+            self._live_replies().keep(turn.chat_id, edit_ids, turn.id)
+            return
+        if turn.abort_reason is None:
+            # The bot is stopping: the message stays recorded, and the next start answers the turn into it.
+            await live.record()
+            return
+        if not edit_ids and not live.text:
+            return  # nothing was shown: nothing to mark
+        mark = f"_(stopped by {_plain(turn.stopped_by)})_" if turn.stopped_by else "_(stopped)_"
+        text = f"{live.text}\n\n{mark}" if live.text else mark
+        await self._post_answer(turn, text, "stopped", edit_ids, True)
+
+    def _live_replies(self) -> LiveReplies:
+        assert self._live is not None
+        return self._live
+
+    async def _answer(self, turn: Turn, live: LiveReply | None = None) -> tuple[str, str]:
         """The reply and its kind. A frame of its own: the prompt, its window and the agent's run are
         freed before the send, which can wait on Telegram's rate limits (bench: memory)."""
         refused = await self._allowances.left_for(turn.chat_id) if self._allowances is not None else None
@@ -177,29 +224,60 @@ class MainAgent:
         )
         try:
             agent = await self.llm_agent()
-            from bot.agent.llm_agent import run_turn  # loaded by llm_agent()
-
             # An announcement turn (no message asked) is counted as such; any other as the main agent's.
             kind = SpendKind.ANNOUNCE if turn.trigger_id is None else SpendKind.MAIN
             async with asyncio.timeout(self._timeout_seconds):
-                output = await run_turn(
-                    agent, text, deps, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens
-                )
+                output = await self._run(agent, text, deps, kind, live)
             return output.strip() or "(no answer)", "reply"
         except AllowanceSpent as exc:  # used up during the turn (its own requests, or racing chats)
             log.info("turn_stopped_allowance", turn_id=turn.id, chat_id=turn.chat_id)
-            return spent_line(str(exc)) + (f" {FINISHED}" if announced else ""), "notice"
+            return _cut(live, spent_line(str(exc)) + (f" {FINISHED}" if announced else "")), "notice"
         except TimeoutError:
             log.error("llm_timeout", timeout_seconds=self._timeout_seconds)
-            return APOLOGY, "notice"
+            return _cut(live, APOLOGY), "notice"
         except Exception as exc:  # any provider failure: apologise, keep the bot running
             log.error("llm_failed", error_type=type(exc).__name__, error=str(exc)[:500])
-            return APOLOGY, "notice"
+            return _cut(live, APOLOGY), "notice"
 
-    async def _post_answer(self, turn: Turn, reply: str, kind: str) -> int | None:
+    async def _run(
+        self, agent: Agent[TurnDeps, str], text: str, deps: TurnDeps, kind: SpendKind, live: LiveReply | None
+    ) -> str:
+        if live is None:
+            from bot.agent.llm_agent import run_turn  # loaded by llm_agent()
+
+            return await run_turn(agent, text, deps, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens)
+        from bot.agent.streamed_turn import run_turn_streamed
+
+        return await run_turn_streamed(
+            agent, text, deps, live.show, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens
+        )
+
+    async def _asked(self, turn: Turn) -> int | None:
         # A reply to the message that asked, looked up now: an upgrade meanwhile retires its old id.
-        asked = None if turn.trigger_id is None else await self._messages.platform_id_of(turn.trigger_id, turn.chat_id)
-        return await self._delivery.post_answer(turn.chat_id, reply, kind=kind, reply_to=asked)
+        return None if turn.trigger_id is None else await self._messages.platform_id_of(turn.trigger_id, turn.chat_id)
+
+    async def _post_answer(
+        self, turn: Turn, reply: str, kind: str, edit_ids: tuple[int, ...] = (), streamed: bool = False
+    ) -> int | None:
+        """Stored once and owed to the chat; a streamed answer's record of its message ends in that step."""
+        asked, live = await self._asked(turn), turn.id if streamed else None
+        return await self._delivery.post_answer(
+            turn.chat_id, reply, kind=kind, reply_to=asked, edit_ids=edit_ids, finishes_live=live
+        )
+
+
+def _plain(name: str) -> str:
+    """A member's display name inside the bot's Markdown: shown as written, never as a link or a style (every
+    ASCII punctuation mark escaped, as CommonMark allows), on one line, at most MAX_NAME_CHARS."""
+    flat = " ".join(name.split())[:MAX_NAME_CHARS]
+    return _MARKDOWN_SPECIALS.sub(r"\\\g<0>", flat)
+
+
+def _cut(live: LiveReply | None, notice: str) -> str:
+    """A failure after words were shown: they stay, and the notice says the answer was cut short there."""
+    if live is None or not live.text:
+        return notice
+    return f"{live.text}\n\n_({notice})_"
 
 
 class _NoSpawner:

@@ -5,8 +5,10 @@ The estimate is the request's size (its messages, instructions and tool definiti
 each (a token covers at least one byte: a true upper bound however dense the text, which strangers write),
 plus its output cap: the model settings' `max_tokens`, else OUTPUT_CAP_TOKENS. A provider that
 reports no usage is counted at the estimate of what was sent and received, marked estimated. A request
-that fails is released (nothing counted); one cancelled in flight (a merge, the turn's timeout, /stop)
-is counted at its input estimate, estimated: the provider has likely read the prompt by then.
+that fails is released (nothing counted); one cancelled in flight (a merge, the turn's timeout, a Stop) is
+counted, estimated: its input (the provider's count if it sent one, else the estimate: it has likely read
+the prompt by then) and, for a stream, the output it streamed so far (the provider's count if it sent its
+final one, else the text so far by the same rule, never less than what the provider said).
 
 Imported on the first turn with the rest of pydantic-ai (bot/agent/llm_agent.py).
 """
@@ -84,6 +86,20 @@ def output_cap(model_settings: ModelSettings | None) -> int:
     return cap if isinstance(cap, int) and cap > 0 else OUTPUT_CAP_TOKENS
 
 
+def stopped_usage(prompt: int, partial: ModelResponse | None) -> tuple[int, int, bool]:
+    """(input, output, estimated) of a request cancelled in flight, `partial` being what it streamed so far."""
+    if partial is None:
+        return prompt, 0, True
+    usage = partial.usage
+    if partial.finish_reason is not None and usage.input_tokens > 0 and usage.output_tokens > 0:
+        return usage.input_tokens, usage.output_tokens, False  # its final count came before the cancel
+    used_in = usage.input_tokens if usage.input_tokens > 0 else prompt
+    # A count sent mid-stream is the provider's first event's (Anthropic's message_start says 1 output token):
+    # the text so far, a token a byte, is the bound.
+    used_out = max(usage.output_tokens, tokens_of_bytes(response_size(partial.parts)))
+    return used_in, used_out, True
+
+
 class MeteredModel(WrapperModel):
     """Made per turn around the agent's model (passed as `model=` to its run): the chat and kind to count."""
 
@@ -123,10 +139,13 @@ class MeteredModel(WrapperModel):
         if self._on_tokens is not None:
             self._on_tokens(self._kind, input_tokens, output_tokens)
 
-    async def _abandoned(self, held: Reservation, prompt: int, error: BaseException) -> None:
+    async def _abandoned(
+        self, held: Reservation, prompt: int, error: BaseException, partial: ModelResponse | None = None
+    ) -> None:
         if isinstance(error, asyncio.CancelledError):
+            used_in, used_out, estimated = stopped_usage(prompt, partial)
             # Shielded: the settling finishes even if the turn is cancelled again meanwhile.
-            await asyncio.shield(self._count(held, prompt, 0, estimated=True))
+            await asyncio.shield(self._count(held, used_in, used_out, estimated=estimated))
         else:
             await self._allowances.release(held)
 
@@ -154,12 +173,13 @@ class MeteredModel(WrapperModel):
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
         held, prompt = await self._reserve(messages, model_settings, model_request_parameters)
+        stream: StreamedResponse | None = None
         try:
             async with self.wrapped.request_stream(
                 messages, model_settings, model_request_parameters, run_context
             ) as stream:
                 yield stream
         except BaseException as exc:
-            await self._abandoned(held, prompt, exc)
+            await self._abandoned(held, prompt, exc, None if stream is None else stream.get())
             raise
         await self._settle(held, stream.get(), prompt)

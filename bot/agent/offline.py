@@ -16,6 +16,7 @@ The files a message carries or replies to (`[file f3: …]`) go with its task, a
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pydantic_ai.messages import (
@@ -27,7 +28,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from bot.agent.prompt import LATEST_MARKER, REPLIED_FILE_NOTE
 
@@ -37,6 +38,7 @@ SCHEDULE_PHRASE = "schedule:"
 SCHEDULE_TOOL = "schedule_task"
 ANSWERED_TOOLS = frozenset({SPAWN_TOOL, SCHEDULE_TOOL})
 MAX_QUOTE_CHARS = 200
+STREAM_WORDS = 4  # words per streamed piece
 TRANSCRIPT_HEADING = "Chat transcript (oldest first):\n"
 # A transcript line as bot.agent.prompt writes it: "[2026-01-31 12:00] Alice: text" (text may go on below).
 _TRANSCRIPT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d\] (?P<sender>.+?): (?P<text>.*)$")
@@ -197,4 +199,21 @@ def offline_main_model(assistant_name: str) -> FunctionModel:
             reply.append(f"To schedule one, write: {SCHEDULE_PHRASE} every 2m $ date")
         return ModelResponse(parts=[TextPart(" ".join(reply))])
 
-    return FunctionModel(respond, model_name="crewbot-offline")
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        """The same answer streamed (STREAM_REPLIES): its text a few words at a time, its tool calls whole."""
+        response = respond(messages, info)
+        for index, part in enumerate(response.parts):
+            if isinstance(part, ToolCallPart):
+                yield {
+                    index: DeltaToolCall(
+                        name=part.tool_name, json_args=part.args_as_json_str(), tool_call_id=part.tool_call_id
+                    )
+                }
+            elif isinstance(part, TextPart):
+                words = part.content.split(" ")
+                for start in range(0, len(words), STREAM_WORDS):
+                    yield " ".join(words[start : start + STREAM_WORDS]) + (
+                        " " if start + STREAM_WORDS < len(words) else ""
+                    )
+
+    return FunctionModel(respond, stream_function=stream, model_name="crewbot-offline")

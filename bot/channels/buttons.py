@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 class CardAction(StrEnum):
     CANCEL = "cancel"  # one run
     CANCEL_ALL = "cancel_all"  # every live run of the card's turn
+    STOP = "stop"  # a growing answer's turn (its `run_id` names the turn): the model call and its runs
 
 
 @dataclass(frozen=True, slots=True)

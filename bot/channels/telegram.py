@@ -6,19 +6,16 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from telegram import ChatMemberUpdated, Message, MessageEntity, ReplyParameters, Update
-from telegram.constants import ChatAction, ChatMemberStatus, ChatType, ParseMode
-from telegram.error import BadRequest, ChatMigrated, TelegramError
+from telegram import Bot, ChatMemberUpdated, Message, MessageEntity, ReplyParameters, Update
+from telegram.constants import ChatAction, ChatMemberStatus, ChatType
+from telegram.error import ChatMigrated, TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
 from bot.channels.base import ChatAddress, ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
 from bot.channels.buttons import CardButton, PressHandler
 from bot.channels.formatting import (
     TELEGRAM_MESSAGE_LIMIT_UNITS,
-    markdown_to_telegram_html,
     split_message,
-    utf16_len,
-    visible_text,
 )
 from bot.channels.inbound import InboundMessage
 from bot.channels.polling import Poller, PollingTask, ReadableUpdatesRequest
@@ -26,6 +23,7 @@ from bot.channels.telegram_cards import Presses, edit_card, send_card
 from bot.channels.telegram_files import download, file_of, send_file
 from bot.channels.telegram_limits import MessageRateLimiter, delivery_error
 from bot.channels.telegram_routing import SameIds, migration_of, thread_of
+from bot.channels.telegram_stream import TelegramStreaming, html_or_plain
 from bot.channels.webhook import WebhookConfig
 from bot.channels.webhook_watch import WebhookReceiving, start_webhook
 from core.logging import get_logger
@@ -92,7 +90,7 @@ def _sender_name(message: Message) -> tuple[int | None, str]:
     return user.id, _valid_text(user.full_name or user.username or str(user.id))
 
 
-class TelegramChannel:
+class TelegramChannel(TelegramStreaming):
     name = "telegram"
 
     def __init__(
@@ -114,6 +112,7 @@ class TelegramChannel:
         self._bot_id: int | None = None
         self._bot_username: str | None = None
         self._presses = Presses()  # the status card's buttons pressed (telegram_cards)
+        self._drafts_refused: set[int] = set()  # private chats that refused sendMessageDraft (telegram_stream)
         self._polling: PollingTask | WebhookReceiving | None = None
 
     def _build(self) -> Application:  # type: ignore[type-arg]
@@ -328,21 +327,21 @@ class TelegramChannel:
             raise delivery_error(exc) from exc
 
     async def _send_to(self, address: ChatAddress, chunk: str, reply: ReplyParameters | None) -> int:
-        bot = self._bot().bot
-        target, thread = address.platform_chat_id, address.thread_id
-        html_text = markdown_to_telegram_html(chunk)
-        if utf16_len(visible_text(html_text)) <= TELEGRAM_MESSAGE_LIMIT_UNITS:  # the limit counts the text, not tags
-            try:
-                sent = await bot.send_message(
-                    target, html_text, parse_mode=ParseMode.HTML, message_thread_id=thread, reply_parameters=reply
-                )
-                return int(sent.message_id)
-            except BadRequest as exc:
-                if "parse" not in str(exc).lower() and "entit" not in str(exc).lower():
-                    raise
-                log.warning("html_rejected_sending_plain", chat_id=target, error=str(exc))
-        sent = await bot.send_message(target, chunk, message_thread_id=thread, reply_parameters=reply)
-        return int(sent.message_id)
+        async def send(text: str, parse_mode: str | None) -> int:
+            sent = await self._telegram().send_message(
+                address.platform_chat_id,
+                text,
+                parse_mode=parse_mode,
+                message_thread_id=address.thread_id,
+                reply_parameters=reply,
+            )
+            return int(sent.message_id)
+
+        return int(await html_or_plain(chunk, send))  # the limit counts the text, not tags
+
+    def _telegram(self) -> Bot:
+        bot: Bot = self._bot().bot
+        return bot
 
     async def send_file(self, chat_id: int, file: OutgoingFile, caption: str, reply_to: int | None = None) -> int:
         address = await self._directory.address(chat_id)

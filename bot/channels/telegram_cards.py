@@ -28,7 +28,7 @@ log = get_logger(__name__)
 
 MAX_CALLBACK_DATA_BYTES = 64  # Telegram's limit on a button's callback_data
 MAX_ANSWER_CHARS = 200  # answerCallbackQuery's text
-_CODES = {CardAction.CANCEL: "c", CardAction.CANCEL_ALL: "a"}
+_CODES = {CardAction.CANCEL: "c", CardAction.CANCEL_ALL: "a", CardAction.STOP: "s"}
 _ACTIONS = {code: action for action, code in _CODES.items()}
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # run ids are spawn request ids (container.contract.ID_PATTERN)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a name is user input: it may reach the store (a cancel's reason)

@@ -13,13 +13,16 @@ from telegram.ext import AIORateLimiter
 
 from core.outbox import DeliveryError
 
-_MESSAGE_ENDPOINT_PREFIXES = ("send", "copy", "forward")
+# Edits count in a group's 20 a minute as sends do: a growing answer's edits, the outbox's final edit, status
+# cards and results to one group share its bucket, so together they stay inside it (no 429 cycle).
+_MESSAGE_ENDPOINT_PREFIXES = ("send", "copy", "forward", "editMessage")
 # A 400 with one of these means no message can reach the chat, as a 403 does.
 _UNREACHABLE_MARKERS = ("chat not found", "bot was kicked", "bot was blocked", "not a member", "user is deactivated")
 
 
 class MessageRateLimiter(AIORateLimiter):
-    """Telegram's flood limits (20 per minute in a group) are for messages; nothing else is throttled.
+    """Telegram's flood limits (20 per minute in a group) are for messages and their edits; nothing else is
+    throttled.
 
     Without this, a typing action every few seconds would use up a group's budget and delay replies,
     and an admin check (getChatMember) in a chat with a backlog would queue behind its messages.
@@ -40,7 +43,7 @@ class MessageRateLimiter(AIORateLimiter):
 
 
 def _sends_a_message(endpoint: str) -> bool:
-    """sendMessage, copyMessage, forwardMessages, ...: what Telegram's flood limits count."""
+    """sendMessage, copyMessage, forwardMessages, editMessageText, ...: what Telegram's flood limits count."""
     return endpoint.startswith(_MESSAGE_ENDPOINT_PREFIXES) and endpoint != "sendChatAction"
 
 

@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 import structlog
@@ -22,6 +23,14 @@ from core.store.turns import TurnStatus
 from core.typing_indicator import TypingIndicator
 
 log = get_logger(__name__)
+
+
+class AbortReason(StrEnum):
+    """Why a turn was aborted: what becomes of its streamed words and which of its runs are cancelled."""
+
+    MERGE = "merge"  # a follow-up inside the merge window: the words stay, the merged answer goes into them
+    STOP = "stop"  # /stop: the chat's runs are all cancelled
+    STOP_BUTTON = "stop_button"  # a Stop press: its runs are cancelled as MERGE_CANCEL_SCOPE says
 
 
 @dataclass(slots=True)
@@ -38,6 +47,8 @@ class Turn:
     # (an announcement): the prompt holds everything, and the answer replies to nothing.
     trigger_id: int | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    abort_reason: AbortReason | None = None  # once aborted: a streamed answer is kept or marked stopped
+    stopped_by: str | None = None  # who pressed Stop (or sent /stop), for the mark on the answer
 
     def begin_delivery(self) -> None:
         """From here on the reply goes out whole: a merge no longer aborts this turn."""
@@ -55,7 +66,7 @@ class TurnLifecycle(Protocol):
 
     async def turn_ended(self, turn: Turn, status: TurnStatus) -> None: ...
 
-    async def turn_aborted(self, turn: Turn, reason: str) -> None: ...
+    async def turn_aborted(self, turn: Turn, reason: AbortReason) -> None: ...
 
 
 @dataclass(slots=True)
@@ -115,22 +126,36 @@ class ChatEngine:
         state = self._chats.get(chat_id)
         return state is None or state.worker is None or state.worker.done()
 
+    def waiting(self, chat_id: int) -> bool:
+        """Whether a notified message waits for the chat's next turn."""
+        state = self._chats.get(chat_id)
+        return state is not None and state.pending
+
     def current_turn(self, chat_id: int) -> Turn | None:
         state = self._chats.get(chat_id)
         return state.turn if state else None
 
-    def stop_turn(self, chat_id: int) -> Turn | None:
-        """/stop: abort the in-flight turn (whatever its age) and drop what was waiting."""
+    def stop_turn(
+        self, chat_id: int, by: str | None = None, turn_id: str | None = None, reason: AbortReason = AbortReason.STOP
+    ) -> Turn | None:
+        """/stop or a Stop button (`turn_id`: only that turn): abort the in-flight turn (whatever its age)
+        and drop what was waiting. A button does nothing once the turn's answer is complete and being
+        delivered (`delivering`): nothing is left to stop, and its cascade would cancel the subagents the
+        answer has just told of; /stop keeps its meaning (the chat's subagents too)."""
         state = self._chats.get(chat_id)
         if state is None or state.turn is None or state.turn.aborted:
             return None
+        if turn_id is not None and (state.turn.id != turn_id or state.turn.delivering):
+            return None
         state.pending = False
         turn = state.turn
-        self._abort(turn, reason="stop")
+        turn.stopped_by = by
+        self._abort(turn, reason=reason)
         return turn
 
-    def _abort(self, turn: Turn, reason: str = "merge") -> None:
+    def _abort(self, turn: Turn, reason: AbortReason = AbortReason.MERGE) -> None:
         turn.aborted = True
+        turn.abort_reason = reason
         if turn.task is not None:
             turn.task.cancel()
         # The cascade runs as its own task so the caller (the inbound path) never waits on Docker.

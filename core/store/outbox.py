@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -10,6 +11,7 @@ from pathlib import Path
 import aiosqlite
 
 from core.store.db import Database
+from core.store.live_messages import finish_in
 from core.store.messages import NewMessage, insert_message
 
 
@@ -38,6 +40,10 @@ class Outgoing:
     run_id: str | None = None  # a subagent's progress message or file: dropped if its run is cancelled first
     reply_to: int | None = None  # the platform message its first part replies to
     file: OutgoingFile | None = None  # sent as one part, with `text` as its caption
+    edit_ids: tuple[int, ...] = ()  # a streamed answer: its parts edit these platform messages, in order
+    # The turn whose live_messages record this final text ends: deleted in the same transaction, so a record
+    # left at start-up is never an answer already owed.
+    finishes_live: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,7 @@ class OutboxRow:
     reply_to: int | None = None
     message_id: int | None = None  # the stored copy (messages.id), if any
     file: OutgoingFile | None = None
+    edit_ids: tuple[int, ...] = ()
 
 
 async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
@@ -60,7 +67,7 @@ async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
     file = outgoing.file
     cursor = await conn.execute(
         "INSERT INTO outbox (chat_id, message_id, text, next_attempt_at, created_at, run_id, reply_to, "
-        "file_path, file_name, file_kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "file_path, file_name, file_kind, edit_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             outgoing.message.chat_id,
             message_id,
@@ -72,9 +79,12 @@ async def stage(conn: aiosqlite.Connection, outgoing: Outgoing) -> int:
             None if file is None else str(file.path),
             None if file is None else file.name,
             None if file is None else file.kind.value,
+            json.dumps(list(outgoing.edit_ids)) if outgoing.edit_ids else None,
         ),
     )
     assert cursor.lastrowid is not None
+    if outgoing.finishes_live is not None:
+        await finish_in(conn, outgoing.finishes_live)
     return cursor.lastrowid
 
 
@@ -91,6 +101,7 @@ def _row(row: aiosqlite.Row) -> OutboxRow:
         file=None
         if row["file_path"] is None
         else OutgoingFile(Path(row["file_path"]), row["file_name"] or "file", SentFileKind(row["file_kind"])),
+        edit_ids=tuple(int(i) for i in json.loads(row["edit_ids"])) if row["edit_ids"] else (),
     )
 
 

@@ -56,6 +56,12 @@ class TurnStore:
             row = await cursor.fetchone()
         return TurnStatus(row[0]) if row else None
 
+    async def chat_of(self, turn_id: str) -> int | None:
+        """The conversation the turn was of; None for a turn never recorded (a forged button's)."""
+        async with self._db.conn.execute("SELECT chat_id FROM turns WHERE id = ?", (turn_id,)) as cursor:
+            row = await cursor.fetchone()
+        return int(row[0]) if row else None
+
     async def close_interrupted(self) -> int:
         """At start-up: turns left `running` by a crash can never finish; they count as aborted."""
         async with self._db.write() as conn:

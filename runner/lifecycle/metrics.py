@@ -20,6 +20,16 @@ LATENCY_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
 DURATION_BUCKETS_SECONDS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0)
 MEMORY_BUCKETS_BYTES = tuple(float(mib * 1024 * 1024) for mib in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
 CPU_BUCKETS_SECONDS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0)
+# Seconds from a turn's start to its first words on screen: a model's first tokens come in about a second,
+# a slow one or a long prompt takes several (bench: streaming measures it).
+FIRST_TEXT_BUCKETS_SECONDS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 60.0)
+
+
+class StreamShown:
+    """The `shown` label of a streamed answer: a message edited as it grows (groups), or a draft (private chats)."""
+
+    MESSAGE = "message"
+    DRAFT = "draft"
 
 
 class CapKind:
@@ -116,6 +126,23 @@ class RunMetrics:
             buckets=CPU_BUCKETS_SECONDS,
             registry=r,
         )
+        self.stream_first_text = Histogram(
+            "crewbot_stream_first_text_seconds",
+            "Streamed answer: the turn's start -> its first words visible in the chat",
+            ["shown"],
+            buckets=FIRST_TEXT_BUCKETS_SECONDS,
+            registry=r,
+        )
+        self.stream_edits = Counter(
+            "crewbot_stream_edits",
+            "Writes of streamed answers (the first send, each edit or draft; not the final text): rate() is edits "
+            "per second, all chats together",
+            ["shown"],
+            registry=r,
+        )
+        for shown in (StreamShown.MESSAGE, StreamShown.DRAFT):
+            self.stream_first_text.labels(shown=shown)
+            self.stream_edits.labels(shown=shown)
         for status in RunStatus:  # every outcome is a series from the start, so rate() sees its first run
             if status not in {RunStatus.QUEUED, RunStatus.RUNNING}:
                 self.runs.labels(outcome=status.value)
@@ -160,6 +187,13 @@ class RunMetrics:
         """One LLM call's tokens as settled against the allowances (the main agent's calls too: call this)."""
         self.llm_tokens.labels(kind=SpendKind(kind).value, direction="input").inc(max(input_tokens, 0))
         self.llm_tokens.labels(kind=SpendKind(kind).value, direction="output").inc(max(output_tokens, 0))
+
+    def count_stream(self, first_text_seconds: float | None, edits: int, draft: bool) -> None:
+        """One streamed answer, once settled: when its first words showed (None: they never did), its writes."""
+        shown = StreamShown.DRAFT if draft else StreamShown.MESSAGE
+        if first_text_seconds is not None:
+            self.stream_first_text.labels(shown=shown).observe(max(first_text_seconds, 0.0))
+        self.stream_edits.labels(shown=shown).inc(max(edits, 0))
 
     def count_tokens(self, input_tokens: int, output_tokens: int) -> None:
         self.tokens.labels(direction="input").inc(max(input_tokens, 0))

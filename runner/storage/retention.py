@@ -3,8 +3,9 @@
 Run dirs and quarantined IPC entries were written by containers, so they are removed through
 descriptors without following anything (`runner.storage.prune_entries`); file work runs in a
 thread and database work in small batches, so neither holds up the event loop or other writers.
-Run rows stay (statistics count them); only their bulky text is dropped. The chat files runs were given
-and the files they sent go by runner/storage/file_retention.py's rules.
+Run rows stay (statistics count them); only their bulky text is dropped. Streamed answers' figures
+(`crewbot stats`, core/store/streamed_answers.py) are one row per answer, so they go by the same age. The
+chat files runs were given and the files they sent go by runner/storage/file_retention.py's rules.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class PruneReport:
     run_texts: int = 0
     ipc_messages: int = 0
     outbox_rows: int = 0
+    streamed_answers: int = 0  # rows of answers settled before the cutoff
     files_in: int = 0  # copies of chat files no run used for the period (DATA_DIR/files/in)
     files_out: int = 0  # copies of files runs sent, their sending over (DATA_DIR/files/out)
     out_folders: int = 0  # finished runs' emptied folders under DATA_DIR/files/out
@@ -94,6 +96,7 @@ class Retention:
                     "(status = 'sent' AND sent_at < ?) OR (status = 'failed' AND next_attempt_at < ?)",
                     (cutoff, cutoff),
                 ),
+                streamed_answers=await self._delete_rows("streamed_answers", "settled_at < ?", (cutoff,)),
                 files_in=files.files_in,
                 files_out=files.files_out,
                 out_folders=files.out_folders,

@@ -24,6 +24,9 @@ RANGES = {
     "SUBAGENT_QUEUE_LIMIT": "a whole number from 0 to 1000",
     "MERGE_WINDOW_SECONDS": "a number from 0 to 300",
     "TYPING_INTERVAL_SECONDS": "a number from 0.2 to 60",
+    "STREAM_EDIT_INTERVAL_SECONDS": "a number from 1 to 30",
+    "STREAM_DRAFT_INTERVAL_SECONDS": "a number from 1 to 30",
+    "STREAM_EDITS_PER_SECOND": "a number from 1 to 20",  # Telegram's 30 a second less room for the outbox
     "HISTORY_WINDOW_MESSAGES": "a whole number from 1 to 1000",
     "SUBAGENT_CPUS": f"a number from 0.01 to {HOST_CORES} (this host's CPU cores)",
     "SUBAGENT_PIDS": "a whole number from 16 to 32768",

@@ -112,6 +112,7 @@ def bot_env(tg: FakeTelegram, data_dir: Path, chats: list[int], image: str) -> d
         LOG_LEVEL="INFO",
         SUBAGENT_IMAGE=image,
         STATUS_CARD="false",  # these tests inject faults into the next sendMessage: the result's, not a card's
+        STREAM_REPLIES="false",  # whole answers, as these tests count them (streamed: tests/bot/agent/)
     )
     return env
 

@@ -87,7 +87,9 @@ def _openai_completion(
     return body
 
 
-def openai_stream_chunks(completion: JsonDict, *, include_usage: bool) -> list[JsonDict]:
+def openai_stream_chunks(
+    completion: JsonDict, *, include_usage: bool, piece_chars: int = STREAM_PIECE_CHARS
+) -> list[JsonDict]:
     """The chat.completion.chunk events a streaming server would send for `completion`."""
     base: JsonDict = {k: completion[k] for k in ("id", "created", "model") if k in completion}
     base["object"] = "chat.completion.chunk"
@@ -99,9 +101,7 @@ def openai_stream_chunks(completion: JsonDict, *, include_usage: bool) -> list[J
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     content = message.get("content") or ""
-    chunks += [
-        chunk({"content": content[i : i + STREAM_PIECE_CHARS]}) for i in range(0, len(content), STREAM_PIECE_CHARS)
-    ]
+    chunks += [chunk({"content": content[i : i + piece_chars]}) for i in range(0, len(content), piece_chars)]
     for index, call in enumerate(message.get("tool_calls") or []):
         chunks.append(chunk({"tool_calls": [{"index": index, **call}]}))
     chunks.append(chunk({}, choice["finish_reason"]))

@@ -31,6 +31,7 @@ from aiohttp import web
 
 from tests.fakes.faults import Fault, FaultQueue
 from tests.fakes.llm_replies import (
+    STREAM_PIECE_CHARS,
     JsonDict,
     anthropic_text,
     anthropic_tool_use,
@@ -47,6 +48,7 @@ __all__ = [
     "Handler",
     "RecordedRequest",
     "Script",
+    "StreamPace",
     "anthropic_text",
     "anthropic_tool_use",
     "openai_text",
@@ -146,7 +148,9 @@ class FakeLLM(LoopbackServer):
         self._faults = FaultQueue()
         self._requests: list[RecordedRequest] = []
         self._disconnected: list[RecordedRequest] = []
+        self._disconnected_at: list[float] = []  # time.monotonic() of each hang-up, as `_disconnected`
         self._delay_seconds = 0.0
+        self._pace = StreamPace()
 
     @property
     def base_url(self) -> str:
@@ -164,6 +168,12 @@ class FakeLLM(LoopbackServer):
         """Wait this long before answering each completion (to cancel a call in flight)."""
         with self._lock:
             self._delay_seconds = seconds
+
+    def set_stream_pace(self, pace: StreamPace) -> None:
+        """How streamed answers arrive: pieces of `piece_chars`, `seconds_per_piece` apart, and how a stream
+        ends (`cut_after` pieces: without a final chunk, or with an error event when `error_after_cut`)."""
+        with self._lock:
+            self._pace = pace
 
     def fail_next(self, fault: Fault, count: int = 1) -> None:
         """The next `count` completion requests (either API) get `fault`: 429/500/..., disconnect or hang."""
@@ -184,6 +194,11 @@ class FakeLLM(LoopbackServer):
     def disconnected_requests(self) -> list[RecordedRequest]:
         with self._lock:
             return list(self._disconnected)
+
+    def disconnect_times(self) -> list[float]:
+        """When (time.monotonic()) each client hung up, in the order of `disconnected_requests()`."""
+        with self._lock:
+            return list(self._disconnected_at)
 
     async def wait_for_requests(
         self, count: int = 1, timeout_seconds: float = DEFAULT_WAIT_SECONDS, *, path: str | None = None
@@ -267,6 +282,7 @@ class FakeLLM(LoopbackServer):
             if not self.closing:  # the client hung up, not our own shutdown
                 with self._lock:
                     self._disconnected.append(record)
+                    self._disconnected_at.append(time.monotonic())
                     self._watch.notify()
             raise
 
@@ -296,7 +312,9 @@ class FakeLLM(LoopbackServer):
             return _error(api, 500, f"FakeLLM ({api}) handler raised {exc!r}")
         answer.setdefault("model", body.get("model"))
         if api == "openai" and body.get("stream"):
-            return await _stream_openai(request, answer, body)
+            with self._lock:
+                pace = self._pace
+            return await _stream_openai(request, answer, body, pace)
         if body.get("stream"):
             return _error(api, 400, "FakeLLM does not stream Anthropic Messages")
         return web.json_response(answer)
@@ -339,12 +357,38 @@ def _error(api: Api, status: int, message: str, *, headers: dict[str, str] | Non
     return web.json_response(body, status=status, headers=headers)
 
 
-async def _stream_openai(request: web.Request, completion: JsonDict, body: JsonDict) -> web.StreamResponse:
-    """Server-sent events, one chunk per event, then `data: [DONE]`."""
+@dataclass(frozen=True)
+class StreamPace:
+    """How the fake streams (FakeLLM.set_stream_pace); the default: all at once, 8 characters a piece."""
+
+    piece_chars: int = STREAM_PIECE_CHARS
+    seconds_per_piece: float = 0.0
+    cut_after: int | None = None  # pieces of text sent before the stream ends early
+    error_after_cut: bool = False  # end with an error event (a provider failing mid-stream), else just EOF
+
+
+async def _stream_openai(
+    request: web.Request, completion: JsonDict, body: JsonDict, pace: StreamPace
+) -> web.StreamResponse:
+    """Server-sent events, one chunk per event, then `data: [DONE]`; paced and cut as `pace` says."""
     options = body.get("stream_options") or {}
     response = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
     await response.prepare(request)
-    for chunk in openai_stream_chunks(completion, include_usage=bool(options.get("include_usage"))):
+    chunks = openai_stream_chunks(
+        completion, include_usage=bool(options.get("include_usage")), piece_chars=pace.piece_chars
+    )
+    started = asyncio.get_running_loop().time()
+    for number, chunk in enumerate(chunks):
+        if pace.cut_after is not None and number > pace.cut_after:
+            if pace.error_after_cut:
+                error = {"error": {"message": "FakeLLM: upstream failed mid-stream", "type": "server_error"}}
+                await response.write(f"data: {json.dumps(error)}\n\n".encode())
+            await response.write_eof()
+            return response
+        if pace.seconds_per_piece > 0 and number > 0:
+            # Piece n at n intervals from the start: a sleep's overshoot does not add up over a long answer.
+            due = started + number * pace.seconds_per_piece
+            await asyncio.sleep(max(due - asyncio.get_running_loop().time(), 0.0))
         await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()

@@ -12,7 +12,7 @@ from tests.fakes.telegram_chat_methods import find_chat
 from tests.fakes.telegram_keyboards import KeyboardError, check_inline_keyboard
 from tests.fakes.telegram_params import Handler, Params, bad_request
 from tests.fakes.telegram_parsed import MAX_MESSAGE_TEXT_CHARS, EntityParseError, ParsedText
-from tests.fakes.telegram_state import ChatAction, JsonDict, SentMessage, TelegramData
+from tests.fakes.telegram_state import ChatAction, Draft, Edit, JsonDict, SentMessage, TelegramData
 from tests.fakes.telegram_text import parse_text
 from tests.fakes.waiting import Watch
 
@@ -81,6 +81,7 @@ class MessageMethods:
             "sendMessage": self.send_message,
             "sendChatAction": self.send_chat_action,
             "editMessageText": self.edit_message_text,
+            "sendMessageDraft": self.send_message_draft,
             "deleteMessage": self.delete_message,
         }
 
@@ -191,8 +192,27 @@ class MessageMethods:
             if markup is not None:
                 message["reply_markup"] = markup
             self._data.store(message)
+            at = time.monotonic()
+            self._data.edits.append(
+                Edit(message["chat"]["id"], message["message_id"], parsed.text, params.string("parse_mode"), at)
+            )
             self._watch.notify()
             return message
+
+    async def send_message_draft(self, params: Params) -> Any:
+        """Bot API 9.3: a private chat's draft, shown while an answer is written (an empty text: "Thinking")."""
+        with self._lock:
+            chat = find_chat(self._data, params)
+            if chat["type"] != "private":
+                raise bad_request("TEXTDRAFT_PEER_INVALID")
+            draft_id = params.integer("draft_id")
+            if not draft_id:
+                raise bad_request("draft_id must be non-zero")
+            text = params.string("text") or ""
+            plain = self._parse(params).text if text else ""
+            self._data.drafts.append(Draft(chat["id"], draft_id, plain, time.monotonic()))
+            self._watch.notify()
+        return True
 
     async def delete_message(self, params: Params) -> Any:
         with self._lock:

@@ -189,6 +189,13 @@ class UserSide:
             self._watch.notify()
             return stored
 
+    def delete_message(self, chat_id: int, message_id: int) -> None:
+        """A member (an admin) deleted the message: editing it now answers 400 "message to edit not found"."""
+        with self._lock:
+            if self._data.messages.pop((chat_id, message_id), None) is None:
+                raise ValueError(f"no message {message_id} in chat {chat_id}")
+            self._watch.notify()
+
     def _remember_user(self, user_id: int, first_name: str | None, username: str | None) -> JsonDict:
         known = self._data.users.get(user_id, {})
         default_name = DEFAULT_USER_FIRST_NAME if user_id == DEFAULT_USER_ID else f"User {user_id}"

@@ -41,7 +41,17 @@ from tests.fakes.telegram_keyboards import CallbackAnswer, CallbackQuery
 from tests.fakes.telegram_methods import BotApi
 from tests.fakes.telegram_params import ApiError, Params
 from tests.fakes.telegram_pushes import DEFAULT_USER_FIRST_NAME, DEFAULT_USER_ID, UserSide
-from tests.fakes.telegram_state import ApiCall, ChatAction, JsonDict, SentMessage, TelegramData, chat_type_for
+from tests.fakes.telegram_rate import GroupRate, GroupRateSide
+from tests.fakes.telegram_state import (
+    ApiCall,
+    ChatAction,
+    Draft,
+    Edit,
+    JsonDict,
+    SentMessage,
+    TelegramData,
+    chat_type_for,
+)
 from tests.fakes.telegram_webhook import WebhookSide
 from tests.fakes.waiting import Watch
 
@@ -53,6 +63,8 @@ __all__ = [
     "CallbackAnswer",
     "CallbackQuery",
     "ChatAction",
+    "Draft",
+    "Edit",
     "FakeTelegram",
     "Fault",
     "FileDownload",
@@ -75,7 +87,7 @@ _FILE_PATH = re.compile(r"^/file/bot(?P<token>[^/]+)/(?P<path>.+)$")
 _DOWNLOAD_FAULT_PREFIX = "file:"  # FaultQueue keys of download faults: "file:<file_id>"
 
 
-class FakeTelegram(LoopbackServer, UserSide, CallbackSide, WebhookSide):
+class FakeTelegram(LoopbackServer, UserSide, CallbackSide, WebhookSide, GroupRateSide):
     """The Bot API for one bot (its token and identity), with test controls to drive it."""
 
     def __init__(
@@ -97,6 +109,7 @@ class FakeTelegram(LoopbackServer, UserSide, CallbackSide, WebhookSide):
         self._lock = threading.RLock()
         self._watch = Watch(self._lock)
         self._faults = FaultQueue()
+        self._group_rate = GroupRate(self._lock)
         self._holds = Holds(self._lock, self._watch, lambda: self.closing)
         self._data = TelegramData(
             bot_user={
@@ -168,7 +181,9 @@ class FakeTelegram(LoopbackServer, UserSide, CallbackSide, WebhookSide):
             return answer(exc.body(), exc.status)
         method = self._api.canonical(match["method"]) or match["method"]
         self._api.record_call(method, params)
-        fault = self._faults.take(method) or await self._holds.pass_through(method, chat_param(params))
+        chat = chat_param(params)
+        fault = self._faults.take(method) or self._group_rate.refuse(method, chat)  # a group's limit too
+        fault = fault or await self._holds.pass_through(method, chat)
         if fault is not None and fault.kind != "truncate":
             return await self._serve_fault(request, fault)
         try:
@@ -288,6 +303,16 @@ class FakeTelegram(LoopbackServer, UserSide, CallbackSide, WebhookSide):
         with self._lock:
             stored = self._data.files.files.get(file_id)
             return stored.data if stored is not None else None
+
+    def edits(self, chat_id: int | None = None) -> list[Edit]:
+        """Successful editMessageText calls, in order, with their times."""
+        with self._lock:
+            return [e for e in self._data.edits if chat_id is None or e.chat_id == chat_id]
+
+    def drafts(self, chat_id: int | None = None) -> list[Draft]:
+        """Successful sendMessageDraft calls, in order, with their times."""
+        with self._lock:
+            return [d for d in self._data.drafts if chat_id is None or d.chat_id == chat_id]
 
     def chat_actions(self, chat_id: int | None = None) -> list[ChatAction]:
         with self._lock:

@@ -47,6 +47,27 @@ class SentMessage:
 
 
 @dataclass(frozen=True)
+class Edit:
+    """One successful editMessageText (a growing answer's step): the text as users see it, and when."""
+
+    chat_id: int
+    message_id: int
+    plain_text: str
+    parse_mode: str | None
+    at: float  # time.monotonic()
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One successful sendMessageDraft (private chats): the draft's text as users see it, and when."""
+
+    chat_id: int
+    draft_id: int
+    plain_text: str
+    at: float  # time.monotonic()
+
+
+@dataclass(frozen=True)
 class ChatAction:
     chat_id: int
     action: str
@@ -81,6 +102,8 @@ class TelegramData:
     sent: list[SentMessage] = field(default_factory=list)  # sendMessage only; files are in files.sent
     files: FileStore = field(default_factory=FileStore)
     actions: list[ChatAction] = field(default_factory=list)
+    edits: list[Edit] = field(default_factory=list)
+    drafts: list[Draft] = field(default_factory=list)
     callbacks: CallbackBook = field(default_factory=CallbackBook)  # buttons pressed, and the bot's answers
     webhook: WebhookState = field(default_factory=WebhookState)  # as setWebhook left it ("" url: none)
     calls: list[ApiCall] = field(default_factory=list)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -83,8 +84,11 @@ async def test_cancelled_request_is_seen_as_a_disconnect(llm: FakeLLM) -> None:
         call = asyncio.create_task(client.chat.completions.create(model="m", messages=MESSAGES))
         await llm.wait_for_requests(1)
         call.cancel()
+        cancelled_at = time.monotonic()
         [gone] = await llm.wait_for_disconnects(1, timeout_seconds=1)
     assert gone.body["model"] == "m" and llm.disconnects == 1
+    [hung_up_at] = llm.disconnect_times()  # when the client hung up, not when it asked
+    assert gone.at < cancelled_at <= hung_up_at
 
 
 async def test_faults_and_auth(llm: FakeLLM) -> None:

@@ -174,7 +174,7 @@ async def test_per_chat_order_holds_with_twenty_chats_at_once(tmp_path: Path) ->
 
 async def test_rejected_formatting_falls_back_to_plain_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Whatever the converter produces, Telegram may still refuse it: the reply must go out as plain text.
-    monkeypatch.setattr("bot.channels.telegram.markdown_to_telegram_html", lambda text: f"<b>{text}")
+    monkeypatch.setattr("bot.channels.telegram_stream.markdown_to_telegram_html", lambda text: f"<b>{text}")
     recorder = RecordingModel("**bold** claim & more")
     async with FakeTelegram() as tg:
         settings = make_settings(tmp_path, tg)

@@ -46,6 +46,8 @@ DOCUMENTED = {
     "crewbot_llm_tokens": "counter",
     "crewbot_daily_tokens_used": "gauge",
     "crewbot_daily_tokens_allowance": "gauge",
+    "crewbot_stream_first_text_seconds": "histogram",
+    "crewbot_stream_edits": "counter",
 }
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -194,3 +196,18 @@ def test_llm_tokens_by_kind_and_the_bots_daily_gauges() -> None:
     assert get("crewbot_llm_tokens_total", kind="scheduled", direction="output") == 0  # never negative
     assert get("crewbot_llm_tokens_total", kind="announce", direction="input") == 0  # every series from the start
     assert (get("crewbot_daily_tokens_used"), get("crewbot_daily_tokens_allowance")) == (1_234, 5_000)
+
+
+def test_streamed_answers_first_text_and_edits() -> None:
+    metrics = RunMetrics()
+    metrics.count_stream(1.2, 7, draft=False)
+    metrics.count_stream(None, 2, draft=True)  # its first words never showed: only its writes count
+    metrics.count_stream(0.4, -1, draft=True)
+
+    def get(name: str, shown: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"shown": shown})
+
+    assert get("crewbot_stream_first_text_seconds_count", "message") == 1
+    assert get("crewbot_stream_first_text_seconds_sum", "message") == 1.2
+    assert get("crewbot_stream_first_text_seconds_count", "draft") == 1
+    assert (get("crewbot_stream_edits_total", "message"), get("crewbot_stream_edits_total", "draft")) == (7, 2)

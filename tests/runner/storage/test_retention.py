@@ -16,6 +16,7 @@ from core.store.db import Database
 from core.store.messages import NewMessage
 from core.store.outbox import OutboxStore, Outgoing
 from core.store.runs import RunStatus, RunStore
+from core.store.streamed_answers import StreamedAnswer, StreamedAnswerStore
 from runner.ipc.requests import REASON_SUFFIX, errors_dir
 from runner.storage.paths import DataPaths
 from runner.storage.retention import PRUNED_TASK, PruneReport, Retention
@@ -287,6 +288,16 @@ async def test_outbox_rows_sent_or_failed_long_ago_go(db: Database, retention: R
     async with db.conn.execute("SELECT COUNT(*) FROM messages") as cursor:
         row = await cursor.fetchone()
     assert row is not None and row[0] == 5  # the chat's history is not retention's business
+
+
+async def test_streamed_answers_settled_long_ago_go(db: Database, retention: Retention) -> None:
+    answers = StreamedAnswerStore(db)
+    for settled_at in (OLD, OLD, FRESH):
+        await answers.add(StreamedAnswer(CHAT, settled_at, first_text_seconds=0.5, writing_seconds=4.0, edits=3))
+
+    assert (await retention.prune()).streamed_answers == 2
+
+    assert [a.settled_at for a in await answers.since(0.0)] == [FRESH]  # what crewbot stats reads now
 
 
 # --- the pass as a whole -----------------------------------------------------------------------------------------
