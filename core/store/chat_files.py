@@ -31,6 +31,8 @@ class FileKind(StrEnum):
     VOICE = "voice"
     VIDEO = "video"
     ANIMATION = "animation"
+    STICKER = "sticker"
+    VIDEO_NOTE = "video_note"  # a round video message
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ class NewFile:
     name: str
     mime_type: str | None = None
     size_bytes: int | None = None  # None: the platform did not say
+    duration_seconds: int | None = None  # audio and video, as the platform said
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,7 @@ class ChatFile:
     mime_type: str | None
     size_bytes: int | None
     created_at: float
+    duration_seconds: int | None = None
 
     @property
     def ref(self) -> str:
@@ -105,6 +109,7 @@ def chat_file(row: aiosqlite.Row, prefix: str = "") -> ChatFile:
         mime_type=row[f"{prefix}mime_type"],
         size_bytes=row[f"{prefix}size_bytes"],
         created_at=row[f"{prefix}created_at"],
+        duration_seconds=row[f"{prefix}duration_seconds"],
     )
 
 
@@ -112,7 +117,7 @@ async def insert_chat_file(conn: aiosqlite.Connection, chat_id: int, message_id:
     """Inside the caller's transaction, with the message that carried the file."""
     cursor = await conn.execute(
         "INSERT INTO chat_files (chat_id, message_id, kind, file_id, file_unique_id, name, mime_type, size_bytes, "
-        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "created_at, duration_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             chat_id,
             message_id,
@@ -123,6 +128,7 @@ async def insert_chat_file(conn: aiosqlite.Connection, chat_id: int, message_id:
             file.mime_type,
             file.size_bytes,
             time.time(),
+            file.duration_seconds,
         ),
     )
     assert cursor.lastrowid is not None

@@ -73,6 +73,7 @@ _FILE_COLUMNS = (
     "mime_type",
     "size_bytes",
     "created_at",
+    "duration_seconds",
 )
 # A message with the file it carried, if any (at most one: Telegram sends an album as one message a file).
 _SELECT = (
