@@ -29,9 +29,7 @@ class SenseSettings(StreamSettings):
     stt_base_url: str | None = Field(default=None, alias="STT_BASE_URL")
     stt_api_key: SecretStr | None = Field(default=None, alias="STT_API_KEY")
     stt_model: str = Field(default="whisper-1", min_length=1, max_length=200, alias="STT_MODEL")
-    stt_max_seconds: int = Field(
-        default=300, ge=MIN_STT_MAX_SECONDS, le=MAX_STT_MAX_SECONDS, alias="STT_MAX_SECONDS"
-    )
+    stt_max_seconds: int = Field(default=300, ge=MIN_STT_MAX_SECONDS, le=MAX_STT_MAX_SECONDS, alias="STT_MAX_SECONDS")
     stt_language: str | None = Field(default=None, max_length=16, alias="STT_LANGUAGE")
     stt_price_per_minute: float = Field(
         default=0.0, ge=0, le=MAX_STT_PRICE_PER_MINUTE, allow_inf_nan=False, alias="STT_PRICE_PER_MINUTE"

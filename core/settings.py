@@ -61,7 +61,9 @@ MEMORY_LIMIT = re.compile(r"^(\d{1,20})([bkmg]?)$", re.IGNORECASE)  # more digit
 MEMORY_UNIT_BYTES = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 MIN_MEMORY_BYTES = 6 * 1024**2  # the engine refuses a limit below 6 MB
 BOT_TOKEN_SHAPE = re.compile(r"^\d+:[A-Za-z0-9_-]+$")  # <bot id>:<secret>, as @BotFather gives it
-SECRET_SETTINGS = frozenset({"TELEGRAM_BOT_TOKEN", "LLM_API_KEY", "TELEGRAM_WEBHOOK_SECRET", "STT_API_KEY"})  # never echoed
+SECRET_SETTINGS = frozenset(
+    {"TELEGRAM_BOT_TOKEN", "LLM_API_KEY", "TELEGRAM_WEBHOOK_SECRET", "STT_API_KEY"}
+)  # never echoed
 DEFAULT_REJECT_MESSAGE = (
     "All subagent slots are busy ({running} running, limit {limit}): {not_started} not started. Please try again later."
 )

@@ -273,7 +273,14 @@ class MainAgent:
         from bot.agent.streamed_turn import run_turn_streamed
 
         return await run_turn_streamed(
-            agent, text, deps, live.show, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens, images=images
+            agent,
+            text,
+            deps,
+            live.show,
+            allowances=self._allowances,
+            kind=kind,
+            on_tokens=self._on_tokens,
+            images=images,
         )
 
     async def _with_images(self) -> bool:

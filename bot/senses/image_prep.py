@@ -80,7 +80,9 @@ def _prepared(image: ImageFile.ImageFile, kind: str, max_side: int) -> PreparedI
         raise ImageRefused("it has no pixels")
     limit = MAX_JPEG_PIXELS if kind == "JPEG" else MAX_FULL_DECODE_PIXELS
     if width * height > limit:
-        raise ImageRefused(f"it has {width}×{height} pixels, over the {limit / 1e6:.0f} megapixels images are decoded at")
+        raise ImageRefused(
+            f"it has {width}×{height} pixels, over the {limit / 1e6:.0f} megapixels images are decoded at"
+        )
     target = _fit(width, height, max_side)
     if kind == "JPEG":
         image.draft("RGB", target)  # decodes at 1/2, 1/4 or 1/8 scale while that still covers the target

@@ -159,6 +159,11 @@ class MessageStore:
             row = await cursor.fetchone()
         return _message(row) if row else None
 
+    async def mark_trigger(self, row_id: int) -> None:
+        """The message asks for a turn after all (a voice note whose words start with the bot's name)."""
+        async with self._db.write() as conn:
+            await conn.execute("UPDATE messages SET is_trigger = 1 WHERE id = ?", (row_id,))
+
     async def count(self, chat_id: int | None = None) -> int:
         params: tuple[object, ...] = ()
         if chat_id is None:
