@@ -20,8 +20,8 @@ from bot.agent.subagents_tool import subagents
 from bot.agent.task_tools import TASK_TOOLS
 from bot.senses.image_prep import PreparedImage
 from core.allowances import Allowances
-from core.store.chat_files import ChatFile
 from core.logging import get_logger
+from core.store.chat_files import ChatFile
 from core.store.spend import SpendKind
 
 log = get_logger(__name__)

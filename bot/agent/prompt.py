@@ -7,12 +7,12 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from bot.senses.image_prep import PreparedImage
+from bot.senses.window import SenseNotes, WindowSenses
 from container.file_names import safe_file_name
 from core.egress_rules import EgressMode
 from core.settings import Settings
 from core.store.chat_files import ChatFile, size_text
-from bot.senses.image_prep import PreparedImage
-from bot.senses.window import SenseNotes, WindowSenses
 from core.store.messages import MessageStore, StoredMessage
 
 LATEST_MARKER = "Latest message, from "

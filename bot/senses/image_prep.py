@@ -15,7 +15,7 @@ import io
 import warnings
 from dataclasses import dataclass
 
-from PIL import Image, ImageFile
+from PIL import Image, ImageFile, UnidentifiedImageError
 
 MAX_SIDE_PX = 1_568  # the long side sent: Anthropic's largest without its own resizing, OpenAI's high detail fits it
 JPEG_QUALITY = 85
@@ -70,7 +70,7 @@ def prepare_image(data: bytes, max_side: int = MAX_SIDE_PX) -> PreparedImage:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise ImageRefused("it declares more pixels than an image is decoded with") from None
-    except (OSError, ValueError, SyntaxError, EOFError, MemoryError, Image.UnidentifiedImageError) as exc:
+    except (OSError, ValueError, SyntaxError, EOFError, MemoryError, UnidentifiedImageError) as exc:
         raise ImageRefused(f"it cannot be decoded ({_short(exc)})") from None
 
 

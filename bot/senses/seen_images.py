@@ -75,7 +75,8 @@ class SeenImages:
         if kept is not None:
             return _seen(file, kept)
         if file.size_bytes is not None and file.size_bytes > MAX_IMAGE_DOWNLOAD_BYTES:
-            reason = f"it has {size_text(file.size_bytes)}, over the {size_text(MAX_IMAGE_DOWNLOAD_BYTES)} images are read up to"
+            most = size_text(MAX_IMAGE_DOWNLOAD_BYTES)
+            reason = f"it has {size_text(file.size_bytes)}, over the {most} images are read up to"
             return await self._refuse(file, key, reason)
         try:
             data = await self._downloader.download_file(file.file_id, MAX_IMAGE_DOWNLOAD_BYTES)

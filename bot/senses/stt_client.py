@@ -78,7 +78,9 @@ class SttClient:
                         f"the speech-to-text service answered with more than {MAX_RESPONSE_BYTES // 1024} KB"
                     )
             if response.status_code != httpx.codes.OK:
-                raise SttError(f"the speech-to-text service answered {response.status_code}: {_short(_message(body))}")
+                raise SttError(
+                    f"the speech-to-text service answered {response.status_code}: {_short(_message(bytes(body)))}"
+                )
             return _heard(bytes(body), response.headers.get("content-type", ""))
 
 

@@ -48,7 +48,7 @@ def quoted(text: str) -> str:
 def audio_line(file: ChatFile, transcript: Transcript | None, stt_on: bool, safe_name: str) -> str:
     """`[voice 0:12, f4] "…"`, or why there are no words: how the prompt shows a transcribed file."""
     label = {FileKind.VOICE: "voice", FileKind.VIDEO_NOTE: "video note"}.get(file.kind, "audio")
-    seconds = file.duration_seconds
+    seconds: float | None = file.duration_seconds
     if seconds is None and transcript is not None:
         seconds = transcript.audio_seconds
     named = f": {safe_name}" if file.kind in (FileKind.AUDIO, FileKind.DOCUMENT) else ""
