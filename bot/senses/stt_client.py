@@ -61,7 +61,7 @@ class SttClient:
             async with asyncio.timeout(self._timeout_seconds):
                 return await self._post(fields, data, file_name, mime_type)
         except TimeoutError:
-            raise SttError(f"the speech-to-text service did not answer within {self._timeout_seconds:.0f} s") from None
+            raise SttError(f"the speech-to-text service did not answer within {self._timeout_seconds:g} s") from None
         except httpx.HTTPError as exc:
             raise SttError(
                 f"the speech-to-text service could not be reached ({_short(str(exc) or type(exc).__name__)})"
