@@ -53,12 +53,14 @@ class _Said:
 
 
 def prompt_text(messages: list[ModelMessage]) -> str:
-    """The user prompt of a model request (the transcript the prompt builder made)."""
+    """The user prompt of a model request (the transcript the prompt builder made; its images follow it)."""
     for message in messages:
         if isinstance(message, ModelRequest):
             for part in message.parts:
-                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
-                    return part.content
+                if isinstance(part, UserPromptPart):
+                    if isinstance(part.content, str):
+                        return part.content
+                    return next((item for item in part.content if isinstance(item, str)), "")
     return ""
 
 
