@@ -117,9 +117,11 @@ class Transcriber:
         kind = audio_format(data[:HEAD_BYTES])
         if kind is None:
             raise _NotHeard("it is not audio (no known audio format in its bytes)")
-        if seconds is None:
-            seconds = await asyncio.to_thread(audio_seconds, data)
-            if seconds is not None and seconds > limit:
+        # The sender's client says the length: where the file's own container says it cheaply, the longer counts.
+        measured = await asyncio.to_thread(audio_seconds, data)
+        if measured is not None:
+            seconds = max(seconds or 0.0, measured)
+            if seconds > limit:
                 raise _NotHeard(f"it is {clock(seconds)} long, over the limit of {clock(limit)}", seconds)
         held = None
         if self._allowances is not None:

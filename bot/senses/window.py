@@ -48,9 +48,8 @@ def quoted(text: str) -> str:
 def audio_line(file: ChatFile, transcript: Transcript | None, stt_on: bool, safe_name: str) -> str:
     """`[voice 0:12, f4] "…"`, or why there are no words: how the prompt shows a transcribed file."""
     label = {FileKind.VOICE: "voice", FileKind.VIDEO_NOTE: "video note"}.get(file.kind, "audio")
-    seconds: float | None = file.duration_seconds
-    if seconds is None and transcript is not None:
-        seconds = transcript.audio_seconds
+    said = [s for s in (file.duration_seconds, transcript.audio_seconds if transcript else None) if s is not None]
+    seconds = max(said) if said else None  # the client's word, or the file's own when it says more
     named = f": {safe_name}" if file.kind in (FileKind.AUDIO, FileKind.DOCUMENT) else ""
     head = f"[{label} {clock(seconds)}, {file.ref}{named}]"
     if transcript is None:

@@ -48,6 +48,7 @@ class FakeStt(LoopbackServer):
         self.calls: list[SttCall] = []
         self._script = _Script()
         self._release = asyncio.Event()
+        self._called = asyncio.Condition()
 
     @property
     def base_url(self) -> str:
@@ -64,6 +65,11 @@ class FakeStt(LoopbackServer):
 
     def hang(self) -> None:
         self._script = _Script(hang=True)
+
+    async def wait_for_calls(self, count: int, timeout_seconds: float = 10.0) -> None:
+        """Until the service has answered `count` calls (in the test's loop: `async with FakeStt()`)."""
+        async with asyncio.timeout(timeout_seconds), self._called:
+            await self._called.wait_for(lambda: len(self.calls) >= count)
 
     def _build_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -94,6 +100,8 @@ class FakeStt(LoopbackServer):
                 fields, file_name, file_type, data, request.headers.get("Authorization"), time.monotonic() - started
             )
         )
+        async with self._called:
+            self._called.notify_all()
         if script.body is not None:
             return web.Response(status=script.status, body=script.body, content_type="application/json")
         answer: dict[str, object] = {"text": script.text}

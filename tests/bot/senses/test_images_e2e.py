@@ -22,6 +22,9 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
 
+SDK_WAIT_SECONDS = 60.0
+
+
 class SeeingModel:
     """A FunctionModel that keeps each request's prompt text and images."""
 
@@ -135,7 +138,8 @@ async def test_each_providers_request_carries_the_image(tmp_path: Path, provider
         with override_allow_model_requests(True):
             async with telegram_app(settings):
                 tg.push_media_message(GROUP_ID, "photo", png(120, 80), caption=f"@{tg.bot_username} what is it?")
-                (sent,) = await tg.wait_for_messages(GROUP_ID, 1)
+                # The first turn imports the provider's SDK (Anthropic's: seconds on a busy machine).
+                (sent,) = await tg.wait_for_messages(GROUP_ID, 1, timeout_seconds=SDK_WAIT_SECONDS)
         path = "/v1/chat/completions" if provider == "openai" else "/v1/messages"
         (request,) = llm.requests(path)
     assert sent.plain_text == "Crew: a red square"

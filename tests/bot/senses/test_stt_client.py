@@ -69,7 +69,7 @@ async def test_a_service_that_hangs_fails_the_call_at_its_time_limit(stt: FakeSt
     stt.hang()
     client = SttClient(stt.base_url, "whisper-1", timeout_seconds=0.5)
     try:
-        with pytest.raises(SttError, match="did not answer within 0.5 s"):
+        with pytest.raises(SttError, match=r"did not answer within 0\.5 s"):
             await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
     finally:
         await client.close()
