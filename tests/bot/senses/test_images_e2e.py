@@ -21,7 +21,6 @@ from tests.fakes.llm_server import FakeLLM, anthropic_text, openai_text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
-
 SDK_WAIT_SECONDS = 60.0
 
 
