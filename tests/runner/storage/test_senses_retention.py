@@ -1,6 +1,6 @@
 """Retention of what the senses keep: prepared images no turn used for the period go from DATA_DIR/files/seen
-(each use touches their time), and transcripts' words older than the period are dropped, their rows kept so they are never
-transcribed again."""
+(each use touches their time), and transcripts' words older than the period are dropped, their rows kept so
+they are never transcribed again."""
 
 from __future__ import annotations
 
