@@ -15,7 +15,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from tests.fakes.loopback_server import LoopbackServer
 
@@ -85,6 +85,8 @@ class FakeStt(LoopbackServer):
         file_name = file_type = None
         data = b""
         async for part in await request.multipart():
+            if not isinstance(part, BodyPartReader):
+                continue
             if part.name == "file":
                 file_name, file_type = part.filename, part.headers.get("Content-Type")
                 data = bytes(await part.read())

@@ -63,9 +63,7 @@ def test_each_providers_rule_for_a_prepared_photo() -> None:
 
 def test_a_requests_images_are_held_by_their_size_not_their_bytes() -> None:
     prepared = prepare_image(jpeg(4000, 3000))
-    request = ModelRequest(
-        parts=[UserPromptPart(["look", BinaryContent(prepared.data, media_type="image/jpeg")] * 2)]  # type: ignore[list-item]
-    )
+    request = ModelRequest(parts=[UserPromptPart(["look", BinaryContent(prepared.data, media_type="image/jpeg")] * 2)])
     held = request_image_tokens([request], "anthropic", "claude")
     assert held == 2 * image_tokens("anthropic", "claude", 1568, 1176)
     assert held > len(prepared.data) // 100  # far more than a token per 100 bytes would have held
