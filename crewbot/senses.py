@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.senses.seen_images import FileDownloader, SeenImages
+from bot.senses.sent_photos import SentOrPosted
 from bot.senses.stt_client import SttClient
 from bot.senses.transcriber import Transcriber
 from bot.senses.window import WindowSenses
@@ -44,9 +45,10 @@ class Senses:
 def build_senses(settings: Settings, stores: Stores, channel: FileDownloader, allowances: Allowances) -> Senses:
     client = stt_client(settings)
     transcriber = Transcriber(settings, client, stores.transcripts, channel, allowances) if client else None
+    paths = DataPaths(settings.data_dir)
     window = WindowSenses(
         stores.transcripts,
-        SeenImages(DataPaths(settings.data_dir).files_seen_dir, channel),
+        SeenImages(paths.files_seen_dir, SentOrPosted(channel, paths.files_out_dir)),
         max_images=lambda: settings.vision_max_images,
         stt_on=client is not None,
         safe_name=safe_file_name,

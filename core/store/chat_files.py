@@ -14,6 +14,10 @@ import aiosqlite
 from core.store.db import Database
 
 REF_PREFIX = "f"
+# A photo a subagent sent is a chat file too (the main agent sees it on its next turn): its "file id" names the
+# host's own copy under DATA_DIR/files/out, `sent:<run id>/<name>`, which no platform could have given.
+SENT_FILE_PREFIX = "sent:"
+_SENT = re.compile(r"sent:([A-Za-z0-9_-]{1,64})/([A-Za-z0-9_-]{1,64})")
 _REF = re.compile(r"f([1-9][0-9]{0,17})")
 MAX_NAME_CHARS = 1_000  # a file name as posted; the prompt and the inbox show a safe form of it
 
@@ -90,6 +94,16 @@ def stored_refs(stored: str) -> tuple[str, ...]:
     except ValueError:
         return ()
     return tuple(str(ref) for ref in refs) if isinstance(refs, list) else ()
+
+
+def sent_file_id(run_id: str, stored_name: str) -> str:
+    return f"{SENT_FILE_PREFIX}{run_id}/{stored_name}"
+
+
+def parse_sent_file_id(file_id: str) -> tuple[str, str] | None:
+    """(run id, stored name) of a sent photo's id; None for any other id (a platform's, or a forged one)."""
+    match = _SENT.fullmatch(file_id)
+    return (match.group(1), match.group(2)) if match else None
 
 
 def parse_ref(ref: str) -> int | None:
