@@ -1,9 +1,11 @@
 -- Senses (bot/senses/): images to the main agent, voice to text.
 -- A posted file may be a sticker or a round video note too, and audio carries its length as the platform said
 -- it. SQLite cannot change a CHECK in place: the table is made anew with the same ids (run_files refers to
--- them; the check of those references waits for the commit, when the new table has them all).
+-- them; the check of those references waits for the commit, by when every row is back).
 PRAGMA defer_foreign_keys = ON;
-CREATE TABLE chat_files_new (
+CREATE TEMP TABLE chat_files_kept AS SELECT * FROM chat_files;
+DROP TABLE chat_files;
+CREATE TABLE chat_files (
     id                INTEGER PRIMARY KEY AUTOINCREMENT,
     chat_id           INTEGER NOT NULL REFERENCES chats(id),
     message_id        INTEGER NOT NULL REFERENCES messages(id),
@@ -17,12 +19,12 @@ CREATE TABLE chat_files_new (
     created_at        REAL    NOT NULL,
     duration_seconds  INTEGER                    -- audio and video: as the platform said (NULL: it did not)
 );
-INSERT INTO chat_files_new (id, chat_id, message_id, kind, file_id, file_unique_id, name, mime_type, size_bytes,
-                            created_at)
+-- Inserted after the drop: each row put back resolves the references to it that the drop left pending.
+INSERT INTO chat_files (id, chat_id, message_id, kind, file_id, file_unique_id, name, mime_type, size_bytes,
+                        created_at)
     SELECT id, chat_id, message_id, kind, file_id, file_unique_id, name, mime_type, size_bytes, created_at
-    FROM chat_files;
-DROP TABLE chat_files;
-ALTER TABLE chat_files_new RENAME TO chat_files;
+    FROM chat_files_kept;
+DROP TABLE chat_files_kept;
 CREATE UNIQUE INDEX chat_files_by_message ON chat_files (message_id);
 CREATE INDEX chat_files_by_chat ON chat_files (chat_id, id);
 
