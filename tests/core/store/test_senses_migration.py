@@ -41,7 +41,8 @@ async def test_files_runs_and_spend_survive_the_senses_migration(tmp_path: Path)
             (CHAT,),
         )
         await db.conn.execute(
-            "INSERT INTO subagent_runs (id, chat_id, task, label, status, created_at) VALUES ('run-1', ?, 't', 'l', 'completed', 0)",
+            "INSERT INTO subagent_runs (id, chat_id, task, label, status, created_at) "
+            "VALUES ('run-1', ?, 't', 'l', 'completed', 0)",
             (CHAT,),
         )
         await db.conn.execute(
