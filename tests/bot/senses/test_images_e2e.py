@@ -125,14 +125,20 @@ async def test_bad_images_are_refused_with_their_reason_in_their_line(
     assert len(downloads) == (0 if len(data) > 10 * 1024 * 1024 else 1)  # refused once, remembered
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-async def test_each_providers_request_carries_the_image(tmp_path: Path, provider: str) -> None:
+@pytest.mark.parametrize(("provider", "streamed"), [("openai", False), ("openai", True), ("anthropic", False)])
+async def test_each_providers_request_carries_the_image(tmp_path: Path, provider: str, streamed: bool) -> None:
     async with FakeLLM(api_key="sk-image") as llm, FakeTelegram() as tg:
         llm.openai.enqueue(openai_text("a red square"))
         llm.anthropic.enqueue(anthropic_text("a red square"))
         base = llm.base_url if provider == "openai" else llm.anthropic_base_url
         settings = make_settings(
-            tmp_path, tg, LLM_PROVIDER=provider, LLM_BASE_URL=base, LLM_API_KEY="sk-image", LLM_MODEL="vision-model"
+            tmp_path,
+            tg,
+            LLM_PROVIDER=provider,
+            LLM_BASE_URL=base,
+            LLM_API_KEY="sk-image",
+            LLM_MODEL="vision-model",
+            STREAM_REPLIES=str(streamed).lower(),  # a streamed answer's request carries it too (streamed_turn.py)
         )
         with override_allow_model_requests(True):
             async with telegram_app(settings):
@@ -141,7 +147,8 @@ async def test_each_providers_request_carries_the_image(tmp_path: Path, provider
                 (sent,) = await tg.wait_for_messages(GROUP_ID, 1, timeout_seconds=SDK_WAIT_SECONDS)
         path = "/v1/chat/completions" if provider == "openai" else "/v1/messages"
         (request,) = llm.requests(path)
-    assert sent.plain_text == "Crew: a red square"
+    assert sent.plain_text.startswith("Crew: a red square") or streamed
+    assert bool(request.body.get("stream")) is streamed
     content = request.body["messages"][-1]["content"]
     if provider == "openai":
         assert [part["type"] for part in content] == ["text", "text", "image_url"]
