@@ -19,6 +19,7 @@ from PIL import Image, ImageFile, UnidentifiedImageError
 
 MAX_SIDE_PX = 1_568  # the long side sent: Anthropic's largest without its own resizing, OpenAI's high detail fits it
 JPEG_QUALITY = 85
+REDUCING_GAP = 2.0
 # A JPEG decoded at 1/8 a side from this many pixels is 1.9 MP (6 MB of RGB) at most.
 MAX_JPEG_PIXELS = 120_000_000
 # Formats decoded at full size: 16.7 MP is 64 MiB as RGBA, the most one decode may take.
@@ -96,9 +97,12 @@ def _prepared(image: ImageFile.ImageFile, kind: str, max_side: int) -> PreparedI
     elif frame.mode != "RGB":
         frame = frame.convert("RGB")
     if frame.size != target:
-        frame = frame.resize(target, Image.Resampling.LANCZOS, reducing_gap=3.0)
+        # Pillow's bilinear is a triangle filter widened by the scale (antialiased, not point-sampled): after the
+        # draft's halving a photo is scaled by less than 2, where it looks as bicubic does at half the time and
+        # Lanczos' third (31, 64 and 103 ms on a 12-MP photo; bench: senses). Halving first past twice the target.
+        frame = frame.resize(target, Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP)
     out = io.BytesIO()
-    frame.save(out, "JPEG", quality=JPEG_QUALITY, optimize=True)
+    frame.save(out, "JPEG", quality=JPEG_QUALITY)
     return PreparedImage(
         data=out.getvalue(),
         width=target[0],
