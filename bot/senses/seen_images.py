@@ -27,6 +27,8 @@ log = get_logger(__name__)
 # Telegram's photos are at most 10 MB; a bigger image document is refused unread (its declared size) or cut off.
 MAX_IMAGE_DOWNLOAD_BYTES = 10 * 1024 * 1024
 KEY_CHARS = 40
+# Images downloaded at once, all chats together (each up to MAX_IMAGE_DOWNLOAD_BYTES held until decoded).
+MAX_CONCURRENT_DOWNLOADS = 4
 IMAGE_SUFFIX = ".jpg"
 REFUSED_SUFFIX = ".refused"
 MAX_REASON_BYTES = 400
@@ -55,6 +57,7 @@ class SeenImages:
         self._downloader = downloader
         self._preparing: dict[str, asyncio.Task[Seen]] = {}
         self._decode = asyncio.Semaphore(1)
+        self._downloads = asyncio.Semaphore(MAX_CONCURRENT_DOWNLOADS)
 
     def key(self, file: ChatFile) -> str:
         return seen_key(file.file_unique_id)
@@ -78,17 +81,18 @@ class SeenImages:
             most = size_text(MAX_IMAGE_DOWNLOAD_BYTES)
             reason = f"it has {size_text(file.size_bytes)}, over the {most} images are read up to"
             return await self._refuse(file, key, reason)
-        try:
-            data = await self._downloader.download_file(file.file_id, MAX_IMAGE_DOWNLOAD_BYTES)
-        except FileUnavailable as exc:
-            # Not kept: Telegram may hand it out next time (a failed download is not the file's fault).
-            return Seen(file, refused=f"it could not be downloaded: {exc}")
-        async with self._decode:
+        async with self._downloads:  # held until decoded: the bytes in memory are bounded too
             try:
-                prepared = await asyncio.to_thread(prepare_image, data)
-            except ImageRefused as exc:
-                return await self._refuse(file, key, str(exc))
-        del data
+                data = await self._downloader.download_file(file.file_id, MAX_IMAGE_DOWNLOAD_BYTES)
+            except FileUnavailable as exc:
+                # Not kept: Telegram may hand it out next time (a failed download is not the file's fault).
+                return Seen(file, refused=f"it could not be downloaded: {exc}")
+            async with self._decode:
+                try:
+                    prepared = await asyncio.to_thread(prepare_image, data)
+                except ImageRefused as exc:
+                    return await self._refuse(file, key, str(exc))
+            del data
         await asyncio.to_thread(_keep, self._dir, key + IMAGE_SUFFIX, prepared.data)
         log.info(
             "image_prepared",

@@ -36,6 +36,9 @@ BYTES_PER_SPOKEN_SECOND = 40  # transcript bytes a second of speech may need (fa
 SECONDS_PER_MINUTE = 60.0
 TOKENS_PER_MTOK = 1_000_000
 HEAD_BYTES = 64
+# Transcriptions at once, all chats together: each holds its file's bytes (up to MAX_AUDIO_BYTES) and a call;
+# a flood of voice notes waits its turn instead of holding gigabytes.
+MAX_CONCURRENT_TRANSCRIPTIONS = 2
 
 Heard = Callable[[int, int, str], Awaitable[None]]  # (chat id, message row id, the words; "" when none)
 
@@ -62,6 +65,7 @@ class Transcriber:
         self._downloader = downloader
         self._allowances = allowances
         self._jobs: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_CONCURRENT_TRANSCRIPTIONS)
         self._closing = False
 
     def accept(self, job: Job, heard: Heard) -> None:
@@ -89,7 +93,8 @@ class Transcriber:
             return  # transcribed (or tried) before: a redelivered message
         words = ""
         try:
-            words = await self._transcribe(job)
+            async with self._slots:
+                words = await self._transcribe(job)
         except _NotHeard as exc:
             log.info("transcription_failed", file=job.file.ref, chat_id=job.chat_id, reason=exc.reason)
             await self._transcripts.failed(job.file.id, exc.reason, exc.seconds)

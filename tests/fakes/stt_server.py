@@ -46,6 +46,8 @@ class FakeStt(LoopbackServer):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[SttCall] = []
+        self.active = 0
+        self.most_active = 0  # the most calls it held at once
         self._script = _Script()
         self._release = asyncio.Event()
         self._called = asyncio.Condition()
@@ -80,6 +82,14 @@ class FakeStt(LoopbackServer):
         self._release.set()
 
     async def _transcribe(self, request: web.Request) -> web.StreamResponse:
+        self.active += 1
+        self.most_active = max(self.most_active, self.active)
+        try:
+            return await self._answer(request)
+        finally:
+            self.active -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         fields: dict[str, str] = {}
         file_name = file_type = None

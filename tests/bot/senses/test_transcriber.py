@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.senses.stt_client import SttClient
-from bot.senses.transcriber import Job, Transcriber
+from bot.senses.transcriber import MAX_CONCURRENT_TRANSCRIPTIONS, Job, Transcriber
 from core.allowances import Allowances
 from core.store.chat_files import FileKind, NewFile
 from core.store.messages import NewMessage
@@ -83,3 +83,32 @@ async def test_a_restart_marks_a_cut_short_transcription_failed(tmp_path: Path) 
     finally:
         await stores.db.close()
     assert (found.state, found.reason) == (TranscriptState.FAILED, INTERRUPTED_REASON)
+
+
+async def test_a_flood_of_voice_notes_is_transcribed_two_at_a_time(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    stores = await Stores.open(settings)
+    told: list[int] = []
+
+    async def heard(chat_id: int, message_id: int, words: str) -> None:
+        told.append(message_id)
+
+    try:
+        await stores.chats.ensure(CHAT, "group", "t")
+        async with FakeStt() as stt:
+            stt.answer("hi", seconds=1.0, delay_seconds=0.1)
+            transcriber = Transcriber(
+                settings, SttClient(stt.base_url, "whisper-1"), stores.transcripts, Files(ogg_opus(1.0)), None
+            )
+            for n in range(8):
+                voice = NewFile(FileKind.VOICE, f"v{n}", f"u{n}", "voice.ogg", "audio/ogg", 100, duration_seconds=1)
+                row = await stores.messages.add(NewMessage(CHAT, "Alice", "", kind="file", file=voice))
+                stored = await stores.messages.get(row or 0)
+                assert stored is not None and stored.file is not None
+                transcriber.accept(Job(CHAT, stored.id, stored.file), heard)
+            await transcriber.idle()
+            await transcriber.close()
+            most = stt.most_active
+    finally:
+        await stores.db.close()
+    assert len(told) == 8 and most == MAX_CONCURRENT_TRANSCRIPTIONS
