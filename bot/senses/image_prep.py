@@ -7,6 +7,8 @@ at a reduced scale (`draft`: the decoder's DCT scaling, up to 1/8 a side) so a 1
 full 36 MB of pixels; other formats have no such scaling, so their pixels are bounded by MAX_FULL_DECODE_PIXELS.
 An animation gives its first frame only (the others are never decoded). A truncated file fails to decode and is
 refused, never shown half grey.
+
+Pillow is imported on the first image, not at start (75 ms and 3 MiB a bot with no images never pays).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import io
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from PIL import Image, ImageFile, UnidentifiedImageError
+if TYPE_CHECKING:
+    from PIL import ImageFile
 
 MAX_SIDE_PX = 1_568  # the long side sent: Anthropic's largest without its own resizing, OpenAI's high detail fits it
 JPEG_QUALITY = 85
@@ -59,6 +63,8 @@ def sniff_format(head: bytes) -> str | None:
 
 def prepare_image(data: bytes, max_side: int = MAX_SIDE_PX) -> PreparedImage:
     """The image as the model gets it; ImageRefused says why not (never another exception for bad bytes)."""
+    from PIL import Image, UnidentifiedImageError
+
     kind = sniff_format(data[:16])
     if kind is None:
         raise ImageRefused("it is not a PNG, JPEG, WebP or GIF image")
@@ -76,6 +82,8 @@ def prepare_image(data: bytes, max_side: int = MAX_SIDE_PX) -> PreparedImage:
 
 
 def _prepared(image: ImageFile.ImageFile, kind: str, max_side: int) -> PreparedImage:
+    from PIL import Image
+
     width, height = image.size
     if width < MIN_SIDE_PX or height < MIN_SIDE_PX:
         raise ImageRefused("it has no pixels")
@@ -121,6 +129,8 @@ def _fit(width: int, height: int, max_side: int) -> tuple[int, int]:
 
 def image_size(data: bytes) -> tuple[int, int] | None:
     """The pixel size in an image's header (nothing decoded); None when it is no image PIL reads."""
+    from PIL import Image
+
     kind = sniff_format(data[:16])
     if kind is None:
         return None

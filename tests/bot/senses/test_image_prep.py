@@ -4,6 +4,8 @@ reason instead of decoded (the issue's "Bad input" list)."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 import pytest
 from PIL import Image
@@ -88,3 +90,14 @@ def test_a_zip_posing_as_an_image_is_refused_by_its_bytes() -> None:
 def test_headers_without_an_image_are_refused(data: bytes) -> None:
     with pytest.raises(ImageRefused):
         prepare_image(data)
+
+
+def test_a_started_bot_has_not_imported_pillow() -> None:
+    """Pillow is loaded by the first image (75 ms, 3 MiB), not at start."""
+    probe = (
+        "import importlib, sys\n"
+        "for name in ('crewbot.app', 'bot.channels.telegram', 'runner.service'): importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'PIL'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
