@@ -93,7 +93,10 @@ class WindowSenses:
         if audio:
             found = await self._transcripts.of_files(f.id for f in audio)
             for file in audio:
-                notes.audio[file.id] = audio_line(file, found.get(file.id), self._stt_on, self._safe_name(file.name))
+                if self._stt_on or file.id in found:  # with no speech to text, the file's own line as before
+                    notes.audio[file.id] = audio_line(
+                        file, found.get(file.id), self._stt_on, self._safe_name(file.name)
+                    )
         limit = self._max_images()
         if not with_images or self._images is None or limit <= 0:
             return notes

@@ -170,10 +170,10 @@ async def test_a_failing_service_leaves_the_reason_and_is_not_retried(
     assert [row for row in spend if row.kind is SpendKind.SPEECH] == []  # a failed call is released, not counted
 
 
-async def test_without_stt_a_voice_note_says_so_and_triggers_as_before(tmp_path: Path) -> None:
+async def test_without_stt_a_voice_note_is_a_file_and_triggers_as_before(tmp_path: Path) -> None:
     recorder = RecordingModel("ok")
     async with FakeTelegram() as tg, telegram_app(make_settings(tmp_path, tg), model=recorder.model()):
         asked = await bot_message(tg, recorder)
         tg.push_media_message(GROUP_ID, "voice", VOICE, details={"duration": 3}, reply_to_message_id=asked)
         await tg.wait_for_messages(GROUP_ID, 2)
-    assert "[voice 0:03, f1] (not transcribed: speech to text is not set up (STT_BASE_URL))" in recorder.prompts[1]
+    assert "[file f1: voice_" in recorder.prompts[1] and ".ogg, audio/ogg, " in recorder.prompts[1]  # as before
