@@ -83,10 +83,20 @@ class TimedAllowances(Allowances):
             if not self._in_left_for:
                 self.times["reserve"].append(ms(time.perf_counter() - started))
 
-    async def settle(self, reservation: Reservation, input_tokens: int, output_tokens: int, *, estimated: bool) -> None:
+    async def settle(
+        self,
+        reservation: Reservation,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        estimated: bool,
+        audio_seconds: float = 0.0,
+    ) -> None:
         started = time.perf_counter()
         try:
-            await super().settle(reservation, input_tokens, output_tokens, estimated=estimated)
+            await super().settle(
+                reservation, input_tokens, output_tokens, estimated=estimated, audio_seconds=audio_seconds
+            )
         finally:
             self.times["settle"].append(ms(time.perf_counter() - started))
 

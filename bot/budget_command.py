@@ -16,6 +16,7 @@ USAGE = "Usage: /budget, /budget set <tokens>|default, or /budget add <tokens>"
 WHO_MAY = "Only chat admins and the bot's operators (ADMIN_USER_IDS) can change this chat's allowance."
 _NUMBER = re.compile(r"\d{1,3}(?:[,_]\d{3})*|\d+")
 _SUBAGENT_KINDS = frozenset({SpendKind.SUBAGENT, SpendKind.SCHEDULED})
+SECONDS_PER_MINUTE = 60.0
 
 
 def parse_tokens(text: str, *, minimum: int) -> int | None:
@@ -31,6 +32,9 @@ def cost(rows: Sequence[SpendRow], settings: Settings) -> float:
     """What the rows cost at the prices set (per million tokens); subagents' default to the main model's."""
     total = 0.0
     for row in rows:
+        if row.kind is SpendKind.SPEECH:  # priced by the minute of audio, whatever tokens it was counted as
+            total += row.spend.audio_seconds / SECONDS_PER_MINUTE * settings.stt_price_per_minute
+            continue
         price_in, price_out = settings.llm_price_input_per_mtok, settings.llm_price_output_per_mtok
         if row.kind in _SUBAGENT_KINDS:
             if settings.subagent_price_input_per_mtok is not None:
@@ -47,8 +51,19 @@ def priced(settings: Settings) -> bool:
         settings.llm_price_output_per_mtok,
         settings.subagent_price_input_per_mtok,
         settings.subagent_price_output_per_mtok,
+        settings.stt_price_per_minute,
     )
     return any(price for price in prices)
+
+
+def speech_line(rows: Sequence[SpendRow]) -> str | None:
+    """`Speech to text: 2 call(s), 0:45 of audio.`; None when nothing was transcribed."""
+    speech = [row.spend for row in rows if row.kind is SpendKind.SPEECH]
+    if not speech:
+        return None
+    seconds = round(sum(spend.audio_seconds for spend in speech))
+    calls = sum(spend.calls for spend in speech)
+    return f"Speech to text: {calls:,} call(s), {seconds // 60}:{seconds % 60:02} of audio."
 
 
 def money(amount: float) -> str:
@@ -88,6 +103,9 @@ class BudgetCommand:
         else:
             head = f"Today ({status.day}) this chat used {status.used:,} LLM tokens; it has no daily allowance."
         lines = [head]
+        heard = speech_line(rows)
+        if heard is not None:
+            lines.append(f"{heard} It counts in the tokens above.")
         estimated = sum(row.spend.estimated_calls for row in rows)
         if estimated:
             lines.append(f"{estimated:,} call(s) reported no usage: those are estimated from their size.")

@@ -13,6 +13,8 @@ from bot.channels.buttons import CardAnswer, CardPress
 from bot.channels.inbound import InboundMessage
 from bot.commands import Commands
 from bot.flood import FLOOD_NOTICE, FloodGuard
+from bot.senses.transcriber import Job, Transcriber
+from bot.senses.window import is_audio_file
 from bot.turns.engine import ChatEngine
 from core.delivery import Delivery
 from core.logging import get_logger
@@ -37,6 +39,7 @@ class InboundRouter:
         delivery: Delivery,
         flood: FloodGuard,
         presses: CardPresses | None = None,
+        transcriber: Transcriber | None = None,
     ) -> None:
         self._settings = settings
         self._chats = chats
@@ -46,6 +49,7 @@ class InboundRouter:
         self._delivery = delivery
         self._flood = flood
         self._presses = presses  # the card's buttons and a growing answer's Stop
+        self._transcriber = transcriber  # STT_BASE_URL: voice to text, before the turn it may ask for
 
     async def _allowed(self, message: InboundMessage | CardPress) -> bool:
         # Any of its ids counts: a topic is allowed by its chat, an upgraded group by its old or its new id.
@@ -106,10 +110,36 @@ class InboundRouter:
             return
         if self._commands.handles(message.command):
             await self._commands.handle(message)
+        elif self._transcriber is not None and await self._transcribing(message, row_id):
+            return  # its turn, if it asks for one, starts once its words are in (`_heard`)
         elif message.triggers:
-            self._engine.notify(message.chat_id, row_id)
-            if self._flood.should_notice(message.chat_id):
-                log.info("chat_flooding", chat_id=message.chat_id)
-                await self._delivery.notice(
-                    message.chat_id, FLOOD_NOTICE, wait=False, reply_to=message.platform_message_id
-                )
+            await self._trigger(message.chat_id, row_id, message.platform_message_id)
+
+    async def _transcribing(self, message: InboundMessage, row_id: int) -> bool:
+        stored = await self._messages.get(row_id) if message.file is not None else None
+        if self._transcriber is None or stored is None or stored.file is None or not is_audio_file(stored.file):
+            return False
+        triggers, platform_id = message.triggers, message.platform_message_id
+
+        async def heard(chat_id: int, message_id: int, words: str) -> None:
+            if not triggers and not addresses(words, self._settings.assistant_name):
+                return
+            if not triggers:
+                await self._messages.mark_trigger(message_id)
+            await self._trigger(chat_id, message_id, platform_id)
+
+        self._transcriber.accept(Job(message.chat_id, row_id, stored.file), heard)
+        return True
+
+    async def _trigger(self, chat_id: int, row_id: int, platform_id: int | None) -> None:
+        self._engine.notify(chat_id, row_id)
+        if self._flood.should_notice(chat_id):
+            log.info("chat_flooding", chat_id=chat_id)
+            await self._delivery.notice(chat_id, FLOOD_NOTICE, wait=False, reply_to=platform_id)
+
+
+def addresses(words: str, assistant_name: str) -> bool:
+    """Whether spoken words start with the bot's name ("Crew, summarise this"), as a mention does in text."""
+    head = words.lstrip(" \t\n\"'«„“¡¿-—").casefold()
+    name = assistant_name.casefold()
+    return head.startswith(name) and not head[len(name) : len(name) + 1].isalnum()

@@ -189,14 +189,29 @@ class Allowances:
         state = "is held by calls that are taking too long" if held else "is used up for today"
         return f"{whose} {state}; it resets at {resets} ({self._settings.timezone})"
 
-    async def settle(self, reservation: Reservation, input_tokens: int, output_tokens: int, *, estimated: bool) -> None:
-        """The call is done: release its hold, count what it used (on the day it was admitted)."""
+    async def settle(
+        self,
+        reservation: Reservation,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        estimated: bool,
+        audio_seconds: float = 0.0,
+    ) -> None:
+        """The call is done: release its hold, count what it used (on the day it was admitted); a transcription
+        counts its audio seconds too."""
         used = max(0, input_tokens) + max(0, output_tokens)
         crossed: BudgetStatus | None = None
         async with self._lock:
             self._release(reservation)
             await self._store.add(
-                reservation.day, reservation.chat_id, reservation.kind, input_tokens, output_tokens, estimated=estimated
+                reservation.day,
+                reservation.chat_id,
+                reservation.kind,
+                input_tokens,
+                output_tokens,
+                estimated=estimated,
+                audio_seconds=audio_seconds,
             )
             if reservation.day == self._day:
                 before = self._used.get(reservation.chat_id, 0)

@@ -48,6 +48,25 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
         },
     ),
     (
+        "Images and voice",
+        {
+            "LLM_VISION": "Show the main agent the images posted in its window (photos, image documents, stickers): "
+            "`auto` when the model is known to take images (`crewbot doctor` says), `on`, or `off`.",
+            "VISION_MAX_IMAGES": "The newest images of the window shown to the model, each downscaled to at most "
+            "1,568 px on its long side (`0`: none).",
+            "STT_BASE_URL": "Voice notes, audio files and video notes are transcribed by this OpenAI-compatible API "
+            "base (the bot POSTs `{STT_BASE_URL}/audio/transcriptions`), e.g. `https://api.openai.com/v1`, Groq's, "
+            "or a local whisper server; none: nothing is transcribed.",
+            "STT_API_KEY": "The speech-to-text service's key, sent as a bearer token; none: no `Authorization`.",
+            "STT_MODEL": "The transcription model (`whisper-1`, `gpt-4o-mini-transcribe`, `whisper-large-v3`, …).",
+            "STT_MAX_SECONDS": "Longer audio is not transcribed (its line in the chat's history says so).",
+            "STT_LANGUAGE": "The language spoken (ISO-639-1, e.g. `en`); none: the service detects it.",
+            "STT_PRICE_PER_MINUTE": "What a minute of transcribed audio costs, in the currency of the LLM prices: "
+            "`/budget` and `crewbot stats` show it, and the allowances count it as the main model's input tokens "
+            "that money buys (`LLM_PRICE_INPUT_PER_MTOK`).",
+        },
+    ),
+    (
         "Turns and results",
         {
             "MERGE_WINDOW_SECONDS": "A message this soon after a turn started aborts it, and one new answer "
@@ -180,8 +199,9 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "DATA_DIR": "The database, IPC folders, workspaces, run folders and logs; made private to its owner "
             "(0700) at start.",
             "DATA_RETENTION_DAYS": "Finished runs' logs, quarantined IPC files, unused sessions, bulky run text, "
-            "copies of chat files no run used for this long, copies of sent files (their records stay) and "
-            "streamed answers' figures (`crewbot stats`) older than this are pruned.",
+            "copies of chat files no run used for this long, copies of sent files (their records stay), "
+            "streamed answers' figures (`crewbot stats`), posted images prepared for the model and not shown for "
+            "this long, and transcripts' words older than this are pruned.",
             "IPC_FORCE_POLLING": "Poll the IPC folders instead of inotify (file systems without events).",
             "IPC_RESCAN_SECONDS": "A full rescan of the IPC folders, a safety net under inotify.",
             "IPC_MAX_FILE_BYTES": "Larger IPC files are quarantined.",

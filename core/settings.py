@@ -50,7 +50,7 @@ from core.setting_bounds import (
     host_memory_bytes,
 )
 from core.setting_lists import allow_entries, apt_packages, pip_requirements, split_ids
-from core.setting_stream import StreamSettings
+from core.setting_senses import SenseSettings
 from core.setting_webhook import DEFAULT_WEBHOOK_LISTEN, WebhookListen, WebhookSecret, WebhookUrl
 
 MAX_TCP_PORT = 65535
@@ -61,7 +61,9 @@ MEMORY_LIMIT = re.compile(r"^(\d{1,20})([bkmg]?)$", re.IGNORECASE)  # more digit
 MEMORY_UNIT_BYTES = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 MIN_MEMORY_BYTES = 6 * 1024**2  # the engine refuses a limit below 6 MB
 BOT_TOKEN_SHAPE = re.compile(r"^\d+:[A-Za-z0-9_-]+$")  # <bot id>:<secret>, as @BotFather gives it
-SECRET_SETTINGS = frozenset({"TELEGRAM_BOT_TOKEN", "LLM_API_KEY", "TELEGRAM_WEBHOOK_SECRET"})  # never echoed
+SECRET_SETTINGS = frozenset(
+    {"TELEGRAM_BOT_TOKEN", "LLM_API_KEY", "TELEGRAM_WEBHOOK_SECRET", "STT_API_KEY"}
+)  # never echoed
 DEFAULT_REJECT_MESSAGE = (
     "All subagent slots are busy ({running} running, limit {limit}): {not_started} not started. Please try again later."
 )
@@ -110,7 +112,7 @@ def memory_limit_bytes(value: str, max_bytes: int = MAX_INT64) -> int:
     return size
 
 
-class Settings(StreamSettings):
+class Settings(SenseSettings):
     """Every setting crewbot reads; docs/settings.md is generated from them (crewbot/settings_reference.py)."""
 
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False)

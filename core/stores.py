@@ -10,6 +10,7 @@ from core.store.db import Database
 from core.store.live_messages import LiveMessageStore
 from core.store.messages import MessageStore
 from core.store.outbox import OutboxStore
+from core.store.transcripts import TranscriptStore
 from core.store.turns import TurnStore
 
 
@@ -21,6 +22,7 @@ class Stores:
     turns: TurnStore
     outbox: OutboxStore
     live: LiveMessageStore  # growing answers on screen (crash recovery of a streamed answer)
+    transcripts: TranscriptStore  # voice notes' words (bot/senses/)
 
     @classmethod
     async def open(cls, settings: Settings) -> Stores:
@@ -32,4 +34,5 @@ class Stores:
             turns=TurnStore(db),
             outbox=OutboxStore(db),
             live=LiveMessageStore(db),
+            transcripts=TranscriptStore(db),
         )

@@ -41,6 +41,7 @@ from core.store.streamed_answers import StreamedAnswerStore
 from core.store.turns import TurnStatus, TurnStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
+from crewbot.senses import build_senses
 from crewbot.stream_record import CountStream, StreamRecorder
 
 if TYPE_CHECKING:
@@ -204,6 +205,7 @@ class App:
                 on_finished=self.streams.finished,
                 records=stores.live,  # recorded while on screen: a restart answers into it (bot/agent/live_restart.py)
             )
+        self.senses = build_senses(settings, stores, channel, self.allowances)
         self.agent = MainAgent(
             (lambda: model) if model is not None else functools.partial(build_main_model, settings),
             stores.messages,
@@ -222,6 +224,8 @@ class App:
             allowances=self.allowances,
             on_tokens=count_tokens,  # the main agent's tokens in the metrics (crewbot_llm_tokens_total)
             live=self.live,
+            senses=self.senses.window,
+            vision=lambda: settings.llm_vision,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
@@ -255,6 +259,7 @@ class App:
                 stop=self._stop_pressed,
                 writing=self.live.writing_into if self.live is not None else None,
             ),
+            transcriber=self.senses.transcriber,
         )
 
     def _stop_pressed(self, chat_id: int, turn_id: str, by: str) -> StopOutcome:
@@ -297,6 +302,7 @@ class App:
                 "offline_model",
                 message="no real LLM is configured (LLM_PROVIDER=offline): answers come from the offline demo model",
             )
+        await self.senses.start(self.stores)
         interrupted = await self.stores.turns.close_interrupted()
         if interrupted:
             log.info("turns_interrupted_by_restart", count=interrupted)
@@ -367,6 +373,7 @@ class App:
         """Stop taking work, finish writing, leave containers running for the next start to re-attach."""
         await self.channel.stop_receiving()
         await self.schedules.stop()
+        await self.senses.close()
         await self.engine.close()
         if self.subagents is not None:
             await self.subagents.stop()

@@ -1,5 +1,5 @@
-"""`crewbot doctor`: one line per check (settings, database, Telegram and its webhook, LLM, Docker, and
-SUBAGENT_RUNTIME_CLASS when set), non-zero on failure.
+"""`crewbot doctor`: one line per check (settings, database, Telegram and its webhook, LLM, images and speech to
+text, Docker, and SUBAGENT_RUNTIME_CLASS when set), non-zero on failure.
 
 A failing line says what was tried (the URL, the engine's address) and ends in `fix: …`; a check that
 cannot run because an earlier one failed is shown as `skip` with the reason, never left out.
@@ -20,6 +20,7 @@ from core.setting_runtime import RuntimeKind
 from core.settings import LLMProvider, Settings
 from core.store.db import Database
 from crewbot.doctor_result import CheckResult, fail, probe_outcome, render
+from crewbot.doctor_senses import check_stt, check_vision
 from crewbot.startup import (
     IntegrityCheck,
     StartupError,
@@ -336,6 +337,8 @@ async def run_doctor(
     else:
         results.append(await _guard("webhook", lambda: check_webhook(settings)))
     results.append(await _guard("llm", lambda: check_llm(settings)))
+    results.append(await _guard("vision", lambda: check_vision(settings)))
+    results.append(await _guard("speech", lambda: check_stt(settings)))
     if settings.subagent_runtime is RuntimeKind.KUBERNETES:
         from crewbot.doctor_kube import check_kubernetes
 

@@ -19,6 +19,7 @@ from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
 from bot.commands import RunControl, WorkspaceControl
 from bot.ports.spawner import Spawner
 from bot.run_output import ContainerLogs, RunOutputReader, RunsView
+from bot.senses.sent_photos import SentOrPosted
 from core.allowances import Allowances
 from core.delivery import Delivery
 from core.live_config import LiveConfig
@@ -226,9 +227,13 @@ async def serve(
         config = await ops.open(stores)  # stored live overrides apply before anything reads the settings
         # Every LLM call of the process reserves from this one object: the main agent's and the subagents'.
         allowances = Allowances(settings, SpendStore(stores.db))
-        # The chat channel downloads the files people post when a run needs them.
+        # The chat channel downloads the files people post when a run needs them; a photo an earlier run sent is
+        # read from the host's own copy (bot/senses/sent_photos.py).
+        from runner.storage.paths import DataPaths
+
+        source = SentOrPosted(channel, DataPaths(settings.data_dir).files_out_dir)
         subagents = subagent_factory(
-            settings, stores, runtime, ops.metrics, config, file_source=channel, allowances=allowances
+            settings, stores, runtime, ops.metrics, config, file_source=source, allowances=allowances
         )
         app = App(
             settings,

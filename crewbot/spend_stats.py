@@ -19,6 +19,7 @@ from core.store.spend import Spend, SpendKind, SpendRow
 
 SUBAGENT_KINDS = frozenset({SpendKind.SUBAGENT, SpendKind.SCHEDULED})  # at the subagents' prices
 TOKENS_PER_PRICE_UNIT = 1_000_000  # prices are per million tokens
+SECONDS_PER_MINUTE = 60.0  # speech is priced per minute of audio
 
 
 def day_of(at: float, timezone: str) -> str:
@@ -39,6 +40,7 @@ class Price:
 class Prices:
     main: Price
     subagent: Price
+    speech_per_minute: float = 0.0  # STT_PRICE_PER_MINUTE: speech is priced by its audio, not its tokens
 
     @classmethod
     def of(cls, settings: Settings) -> Prices:
@@ -48,15 +50,21 @@ class Prices:
             main.input_per_mtok if sub_in is None else sub_in,
             main.output_per_mtok if sub_out is None else sub_out,
         )
-        return cls(main, subagent)
+        return cls(main, subagent, settings.stt_price_per_minute)
 
     @property
     def priced(self) -> bool:
         """Any price above 0: money is shown."""
-        return any(p > 0 for price in (self.main, self.subagent) for p in (price.input_per_mtok, price.output_per_mtok))
+        tokens = (p for price in (self.main, self.subagent) for p in (price.input_per_mtok, price.output_per_mtok))
+        return any(p > 0 for p in tokens) or self.speech_per_minute > 0
 
     def for_kind(self, kind: SpendKind) -> Price:
         return self.subagent if kind in SUBAGENT_KINDS else self.main
+
+    def money_of(self, row: SpendRow) -> float:
+        if row.kind is SpendKind.SPEECH:
+            return row.spend.audio_seconds / SECONDS_PER_MINUTE * self.speech_per_minute
+        return self.for_kind(row.kind).of(row.spend.input_tokens, row.spend.output_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,7 @@ class Tally:
     calls: int = 0
     estimated_calls: int = 0
     money: float | None = None
+    audio_seconds: float = 0.0  # speech to text
 
     @property
     def tokens(self) -> int:
@@ -80,10 +89,11 @@ class Tally:
             calls=self.calls + spend.calls,
             estimated_calls=self.estimated_calls + spend.estimated_calls,
             money=None if money is None else (self.money or 0.0) + money,
+            audio_seconds=self.audio_seconds + spend.audio_seconds,
         )
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        found: dict[str, object] = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "tokens": self.tokens,
@@ -91,6 +101,9 @@ class Tally:
             "estimated_calls": self.estimated_calls,
             "money": None if self.money is None else round(self.money, 6),
         }
+        if self.audio_seconds:  # speech to text was used: its audio (the key is absent otherwise, as before)
+            found["audio_seconds"] = round(self.audio_seconds, 3)
+        return found
 
 
 @dataclass(slots=True)
@@ -136,7 +149,7 @@ def compute_spend(
     total = Breakdown()
     priced = prices.priced
     for row in rows:
-        money = prices.for_kind(row.kind).of(row.spend.input_tokens, row.spend.output_tokens) if priced else None
+        money = prices.money_of(row) if priced else None
         for breakdown in (by_day[(row.day, row.chat_id)], chats[row.chat_id], total):
             breakdown.add(row.kind, row.spend, money)
     days = [ChatDay(day, chat, spend) for (day, chat), spend in sorted(by_day.items())]
@@ -173,7 +186,9 @@ def money_text(money: float | None) -> str:
 
 
 def _tally(tally: Tally) -> str:
-    return f"{tally.input_tokens:,} in / {tally.output_tokens:,} out"
+    audio = round(tally.audio_seconds)
+    heard = f" ({audio // 60}:{audio % 60:02} of audio)" if tally.audio_seconds else ""
+    return f"{tally.input_tokens:,} in / {tally.output_tokens:,} out{heard}"
 
 
 def _breakdown(spend: Breakdown) -> str:
@@ -198,7 +213,8 @@ def render_spend(stats: SpendStats) -> list[str]:
             if main == subagent
             else f"main and announce: {_price(main)}; subagent and scheduled: {_price(subagent)}"
         )
-        money = f"money at the configured prices ({kinds})"
+        speech = stats.prices.speech_per_minute
+        money = f"money at the configured prices ({kinds}" + (f"; speech {speech:g} a minute)" if speech else ")")
     else:
         money = "no money shown: set LLM_PRICE_INPUT_PER_MTOK and LLM_PRICE_OUTPUT_PER_MTOK (and SUBAGENT_PRICE_*)"
     lines = [f"spend ({period}); {money}:"]
@@ -224,6 +240,7 @@ def spend_json(stats: SpendStats) -> dict[str, object]:
                 "input_per_mtok": stats.prices.subagent.input_per_mtok,
                 "output_per_mtok": stats.prices.subagent.output_per_mtok,
             },
+            "speech_per_minute": stats.prices.speech_per_minute,
         },
         "days": [{"day": entry.day, "chat_id": entry.chat_id, **entry.spend.as_dict()} for entry in stats.days],
         "chats": {str(chat): spend.as_dict() for chat, spend in stats.chats.items()},

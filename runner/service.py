@@ -125,7 +125,10 @@ class SubagentService:
             accounting=accounting,
             doors=RunDoors(settings, self.egress_log),
             inputs=RunInputsBuilder(
-                settings, ChatFileStore(stores.db), ChatFileCache(self.paths.files_in_dir, file_source)
+                settings,
+                ChatFileStore(stores.db),
+                ChatFileCache(self.paths.files_in_dir, file_source),
+                stores.transcripts,
             ),
         )
         self.watcher = IpcWatcher(

@@ -6,7 +6,10 @@ bot's memory (bench: memory), and a bot may sit idle for long.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic_ai import Agent, RunContext, Tool
+from pydantic_ai.messages import BinaryContent, UserContent
 from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
@@ -15,13 +18,27 @@ from bot.agent.metered import MeteredModel, TokenCounter
 from bot.agent.prompt import instructions_for
 from bot.agent.subagents_tool import subagents
 from bot.agent.task_tools import TASK_TOOLS
+from bot.senses.image_prep import PreparedImage
 from core.allowances import Allowances
 from core.logging import get_logger
+from core.store.chat_files import ChatFile
 from core.store.spend import SpendKind
 
 log = get_logger(__name__)
 
 MAX_MODEL_REQUESTS_PER_TURN = 8
+
+Shown = Sequence[tuple[ChatFile, PreparedImage]]  # the window's images the model is shown, in order
+
+
+def user_prompt(text: str, images: Shown = ()) -> str | list[UserContent]:
+    """The turn's prompt: the transcript, then each image it marks as shown, labelled with its number and ref."""
+    if not images:
+        return text
+    content: list[UserContent] = [text]
+    for number, (file, image) in enumerate(images, start=1):
+        content += [f"[image {number}: {file.ref}]", BinaryContent(image.data, media_type=image.media_type)]
+    return content
 
 
 async def spawn_subagent(
@@ -80,6 +97,7 @@ async def run_turn(
     allowances: Allowances | None = None,
     kind: SpendKind = SpendKind.MAIN,
     on_tokens: TokenCounter | None = None,
+    images: Shown = (),
 ) -> str:
     """One turn's run. With `allowances` each of its model requests is metered for the turn's chat and kind
     (and may raise AllowanceSpent when nothing is left)."""
@@ -89,5 +107,5 @@ async def run_turn(
             raise TypeError("a metered turn needs the agent's model object")
         model = MeteredModel(agent.model, allowances, deps.chat_id, kind, on_tokens)
     limits = UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN)
-    result = await agent.run(text, deps=deps, model=model, usage_limits=limits)
+    result = await agent.run(user_prompt(text, images), deps=deps, model=model, usage_limits=limits)
     return result.output

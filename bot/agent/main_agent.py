@@ -14,10 +14,13 @@ from bot.agent.live_reply import LiveReplies, LiveReply
 from bot.agent.prompt import build_prompt
 from bot.ports.spawner import Spawner
 from bot.schedules.book import TaskBook
+from bot.senses.vision import vision_on
+from bot.senses.window import WindowSenses
 from bot.turns.engine import AbortReason, Turn
 from core.allowances import Allowances, AllowanceSpent, spent_line
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.setting_senses import VisionMode
 from core.settings import LLMProvider, Settings
 from core.store.messages import MessageStore, StoredMessage
 from core.store.spend import SpendKind
@@ -25,6 +28,8 @@ from core.store.spend import SpendKind
 if TYPE_CHECKING:
     from pydantic_ai import Agent
     from pydantic_ai.models import Model
+
+    from bot.agent.llm_agent import Shown
 
 log = get_logger(__name__)
 
@@ -100,6 +105,8 @@ class MainAgent:
         allowances: Allowances | None = None,
         on_tokens: Callable[[SpendKind, int, int], None] | None = None,
         live: LiveReplies | None = None,
+        senses: WindowSenses | None = None,
+        vision: Callable[[], VisionMode] = lambda: VisionMode.OFF,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -112,6 +119,8 @@ class MainAgent:
         self._allowances = allowances  # daily LLM allowances: each model request is metered; None: not counted
         self._on_tokens = on_tokens  # each metered request's (kind, input, output): the metrics
         self._live = live  # STREAM_REPLIES: answers shown as they are written; None: sent whole
+        self._senses = senses  # transcripts and images in the prompt; None: files show as their lines only
+        self._vision = vision  # LLM_VISION, read at each turn
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -199,8 +208,15 @@ class MainAgent:
         if refused is not None:  # no LLM call at all; the message that asked stays stored
             log.info("turn_refused_allowance", turn_id=turn.id, chat_id=turn.chat_id)
             return spent_line(refused) + ("" if turn.trigger_id is not None else f" {UNANNOUNCED}"), "notice"
+        with_images = await self._with_images()
         prompt = await build_prompt(
-            self._messages, turn.chat_id, self._history_window, self._assistant_name, up_to_id=turn.trigger_id
+            self._messages,
+            turn.chat_id,
+            self._history_window,
+            self._assistant_name,
+            up_to_id=turn.trigger_id,
+            senses=self._senses,
+            with_images=with_images,
         )
         text = prompt.text
         if self._abilities is not None and self._spawner is not None:
@@ -227,7 +243,7 @@ class MainAgent:
             # An announcement turn (no message asked) is counted as such; any other as the main agent's.
             kind = SpendKind.ANNOUNCE if turn.trigger_id is None else SpendKind.MAIN
             async with asyncio.timeout(self._timeout_seconds):
-                output = await self._run(agent, text, deps, kind, live)
+                output = await self._run(agent, text, deps, kind, live, prompt.images)
             return output.strip() or "(no answer)", "reply"
         except AllowanceSpent as exc:  # used up during the turn (its own requests, or racing chats)
             log.info("turn_stopped_allowance", turn_id=turn.id, chat_id=turn.chat_id)
@@ -240,17 +256,42 @@ class MainAgent:
             return _cut(live, APOLOGY), "notice"
 
     async def _run(
-        self, agent: Agent[TurnDeps, str], text: str, deps: TurnDeps, kind: SpendKind, live: LiveReply | None
+        self,
+        agent: Agent[TurnDeps, str],
+        text: str,
+        deps: TurnDeps,
+        kind: SpendKind,
+        live: LiveReply | None,
+        images: Shown = (),
     ) -> str:
         if live is None:
             from bot.agent.llm_agent import run_turn  # loaded by llm_agent()
 
-            return await run_turn(agent, text, deps, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens)
+            return await run_turn(
+                agent, text, deps, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens, images=images
+            )
         from bot.agent.streamed_turn import run_turn_streamed
 
         return await run_turn_streamed(
-            agent, text, deps, live.show, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens
+            agent,
+            text,
+            deps,
+            live.show,
+            allowances=self._allowances,
+            kind=kind,
+            on_tokens=self._on_tokens,
+            images=images,
         )
+
+    async def _with_images(self) -> bool:
+        """Whether this turn shows the model the window's images (LLM_VISION, and in `auto` the model's ability)."""
+        mode = self._vision()
+        if self._senses is None or mode is VisionMode.OFF:
+            return False
+        try:
+            return vision_on(mode, (await self.llm_agent()).model)
+        except Exception:  # the turn's own call reports a model that cannot be built
+            return False
 
     async def _asked(self, turn: Turn) -> int | None:
         # A reply to the message that asked, looked up now: an upgrade meanwhile retires its old id.

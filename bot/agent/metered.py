@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.messages import (
+    BinaryContent,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -30,11 +31,14 @@ from pydantic_ai.messages import (
     RetryPromptPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
+from bot.senses.image_prep import MAX_SIDE_PX, image_size
+from bot.senses.vision import image_tokens
 from core.allowances import Allowances, Reservation, tokens_of_bytes
 from core.logging import get_logger
 from core.store.spend import SpendKind
@@ -81,6 +85,22 @@ def request_size(messages: list[ModelMessage], parameters: ModelRequestParameter
     return total
 
 
+def request_image_tokens(messages: list[ModelMessage], system: str, model_name: str) -> int:
+    """What the request's images may be billed, by the provider's rule for their size (bot/senses/vision.py): their
+    bytes do not bound it (a small JPEG of 1,568 px is billed about 3,000 tokens by Anthropic)."""
+    total = 0
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in message.parts:
+            if isinstance(part, UserPromptPart) and not isinstance(part.content, str):
+                for item in part.content:
+                    if isinstance(item, BinaryContent) and item.is_image:
+                        width, height = image_size(item.data) or (MAX_SIDE_PX, MAX_SIDE_PX)
+                        total += image_tokens(system, model_name, width, height)
+    return total
+
+
 def output_cap(model_settings: ModelSettings | None) -> int:
     cap = (model_settings or {}).get("max_tokens")
     return cap if isinstance(cap, int) and cap > 0 else OUTPUT_CAP_TOKENS
@@ -122,6 +142,7 @@ class MeteredModel(WrapperModel):
     ) -> tuple[Reservation, int]:
         """Raises AllowanceSpent when nothing is left; else the hold and the request's input estimate."""
         prompt = tokens_of_bytes(request_size(messages, parameters))
+        prompt += request_image_tokens(messages, self.wrapped.system, self.wrapped.model_name)
         held = await self._allowances.reserve(self._chat_id, self._kind, prompt + output_cap(model_settings))
         return held, prompt
 

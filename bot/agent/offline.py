@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pydantic_ai.messages import (
+    BinaryContent,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -44,6 +45,8 @@ TRANSCRIPT_HEADING = "Chat transcript (oldest first):\n"
 _TRANSCRIPT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d\] (?P<sender>.+?): (?P<text>.*)$")
 _SUBAGENT_SENDER = "[Subagent]"
 _FILE_REF = re.compile(r"\[file (f[0-9]+): ")  # a file as bot.agent.prompt shows it
+_SHOWN = re.compile(r"\(shown to you as image (\d+), (\d+×\d+)\)")  # an image the prompt sends (bot/senses/window.py)
+_HEARD = re.compile(r"\[(?:voice|video note|audio) [0-9:?]+, f[0-9]+[^\]]*\] (\"(?:[^\"\\]|\\.)*\"|\([^)]*\))")
 
 
 @dataclass(slots=True)
@@ -53,12 +56,14 @@ class _Said:
 
 
 def prompt_text(messages: list[ModelMessage]) -> str:
-    """The user prompt of a model request (the transcript the prompt builder made)."""
+    """The user prompt of a model request (the transcript the prompt builder made; its images follow it)."""
     for message in messages:
         if isinstance(message, ModelRequest):
             for part in message.parts:
-                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
-                    return part.content
+                if isinstance(part, UserPromptPart):
+                    if isinstance(part.content, str):
+                        return part.content
+                    return next((item for item in part.content if isinstance(item, str)), "")
     return ""
 
 
@@ -141,6 +146,33 @@ def _quote(text: str) -> str:
     return flat if len(flat) <= MAX_QUOTE_CHARS else flat[: MAX_QUOTE_CHARS - 1] + "…"
 
 
+def _image_count(messages: list[ModelMessage]) -> int:
+    """How many images the request carries (after its transcript)."""
+    last = messages[-1] if messages else None
+    if not isinstance(last, ModelRequest):
+        return 0
+    return sum(
+        1
+        for part in last.parts
+        if isinstance(part, UserPromptPart) and not isinstance(part.content, str)
+        for item in part.content
+        if isinstance(item, BinaryContent) and item.is_image
+    )
+
+
+def _senses(prompt: str, latest: str, images: int) -> list[str]:
+    """What the demo model was shown and heard: the images' sizes, and the latest message's transcript."""
+    said = []
+    if images:
+        sizes = {number: size for number, size in _SHOWN.findall(prompt)}
+        shown = ", ".join(f"image {n} ({sizes.get(str(n), 'size unknown')})" for n in range(1, images + 1))
+        said.append(f"I was shown {images} image(s): {shown}; a real model would say what they show.")
+    heard = _HEARD.search(latest)
+    if heard is not None:
+        said.append(f"I heard: {heard.group(1)}.")
+    return said
+
+
 def offline_main_model(assistant_name: str) -> FunctionModel:
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         prompt = prompt_text(messages)
@@ -188,6 +220,7 @@ def offline_main_model(assistant_name: str) -> FunctionModel:
         reply = [f"Offline demo model here: no LLM is configured, so {assistant_name} answers from a script."]
         if text:
             reply.append(f"{sender or 'You'} wrote: “{_quote(text)}”.")
+        reply += _senses(prompt, text, _image_count(messages))
         if note:
             reply.append(note)
         reply.append(f"I can see {len(lines)} message(s) of this chat.")

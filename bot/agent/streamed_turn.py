@@ -23,7 +23,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
 from bot.agent.deps import TurnDeps
-from bot.agent.llm_agent import MAX_MODEL_REQUESTS_PER_TURN
+from bot.agent.llm_agent import MAX_MODEL_REQUESTS_PER_TURN, Shown, user_prompt
 from bot.agent.metered import MeteredModel, TokenCounter
 from core.allowances import Allowances
 from core.store.spend import SpendKind
@@ -53,6 +53,7 @@ async def run_turn_streamed(
     allowances: Allowances | None = None,
     kind: SpendKind = SpendKind.MAIN,
     on_tokens: TokenCounter | None = None,
+    images: Shown = (),
 ) -> str:
     """The turn's answer as shown: every model response's text and the notes of what tools started, a blank
     line apart. With `allowances` each model request is metered, as run_turn does."""
@@ -63,7 +64,7 @@ async def run_turn_streamed(
         model = MeteredModel(agent.model, allowances, deps.chat_id, kind, on_tokens)
     shown: list[str] = []
     limits = UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN)
-    async with agent.iter(text, deps=deps, model=model, usage_limits=limits) as run:
+    async with agent.iter(user_prompt(text, images), deps=deps, model=model, usage_limits=limits) as run:
         async for node in run:
             if Agent.is_model_request_node(node):
                 current = ""

@@ -4,10 +4,13 @@ run needs it, and sending a run's file to a chat as a photo or a document."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import warnings
 from pathlib import Path
 
 from telegram import Bot, InputFile, Message, ReplyParameters
 from telegram.error import BadRequest, TelegramError
+from telegram.warnings import PTBDeprecationWarning
 
 from core.logging import get_logger
 from core.outbox import DeliveryError
@@ -27,13 +30,21 @@ _DEFAULT_NAMES = {
     FileKind.ANIMATION: ("animation", ".mp4", "video/mp4"),
     FileKind.AUDIO: ("audio", ".mp3", "audio/mpeg"),
     FileKind.DOCUMENT: ("document", "", None),
+    FileKind.VIDEO_NOTE: ("video_note", ".mp4", "video/mp4"),
+}
+# A sticker is a still WebP, an animated Lottie (.tgs) or a video (.webm): only a still one is an image.
+_STICKER_FORMATS = {
+    "still": (".webp", "image/webp"),
+    "animated": (".tgs", "application/x-tgsticker"),
+    "video": (".webm", "video/webm"),
 }
 
 
 def file_of(message: Message) -> NewFile | None:
     """The file a message carries, if it is one a subagent can work on; a photo by its largest size."""
     # An animation first: Telegram sends its message with a `document` too, for old clients.
-    for kind in (FileKind.ANIMATION, FileKind.DOCUMENT, FileKind.AUDIO, FileKind.VIDEO, FileKind.VOICE):
+    kinds = (FileKind.ANIMATION, FileKind.DOCUMENT, FileKind.AUDIO, FileKind.VIDEO, FileKind.VOICE, FileKind.VIDEO_NOTE)
+    for kind in kinds:
         media = getattr(message, kind.value, None)
         if media is not None:
             stem, extension, mime = _DEFAULT_NAMES[kind]
@@ -45,7 +56,20 @@ def file_of(message: Message) -> NewFile | None:
                 name=name,
                 mime_type=getattr(media, "mime_type", None) or mime,
                 size_bytes=media.file_size,
+                duration_seconds=_duration(media),
             )
+    if message.sticker is not None:
+        sticker = message.sticker
+        form = "animated" if sticker.is_animated else "video" if sticker.is_video else "still"
+        extension, mime = _STICKER_FORMATS[form]
+        return NewFile(
+            kind=FileKind.STICKER,
+            file_id=sticker.file_id,
+            file_unique_id=sticker.file_unique_id,
+            name=f"sticker_{message.message_id}{extension}",
+            mime_type=mime,
+            size_bytes=sticker.file_size,
+        )
     if message.photo:
         largest = max(message.photo, key=lambda size: (size.width * size.height, size.file_size or 0))
         return NewFile(
@@ -57,6 +81,17 @@ def file_of(message: Message) -> NewFile | None:
             size_bytes=largest.file_size,
         )
     return None
+
+
+def _duration(media: object) -> int | None:
+    """A media's duration as whole seconds: PTB 22 gives an int (warning that a timedelta will come), or a timedelta
+    when asked to (PTB_TIMEDELTA)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        duration = getattr(media, "duration", None)
+    if isinstance(duration, dt.timedelta):
+        return int(duration.total_seconds())
+    return duration if isinstance(duration, int) and duration >= 0 else None
 
 
 async def download(bot: Bot, file_id: str, max_bytes: int) -> bytes:

@@ -14,6 +14,10 @@ import aiosqlite
 from core.store.db import Database
 
 REF_PREFIX = "f"
+# A photo a subagent sent is a chat file too (the main agent sees it on its next turn): its "file id" names the
+# host's own copy under DATA_DIR/files/out, `sent:<run id>/<name>`, which no platform could have given.
+SENT_FILE_PREFIX = "sent:"
+_SENT = re.compile(r"sent:([A-Za-z0-9_-]{1,64})/([A-Za-z0-9_-]{1,64})")
 _REF = re.compile(r"f([1-9][0-9]{0,17})")
 MAX_NAME_CHARS = 1_000  # a file name as posted; the prompt and the inbox show a safe form of it
 
@@ -31,6 +35,8 @@ class FileKind(StrEnum):
     VOICE = "voice"
     VIDEO = "video"
     ANIMATION = "animation"
+    STICKER = "sticker"
+    VIDEO_NOTE = "video_note"  # a round video message
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,7 @@ class NewFile:
     name: str
     mime_type: str | None = None
     size_bytes: int | None = None  # None: the platform did not say
+    duration_seconds: int | None = None  # audio and video, as the platform said
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +64,7 @@ class ChatFile:
     mime_type: str | None
     size_bytes: int | None
     created_at: float
+    duration_seconds: int | None = None
 
     @property
     def ref(self) -> str:
@@ -88,6 +96,16 @@ def stored_refs(stored: str) -> tuple[str, ...]:
     return tuple(str(ref) for ref in refs) if isinstance(refs, list) else ()
 
 
+def sent_file_id(run_id: str, stored_name: str) -> str:
+    return f"{SENT_FILE_PREFIX}{run_id}/{stored_name}"
+
+
+def parse_sent_file_id(file_id: str) -> tuple[str, str] | None:
+    """(run id, stored name) of a sent photo's id; None for any other id (a platform's, or a forged one)."""
+    match = _SENT.fullmatch(file_id)
+    return (match.group(1), match.group(2)) if match else None
+
+
 def parse_ref(ref: str) -> int | None:
     match = _REF.fullmatch(ref.strip())
     return int(match.group(1)) if match else None
@@ -105,6 +123,7 @@ def chat_file(row: aiosqlite.Row, prefix: str = "") -> ChatFile:
         mime_type=row[f"{prefix}mime_type"],
         size_bytes=row[f"{prefix}size_bytes"],
         created_at=row[f"{prefix}created_at"],
+        duration_seconds=row[f"{prefix}duration_seconds"],
     )
 
 
@@ -112,7 +131,7 @@ async def insert_chat_file(conn: aiosqlite.Connection, chat_id: int, message_id:
     """Inside the caller's transaction, with the message that carried the file."""
     cursor = await conn.execute(
         "INSERT INTO chat_files (chat_id, message_id, kind, file_id, file_unique_id, name, mime_type, size_bytes, "
-        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "created_at, duration_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             chat_id,
             message_id,
@@ -123,6 +142,7 @@ async def insert_chat_file(conn: aiosqlite.Connection, chat_id: int, message_id:
             file.mime_type,
             file.size_bytes,
             time.time(),
+            file.duration_seconds,
         ),
     )
     assert cursor.lastrowid is not None

@@ -73,6 +73,7 @@ _FILE_COLUMNS = (
     "mime_type",
     "size_bytes",
     "created_at",
+    "duration_seconds",
 )
 # A message with the file it carried, if any (at most one: Telegram sends an album as one message a file).
 _SELECT = (
@@ -157,6 +158,11 @@ class MessageStore:
         ) as cursor:
             row = await cursor.fetchone()
         return _message(row) if row else None
+
+    async def mark_trigger(self, row_id: int) -> None:
+        """The message asks for a turn after all (a voice note whose words start with the bot's name)."""
+        async with self._db.write() as conn:
+            await conn.execute("UPDATE messages SET is_trigger = 1 WHERE id = ?", (row_id,))
 
     async def count(self, chat_id: int | None = None) -> int:
         params: tuple[object, ...] = ()

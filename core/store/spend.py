@@ -14,6 +14,7 @@ class SpendKind(StrEnum):
     ANNOUNCE = "announce"  # its turns telling a chat of a finished run (SUBAGENT_RESULT_MODE=announce)
     SUBAGENT = "subagent"  # runs a turn started
     SCHEDULED = "scheduled"  # runs a scheduled task started
+    SPEECH = "speech"  # voice notes, audio files and video notes transcribed (bot/senses/transcriber.py)
 
 
 # The turn id of a run a scheduled task started (bot/schedules/firing.py gives it): no main-agent turn stands
@@ -33,6 +34,7 @@ class Spend:
     output_tokens: int = 0
     calls: int = 0
     estimated_calls: int = 0
+    audio_seconds: float = 0.0  # speech to text: the audio transcribed
 
     @property
     def tokens(self) -> int:
@@ -52,16 +54,33 @@ class SpendStore:
         self._db = db
 
     async def add(
-        self, day: str, chat_id: int, kind: SpendKind, input_tokens: int, output_tokens: int, *, estimated: bool
+        self,
+        day: str,
+        chat_id: int,
+        kind: SpendKind,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        estimated: bool,
+        audio_seconds: float = 0.0,
     ) -> None:
         async with self._db.write() as conn:
             await conn.execute(
-                "INSERT INTO llm_spend (day, chat_id, kind, input_tokens, output_tokens, calls, estimated_calls) "
-                "VALUES (?, ?, ?, ?, ?, 1, ?) ON CONFLICT (day, chat_id, kind) DO UPDATE SET "
+                "INSERT INTO llm_spend (day, chat_id, kind, input_tokens, output_tokens, calls, estimated_calls, "
+                "audio_seconds) VALUES (?, ?, ?, ?, ?, 1, ?, ?) ON CONFLICT (day, chat_id, kind) DO UPDATE SET "
                 "input_tokens = input_tokens + excluded.input_tokens, "
                 "output_tokens = output_tokens + excluded.output_tokens, calls = calls + 1, "
-                "estimated_calls = estimated_calls + excluded.estimated_calls",
-                (day, chat_id, kind.value, max(0, input_tokens), max(0, output_tokens), int(estimated)),
+                "estimated_calls = estimated_calls + excluded.estimated_calls, "
+                "audio_seconds = audio_seconds + excluded.audio_seconds",
+                (
+                    day,
+                    chat_id,
+                    kind.value,
+                    max(0, input_tokens),
+                    max(0, output_tokens),
+                    int(estimated),
+                    max(0.0, audio_seconds),
+                ),
             )
 
     async def day_by_chat(self, day: str) -> dict[int, int]:
@@ -83,7 +102,13 @@ class SpendStore:
                     day=row["day"],
                     chat_id=row["chat_id"],
                     kind=SpendKind(row["kind"]),
-                    spend=Spend(row["input_tokens"], row["output_tokens"], row["calls"], row["estimated_calls"]),
+                    spend=Spend(
+                        row["input_tokens"],
+                        row["output_tokens"],
+                        row["calls"],
+                        row["estimated_calls"],
+                        row["audio_seconds"],
+                    ),
                 )
                 for row in await cursor.fetchall()
             ]

@@ -16,7 +16,7 @@ from container.file_names import safe_file_name
 from container.protocol import FileMeta
 from core.delivery import Delivery
 from core.logging import get_logger
-from core.store.chat_files import size_text
+from core.store.chat_files import FileKind, NewFile, sent_file_id, size_text
 from core.store.messages import NewMessage
 from core.store.outbox import Outgoing, OutgoingFile, SentFileKind
 from core.store.run_files import FileOutOutcome, RunFileStore
@@ -30,6 +30,7 @@ log = get_logger(__name__)
 
 OUT_DIR_MODE = 0o700
 NAME_TOKEN_BYTES = 8
+MAX_UNIQUE_ID_CHARS = 200  # a sent photo's unique id: its run and upload (the container names the upload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,16 @@ class RunFileDesk:
         kind = SentFileKind.PHOTO if file.photo is not None else SentFileKind.DOCUMENT
         caption = (meta.caption or "").strip()
         shown = f"[file sent: {name}, {size_text(file.size_bytes)}]"
+        seen = None
+        if file.photo is not None:  # the main agent sees it on its next turn, from the host's copy (bot/senses/)
+            seen = NewFile(
+                kind=FileKind.PHOTO,
+                file_id=sent_file_id(self._live.id, file.path.name),
+                file_unique_id=f"sent:{self._live.id}:{meta.upload_id}"[:MAX_UNIQUE_ID_CHARS],
+                name=name,
+                mime_type=file.photo.mime_type,
+                size_bytes=file.size_bytes,
+            )
         outgoing = Outgoing(
             message=NewMessage(
                 chat_id=self._live.chat_id,
@@ -146,6 +157,7 @@ class RunFileDesk:
                 content=f"{shown} {caption}".rstrip(),
                 is_bot=True,
                 kind="file",
+                file=seen,
             ),
             text=caption,
             run_id=self._live.id,

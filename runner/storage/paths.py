@@ -46,6 +46,11 @@ class DataPaths:
         return self.data_dir / "files" / "in"
 
     @property
+    def files_seen_dir(self) -> Path:
+        """Posted images prepared for the main agent's model, one per platform file (bot/senses/seen_images.py)."""
+        return self.data_dir / "files" / "seen"
+
+    @property
     def files_out_dir(self) -> Path:
         return self.data_dir / "files" / "out"
 

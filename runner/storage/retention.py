@@ -29,6 +29,7 @@ PRUNE_INTERVAL_SECONDS = 3_600.0  # a suggested pace for `run_forever`; pruning 
 PRUNE_BATCH_ROWS = 500  # rows changed per statement, so other writers get the database in between
 LOOKUP_BATCH_IDS = 500  # ids per `IN (...)` lookup, well under SQLite's variable limit
 PRUNED_TASK = "[pruned]"
+PRUNED_TRANSCRIPT = "its words were pruned (DATA_RETENTION_DAYS)"
 SESSION_SUFFIX = ".json"
 
 log = get_logger(__name__)
@@ -48,6 +49,8 @@ class PruneReport:
     files_in: int = 0  # copies of chat files no run used for the period (DATA_DIR/files/in)
     files_out: int = 0  # copies of files runs sent, their sending over (DATA_DIR/files/out)
     out_folders: int = 0  # finished runs' emptied folders under DATA_DIR/files/out
+    images_seen: int = 0  # posted images prepared for the model, unused for the period (DATA_DIR/files/seen)
+    transcripts: int = 0  # voice notes' words older than the period (the row stays, saying they were pruned)
     failures: int = 0
 
 
@@ -84,6 +87,7 @@ class Retention:
             ipc_errors = await asyncio.to_thread(_prune_ipc_errors, errors_dir(self._paths.ipc_root), cutoff)
             sessions = await self._prune_sessions(cutoff)
             files = await self._files.prune(cutoff)
+            seen = await asyncio.to_thread(_prune_seen, self._paths.files_seen_dir, cutoff)
             report = PruneReport(
                 run_dirs=run_dirs.removed,
                 ipc_error_files=ipc_errors.removed,
@@ -100,7 +104,9 @@ class Retention:
                 files_in=files.files_in,
                 files_out=files.files_out,
                 out_folders=files.out_folders,
-                failures=run_dirs.failures + ipc_errors.failures + sessions.failures + files.failures,
+                images_seen=seen.removed,
+                transcripts=await self._prune_transcripts(cutoff),
+                failures=run_dirs.failures + ipc_errors.failures + sessions.failures + files.failures + seen.failures,
             )
         log.info("retention_pruned", **asdict(report))
         return report
@@ -163,6 +169,21 @@ class Retention:
             if cursor.rowcount < PRUNE_BATCH_ROWS:
                 return total
 
+    async def _prune_transcripts(self, cutoff: float) -> int:
+        """Transcripts' words go after the period; the row stays (failed, saying so), so they are never redone."""
+        total = 0
+        while True:
+            async with self._db.write() as conn:
+                cursor = await conn.execute(
+                    "UPDATE transcripts SET state = 'failed', text = '', reason = ?, updated_at = ? WHERE rowid IN "
+                    "(SELECT rowid FROM transcripts WHERE updated_at < ? AND (state != 'failed' OR reason != ?) "
+                    "LIMIT ?)",
+                    (PRUNED_TRANSCRIPT, cutoff, cutoff, PRUNED_TRANSCRIPT, PRUNE_BATCH_ROWS),
+                )
+            total += cursor.rowcount
+            if cursor.rowcount < PRUNE_BATCH_ROWS:
+                return total
+
     async def _delete_rows(self, table: str, where: str, params: tuple[float, ...]) -> int:
         """Delete matching rows in batches. `table` and `where` are this module's constants, never input."""
         total = 0
@@ -207,6 +228,12 @@ def _prune_ipc_errors(errors: Path, cutoff: float) -> Removed:
                 expired.append(reason.name)
     expired.extend(reason.name for reason in reasons.values() if reason.changed_at < cutoff)  # entry gone
     return remove_names(errors, expired)
+
+
+def _prune_seen(seen_dir: Path, cutoff: float) -> Removed:
+    """Prepared images (and refusals) no turn used since the cutoff: each use touches their time."""
+    expired = [entry.name for entry in list_entries(seen_dir) if not entry.is_dir and entry.changed_at < cutoff]
+    return remove_names(seen_dir, expired, older_than=cutoff)
 
 
 def _prune_session_files(sessions_dir: Path, keep: set[tuple[str, str]], cutoff: float) -> Removed:

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from container.protocol import TaskSpec, write_bytes_atomic, write_json_atomic
+from container.protocol import MAX_TASK_CHARS, TaskSpec, write_bytes_atomic, write_json_atomic
 from core.settings import LLMProvider, Settings
 from core.store.chats import Chat
 from runner.channel.sessions import SessionFiles
@@ -46,7 +46,7 @@ class RunFiles:
         s = self._settings
         spec = TaskSpec(
             run_id=live.id,
-            task=task,
+            task=inputs.task_with_transcripts(task, MAX_TASK_CHARS),
             label=live.label,
             context=context,
             history=history,

@@ -27,6 +27,9 @@ RANGES = {
     "STREAM_EDIT_INTERVAL_SECONDS": "a number from 1 to 30",
     "STREAM_DRAFT_INTERVAL_SECONDS": "a number from 1 to 30",
     "STREAM_EDITS_PER_SECOND": "a number from 1 to 20",  # Telegram's 30 a second less room for the outbox
+    "VISION_MAX_IMAGES": "a whole number from 0 to 10",
+    "STT_MAX_SECONDS": "a whole number from 1 to 14400",
+    "STT_PRICE_PER_MINUTE": "a number from 0 to 100",
     "HISTORY_WINDOW_MESSAGES": "a whole number from 1 to 1000",
     "SUBAGENT_CPUS": f"a number from 0.01 to {HOST_CORES} (this host's CPU cores)",
     "SUBAGENT_PIDS": "a whole number from 16 to 32768",

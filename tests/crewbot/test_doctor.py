@@ -8,6 +8,7 @@ import pytest
 
 from crewbot.doctor import run_doctor
 from tests.fakes.llm_server import FakeLLM
+from tests.fakes.stt_server import FakeStt
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import make_settings
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.docker
 
 async def test_all_checks_pass_against_working_services(tmp_path: Path, subagent_image: str) -> None:
     lines: list[str] = []
-    async with FakeTelegram() as tg, FakeLLM(api_key="sk-test-doctor") as llm:
+    async with FakeTelegram() as tg, FakeLLM(api_key="sk-test-doctor") as llm, FakeStt() as stt:
         settings = make_settings(
             tmp_path,
             tg,
@@ -24,11 +25,23 @@ async def test_all_checks_pass_against_working_services(tmp_path: Path, subagent
             LLM_BASE_URL=llm.base_url,
             LLM_API_KEY="sk-test-doctor",
             LLM_MODEL="fake-model",
+            STT_BASE_URL=stt.base_url,
         )
         code = await run_doctor(settings, out=lines.append)
     assert code == 0, lines
     names = [line.split()[1] for line in lines]
-    assert names == ["settings", "database", "telegram", "webhook", "llm", "docker", "image", "container"]
+    assert names == [
+        "settings",
+        "database",
+        "telegram",
+        "webhook",
+        "llm",
+        "vision",
+        "speech",
+        "docker",
+        "image",
+        "container",
+    ]
     assert all(line.startswith("ok") for line in lines)
     assert "@crew_test_bot" in lines[2]
     assert not any("sk-test-doctor" in line for line in lines)

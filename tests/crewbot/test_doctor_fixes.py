@@ -16,6 +16,7 @@ from runner.runtimes.runtime import ContainerStartError
 from tests.crewbot.cli_env import SECRET_TOKEN, crewbot_env, run_crewbot
 from tests.fakes.llm_server import FakeLLM
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
+from tests.fakes.stt_server import FakeStt
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import make_settings
 
@@ -54,12 +55,17 @@ async def doctor(tmp_path: Path, runtime: MemoryRuntime | DockerRuntime, **setti
 
 
 async def test_everything_answering_is_all_ok(tmp_path: Path) -> None:
-    async with FakeTelegram() as tg, MemoryRuntime(images={IMAGE}, on_start=prints_python) as runtime:
-        lines = await doctor(tmp_path, runtime, TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url)
+    async with (
+        FakeTelegram() as tg,
+        FakeStt() as stt,
+        MemoryRuntime(images={IMAGE}, on_start=prints_python) as runtime,
+    ):
+        lines = await doctor(
+            tmp_path, runtime, TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, STT_BASE_URL=stt.base_url
+        )
 
-    assert [line.split()[:2] for line in lines] == [
-        ["ok", name] for name in ("settings", "database", "telegram", "webhook", "llm", "docker", "image", "container")
-    ]
+    names = ("settings", "database", "telegram", "webhook", "llm", "vision", "speech", "docker", "image", "container")
+    assert [line.split()[:2] for line in lines] == [["ok", name] for name in names]
 
 
 @asynccontextmanager

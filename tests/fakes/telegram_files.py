@@ -21,8 +21,21 @@ from typing import Any, Literal
 from tests.fakes.telegram_images import PhotoSizeData, photo_sizes
 from tests.fakes.telegram_parsed import JsonDict
 
-MediaKind = Literal["document", "photo", "audio", "voice", "video", "animation"]
-MEDIA_KINDS: tuple[MediaKind, ...] = ("document", "photo", "audio", "voice", "video", "animation")
+MediaKind = Literal["document", "photo", "audio", "voice", "video", "animation", "video_note", "sticker"]
+MEDIA_KINDS: tuple[MediaKind, ...] = (
+    "document",
+    "photo",
+    "audio",
+    "voice",
+    "video",
+    "animation",
+    "video_note",
+    "sticker",
+)
+# The Bot API gives these no file name and no MIME type: a video note's length is its side, a sticker's size its
+# pixels and kind.
+_BARE_KINDS = ("video_note", "sticker")
+DEFAULT_STICKER = {"width": 512, "height": 512, "is_animated": False, "is_video": False, "type": "regular"}
 
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # getFile: "file is too big" above 20 MB
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # sendDocument and friends: 50 MB per file
@@ -38,6 +51,8 @@ _FOLDERS: dict[MediaKind, str] = {
     "voice": "voice",
     "video": "videos",
     "animation": "animations",
+    "video_note": "video_notes",
+    "sticker": "stickers",
 }
 _ID_PREFIXES: dict[MediaKind, str] = {
     "document": "BQACAgIAAxkBAAI",
@@ -46,6 +61,8 @@ _ID_PREFIXES: dict[MediaKind, str] = {
     "voice": "AwACAgIAAxkBAAI",
     "video": "BAACAgIAAxkBAAI",
     "animation": "CgACAgIAAxkBAAI",
+    "video_note": "DQACAgIAAxkBAAI",
+    "sticker": "CAACAgIAAxkBAAI",
 }
 _DEFAULT_MIME_TYPES: dict[MediaKind, str] = {
     "document": OCTET_STREAM,
@@ -54,7 +71,14 @@ _DEFAULT_MIME_TYPES: dict[MediaKind, str] = {
     "video": "video/mp4",
     "animation": "video/mp4",
 }
-_DEFAULT_EXTENSIONS: dict[MediaKind, str] = {"audio": ".mp3", "voice": ".oga", "video": ".mp4", "animation": ".mp4"}
+_DEFAULT_EXTENSIONS: dict[MediaKind, str] = {
+    "audio": ".mp3",
+    "voice": ".oga",
+    "video": ".mp4",
+    "animation": ".mp4",
+    "video_note": ".mp4",
+    "sticker": ".webp",
+}
 
 
 @dataclass
@@ -199,19 +223,25 @@ class FileStore:
             if file_name is not None or mime_type is not None or details:
                 raise ValueError("a photo has no file name, MIME type or details; Telegram keeps only its sizes")
             return {"photo": self.photo(data)}
-        if kind == "voice" and file_name is not None:
-            raise ValueError("a voice message has no file name in the Bot API")
+        if kind in ("voice", *_BARE_KINDS) and file_name is not None:
+            raise ValueError(f"a {kind} message has no file name in the Bot API")
         mime = document_mime_type(file_name, mime_type, kind)
         stored = self.add(kind, data, file_name=file_name, mime_type=mime)
         media: JsonDict = {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id}
         if kind in ("video", "animation"):
             media.update(width=DEFAULT_VIDEO_SIZE[0], height=DEFAULT_VIDEO_SIZE[1])
-        if kind != "document":
+        if kind == "video_note":
+            media["length"] = DEFAULT_VIDEO_SIZE[1]
+        if kind == "sticker":
+            media.update(DEFAULT_STICKER)
+        elif kind != "document":
             media["duration"] = DEFAULT_DURATION_SECONDS
         media.update(copy.deepcopy(details or {}))
         if file_name is not None:
             media["file_name"] = file_name
-        media.update(mime_type=mime, file_size=len(data))
+        if kind not in _BARE_KINDS:
+            media["mime_type"] = mime
+        media["file_size"] = len(data)
         fields: JsonDict = {kind: media}
         if kind == "animation":
             fields["document"] = {

@@ -77,7 +77,7 @@ class UserSide:
         chat_title: str | None = None,
         thread_id: int | None = None,
     ) -> JsonDict:
-        """A user's document, photo, audio, voice, video or animation as an update; returns the update.
+        """A user's document, photo, audio, voice, video, animation, video note or sticker as an update.
 
         The fake keeps `data` under a new file_id for getFile and the download. A photo must be a PNG, JPEG
         or WebP and arrives as a PhotoSize list (smallest first; the largest keeps `data` up to 2,560 px); it

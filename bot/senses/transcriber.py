@@ -1,0 +1,180 @@
+"""Voice notes, audio files and video notes turned to text once, when they arrive, in the background: the
+message is stored first (the inbound path never waits on the service), then the file is checked (its length
+against STT_MAX_SECONDS, that it is audio at all), its spend held in the allowances, sent to the service
+(bot/senses/stt_client.py) and the words stored with the message (core/store/transcripts.py). A failure
+leaves the reason in their place; nothing is retried, not even after a restart. When it is done, `heard` is
+told (the router then starts the turn a voice reply to the bot or a "Crew, …" asks for).
+
+Spend: the audio's seconds are counted as kind `speech`, with what they cost (STT_PRICE_PER_MINUTE) as the
+main model's input tokens that money buys (LLM_PRICE_INPUT_PER_MTOK); with no prices set, as the transcript's
+own size, a token a byte, as the LLM calls count text they cannot measure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bot.senses.audio_sniff import audio_format, audio_seconds
+from bot.senses.seen_images import FileDownloader
+from bot.senses.stt_client import SttClient, SttError
+from bot.senses.window import clock
+from core.allowances import Allowances, AllowanceSpent
+from core.logging import get_logger
+from core.settings import Settings
+from core.store.chat_files import ChatFile, FileUnavailable, size_text
+from core.store.spend import SpendKind
+from core.store.transcripts import TranscriptStore
+
+log = get_logger(__name__)
+
+# A file's bytes are read up to this: OpenAI's upload limit, and ~4 h of a 12 kbit/s voice note.
+MAX_AUDIO_BYTES = 25 * 1024 * 1024
+BYTES_PER_SPOKEN_SECOND = 40  # transcript bytes a second of speech may need (fast speech, 2-byte scripts)
+SECONDS_PER_MINUTE = 60.0
+TOKENS_PER_MTOK = 1_000_000
+HEAD_BYTES = 64
+# Transcriptions at once, all chats together: each holds its file's bytes (up to MAX_AUDIO_BYTES) and a call;
+# a flood of voice notes waits its turn instead of holding gigabytes.
+MAX_CONCURRENT_TRANSCRIPTIONS = 2
+
+Heard = Callable[[int, int, str], Awaitable[None]]  # (chat id, message row id, the words; "" when none)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    chat_id: int
+    message_id: int  # the stored message's row id
+    file: ChatFile
+
+
+class Transcriber:
+    def __init__(
+        self,
+        settings: Settings,
+        client: SttClient,
+        transcripts: TranscriptStore,
+        downloader: FileDownloader,
+        allowances: Allowances | None,
+    ) -> None:
+        self._settings = settings  # read at each job: prices and allowances change on the running bot
+        self._client = client
+        self._transcripts = transcripts
+        self._downloader = downloader
+        self._allowances = allowances
+        self._jobs: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_CONCURRENT_TRANSCRIPTIONS)
+        self._closing = False
+
+    def accept(self, job: Job, heard: Heard) -> None:
+        """Transcribe in the background; `heard` is called when it is done, whether or not words came."""
+        if self._closing:
+            return
+        task = asyncio.create_task(self._run(job, heard), name=f"transcribe-{job.file.ref}")
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+
+    async def idle(self) -> None:
+        """Until every transcription started so far has ended (tests, shutdown)."""
+        while self._jobs:
+            await asyncio.gather(*list(self._jobs), return_exceptions=True)
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in list(self._jobs):
+            task.cancel()
+        await asyncio.gather(*list(self._jobs), return_exceptions=True)
+        await self._client.close()
+
+    async def _run(self, job: Job, heard: Heard) -> None:
+        if not await self._transcripts.begin(job.file.id, job.chat_id):
+            return  # transcribed (or tried) before: a redelivered message
+        words = ""
+        try:
+            async with self._slots:
+                words = await self._transcribe(job)
+        except _NotHeard as exc:
+            log.info("transcription_failed", file=job.file.ref, chat_id=job.chat_id, reason=exc.reason)
+            await self._transcripts.failed(job.file.id, exc.reason, exc.seconds)
+        except Exception as exc:  # a bug must not leave it pending for ever
+            log.exception("transcription_crashed", file=job.file.ref)
+            await self._transcripts.failed(job.file.id, f"it could not be transcribed ({type(exc).__name__})")
+        try:
+            await heard(job.chat_id, job.message_id, words)
+        except Exception:
+            log.exception("transcription_heard_failed", file=job.file.ref)
+
+    async def _transcribe(self, job: Job) -> str:
+        file, limit = job.file, self._settings.stt_max_seconds
+        seconds: float | None = file.duration_seconds
+        if seconds is not None and seconds > limit:
+            raise _NotHeard(f"it is {clock(seconds)} long, over the limit of {clock(limit)}")
+        if file.size_bytes is not None and file.size_bytes > MAX_AUDIO_BYTES:
+            raise _NotHeard(
+                f"it has {size_text(file.size_bytes)}, over the {size_text(MAX_AUDIO_BYTES)} sent to be transcribed"
+            )
+        try:
+            data = await self._downloader.download_file(file.file_id, MAX_AUDIO_BYTES)
+        except FileUnavailable as exc:
+            raise _NotHeard(f"it could not be downloaded: {exc}") from None
+        kind = audio_format(data[:HEAD_BYTES])
+        if kind is None:
+            raise _NotHeard("it is not audio (no known audio format in its bytes)")
+        # The sender's client says the length: where the file's own container says it cheaply, the longer counts.
+        measured = await asyncio.to_thread(audio_seconds, data)
+        if measured is not None:
+            seconds = max(seconds or 0.0, measured)
+            if seconds > limit:
+                raise _NotHeard(f"it is {clock(seconds)} long, over the limit of {clock(limit)}", seconds)
+        held = None
+        if self._allowances is not None:
+            try:
+                held = await self._allowances.reserve(job.chat_id, SpendKind.SPEECH, self._estimate(seconds or limit))
+            except AllowanceSpent as exc:
+                raise _NotHeard(str(exc), seconds) from None
+        try:
+            result = await self._client.transcribe(data, _upload_name(file, kind), file.mime_type or f"audio/{kind}")
+        except BaseException as exc:
+            if held is not None and self._allowances is not None:
+                await asyncio.shield(self._allowances.release(held))
+            if isinstance(exc, SttError):
+                raise _NotHeard(str(exc), seconds) from None
+            raise
+        spent = seconds if seconds is not None else result.seconds
+        if held is not None and self._allowances is not None:
+            tokens = self._tokens(spent, len(result.text.encode()))
+            await self._allowances.settle(held, tokens, 0, estimated=spent is None, audio_seconds=spent or 0.0)
+        await self._transcripts.done(file.id, result.text, spent)
+        log.info("transcribed", file=file.ref, chat_id=job.chat_id, audio_seconds=spent, chars=len(result.text))
+        return result.text
+
+    def _price_tokens(self, seconds: float) -> int | None:
+        """The tokens the audio's price buys of the main model's input; None when no prices are set."""
+        per_minute, per_mtok = self._settings.stt_price_per_minute, self._settings.llm_price_input_per_mtok
+        if per_minute <= 0 or per_mtok <= 0:
+            return None
+        return math.ceil(seconds / SECONDS_PER_MINUTE * per_minute / per_mtok * TOKENS_PER_MTOK)
+
+    def _estimate(self, seconds: float) -> int:
+        priced = self._price_tokens(seconds)
+        return priced if priced is not None else math.ceil(seconds * BYTES_PER_SPOKEN_SECOND)
+
+    def _tokens(self, seconds: float | None, text_bytes: int) -> int:
+        priced = self._price_tokens(seconds) if seconds is not None else None
+        return priced if priced is not None else text_bytes
+
+
+class _NotHeard(Exception):
+    def __init__(self, reason: str, seconds: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.seconds = seconds
+
+
+def _upload_name(file: ChatFile, kind: str) -> str:
+    """A name the service takes by its extension (some decide the format by it): the posted one when it fits."""
+    extension = {"ogg": ".ogg", "wav": ".wav", "mp3": ".mp3", "m4a": ".mp4", "flac": ".flac", "webm": ".webm"}
+    suffix = extension.get(kind, f".{kind}")
+    return f"audio{suffix}"

@@ -1,0 +1,84 @@
+"""The speech-to-text call against a fake OpenAI-compatible service on 127.0.0.1: what it sends, and a service
+that fails, floods or hangs failing the call with a reason (never a hang of the bot, never a retry)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.senses.stt_client import MAX_RESPONSE_BYTES, SttClient, SttError
+from tests.bot.senses.media import ogg_opus
+from tests.fakes.stt_server import FakeStt
+
+VOICE = ogg_opus(3.0)
+
+
+@pytest.fixture
+async def stt() -> AsyncIterator[FakeStt]:
+    async with FakeStt() as fake:
+        yield fake
+
+
+async def test_the_audio_goes_as_multipart_with_the_model_language_and_key(stt: FakeStt) -> None:
+    stt.answer("hello there", seconds=3.0)
+    client = SttClient(stt.base_url + "/", "whisper-1", api_key="sk-stt", language="en")
+    try:
+        heard = await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
+    finally:
+        await client.close()
+    assert (heard.text, heard.seconds) == ("hello there", 3.0)
+    (call,) = stt.calls
+    assert call.fields == {"model": "whisper-1", "response_format": "json", "language": "en"}
+    assert (call.file_name, call.file_type, call.data) == ("audio.ogg", "audio/ogg", VOICE)
+    assert call.authorization == "Bearer sk-stt"
+
+
+async def test_without_a_key_no_authorization_is_sent(stt: FakeStt) -> None:
+    stt.answer("hi")
+    client = SttClient(stt.base_url, "whisper-large-v3")
+    try:
+        assert (await client.transcribe(VOICE, "audio.ogg", "audio/ogg")).seconds is None
+    finally:
+        await client.close()
+    assert stt.calls[0].authorization is None and "language" not in stt.calls[0].fields
+
+
+async def test_a_500_fails_the_call_with_the_services_message(stt: FakeStt) -> None:
+    stt.fail(500, "the GPU caught fire")
+    client = SttClient(stt.base_url, "whisper-1")
+    try:
+        with pytest.raises(SttError, match="answered 500: the GPU caught fire"):
+            await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
+    finally:
+        await client.close()
+    assert len(stt.calls) == 1  # no retry
+
+
+async def test_a_megabyte_of_text_is_refused_as_it_arrives(stt: FakeStt) -> None:
+    stt.flood(1024 * 1024)
+    client = SttClient(stt.base_url, "whisper-1")
+    try:
+        with pytest.raises(SttError, match=f"more than {MAX_RESPONSE_BYTES // 1024} KB"):
+            await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
+    finally:
+        await client.close()
+
+
+async def test_a_service_that_hangs_fails_the_call_at_its_time_limit(stt: FakeStt) -> None:
+    stt.hang()
+    client = SttClient(stt.base_url, "whisper-1", timeout_seconds=0.5)
+    try:
+        with pytest.raises(SttError, match=r"did not answer within 0\.5 s"):
+            await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
+    finally:
+        await client.close()
+
+
+async def test_a_service_that_is_not_there_fails_the_call() -> None:
+    client = SttClient("http://127.0.0.1:9/v1", "whisper-1", timeout_seconds=5)
+    try:
+        with pytest.raises(SttError, match="could not be reached"):
+            await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
+    finally:
+        await client.close()

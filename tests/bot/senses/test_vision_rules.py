@@ -1,0 +1,69 @@
+"""Which files are images the model is shown, which models take them (LLM_VISION=auto), and what each provider
+may bill for one (the allowances hold it before the call)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic_ai.messages import BinaryContent, ModelRequest, UserPromptPart
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.models.test import TestModel
+
+from bot.agent.metered import request_image_tokens
+from bot.senses.image_prep import prepare_image
+from bot.senses.vision import image_tokens, is_image_file, model_takes_images, vision_on
+from core.setting_senses import VisionMode
+from core.store.chat_files import ChatFile, FileKind
+from tests.bot.senses.media import jpeg
+
+
+def file(kind: FileKind, mime: str | None) -> ChatFile:
+    return ChatFile(1, 1, 1, kind, "id", "uid", "x", mime, 10, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "mime", "image"),
+    [
+        (FileKind.PHOTO, "image/jpeg", True),
+        (FileKind.DOCUMENT, "image/png", True),
+        (FileKind.DOCUMENT, "image/gif", True),
+        (FileKind.DOCUMENT, "image/svg+xml", False),
+        (FileKind.DOCUMENT, "application/zip", False),
+        (FileKind.STICKER, "image/webp", True),
+        (FileKind.STICKER, "application/x-tgsticker", False),
+        (FileKind.STICKER, "video/webm", False),
+        (FileKind.ANIMATION, "video/mp4", False),
+        (FileKind.VOICE, "audio/ogg", False),
+    ],
+)
+def test_images_are_photos_still_stickers_and_image_documents(kind: FileKind, mime: str, image: bool) -> None:
+    assert is_image_file(file(kind, mime)) is image
+
+
+def test_auto_follows_the_model_off_and_on_do_not() -> None:
+    text_only = TestModel(model_name="gpt-3.5-turbo")
+    seeing = TestModel(model_name="gpt-4o")
+    assert not model_takes_images(text_only) and model_takes_images(seeing)
+    assert vision_on(VisionMode.AUTO, seeing) and not vision_on(VisionMode.AUTO, text_only)
+    assert vision_on(VisionMode.ON, text_only) and not vision_on(VisionMode.OFF, seeing)
+    assert model_takes_images(FunctionModel(lambda m, i: None, model_name="crewbot-offline"))  # type: ignore[arg-type,return-value]
+
+
+def test_each_providers_rule_for_a_prepared_photo() -> None:
+    # 1568 x 1176: Anthropic ~ w*h/750; OpenAI high detail: 1024x768 after its fitting = 4 tiles.
+    assert image_tokens("anthropic", "claude-sonnet-4", 1568, 1176) == 2459
+    # OpenAI: tiles give 85 + 170 * 4 = 765; its patch-billed models up to 1,536 patches * 2.46 = 3,779.
+    assert image_tokens("openai", "gpt-4o", 1568, 1176) == 3779
+    assert image_tokens("openai", "gpt-4o-mini", 1568, 1176) == 2833 + 5667 * 4
+    unknown = image_tokens("function", "crewbot-offline", 1568, 1176)
+    assert unknown >= image_tokens("anthropic", "x", 1568, 1176) and unknown >= image_tokens(
+        "openai", "gpt-4o", 1568, 1176
+    )
+    assert image_tokens("anthropic", "x", 100, 100) == 14  # a small sticker costs little
+
+
+def test_a_requests_images_are_held_by_their_size_not_their_bytes() -> None:
+    prepared = prepare_image(jpeg(4000, 3000))
+    request = ModelRequest(parts=[UserPromptPart(["look", BinaryContent(prepared.data, media_type="image/jpeg")] * 2)])
+    held = request_image_tokens([request], "anthropic", "claude")
+    assert held == 2 * image_tokens("anthropic", "claude", 1568, 1176)
+    assert held > len(prepared.data) // 100  # far more than a token per 100 bytes would have held
