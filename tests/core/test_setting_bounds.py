@@ -28,6 +28,11 @@ RANGES = {
     "STREAM_DRAFT_INTERVAL_SECONDS": "a number from 1 to 30",
     "STREAM_EDITS_PER_SECOND": "a number from 1 to 20",  # Telegram's 30 a second less room for the outbox
     "HISTORY_WINDOW_MESSAGES": "a whole number from 1 to 1000",
+    "MEMORY_MAX_NOTES": "a whole number from 1 to 500",
+    "MEMORY_MAX_MEMBER_NOTES": "a whole number from 1 to 200",
+    "MEMORY_NOTE_CHARS": "a whole number from 20 to 4000",
+    "MEMORY_PROMPT_CHARS": "a whole number from 500 to 100000",
+    "HISTORY_SEARCH_RESULTS": "a whole number from 1 to 50",
     "SUBAGENT_CPUS": f"a number from 0.01 to {HOST_CORES} (this host's CPU cores)",
     "SUBAGENT_PIDS": "a whole number from 16 to 32768",
     "SUBAGENT_MAX_TOKENS": "a whole number from 1000 to 10000000",
