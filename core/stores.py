@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from core.settings import Settings
 from core.store.chats import ChatStore
 from core.store.db import Database
+from core.store.history import HistoryIndex
 from core.store.live_messages import LiveMessageStore
 from core.store.messages import MessageStore
+from core.store.notes import NoteStore
 from core.store.outbox import OutboxStore
 from core.store.turns import TurnStore
 
@@ -21,6 +23,8 @@ class Stores:
     turns: TurnStore
     outbox: OutboxStore
     live: LiveMessageStore  # growing answers on screen (crash recovery of a streamed answer)
+    notes: NoteStore  # the chats' and members' notes
+    history: HistoryIndex  # full-text search through every chat's messages
 
     @classmethod
     async def open(cls, settings: Settings) -> Stores:
@@ -32,4 +36,6 @@ class Stores:
             turns=TurnStore(db),
             outbox=OutboxStore(db),
             live=LiveMessageStore(db),
+            notes=NoteStore(db),
+            history=HistoryIndex(db),
         )

@@ -12,6 +12,8 @@ from bot.agent.deps import SubagentDesk
 from bot.agent.live_reply import LiveReplies
 from bot.agent.live_restart import LiveRestart
 from bot.agent.main_agent import MainAgent, build_main_model
+from bot.agent.memory import Memory, MemoryLimits
+from bot.agent.notes_spawner import NotesInTaskSpawner
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
@@ -22,6 +24,7 @@ from bot.channels.edit_pacer import EditPacer
 from bot.channels.live_message import LiveChannel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.flood import FloodGuard
+from bot.memory_command import MemoryCommand
 from bot.ports.spawner import Spawner
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
@@ -161,8 +164,14 @@ class App:
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
-        # A scheduled subagent goes through the same spawner as the main agent's: caps, allowances, typing apply.
-        spawner = AllowanceCheckedSpawner(subagents.spawner, self.allowances.left_for) if subagents else None
+        self.memory = Memory(stores.notes, stores.history, MemoryLimits.from_settings(settings))
+        # A scheduled subagent goes through the same spawner as the main agent's: caps, allowances, typing and
+        # the chat's notes in its task apply.
+        spawner: Spawner | None = None
+        if subagents is not None:
+            spawner = NotesInTaskSpawner(
+                AllowanceCheckedSpawner(subagents.spawner, self.allowances.left_for), self.memory
+            )
         self.schedules = Schedules(
             settings,
             stores.db,
@@ -222,6 +231,7 @@ class App:
             allowances=self.allowances,
             on_tokens=count_tokens,  # the main agent's tokens in the metrics (crewbot_llm_tokens_total)
             live=self.live,
+            memory=self.memory,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
@@ -237,6 +247,7 @@ class App:
             conversations=stores.chats.conversations_of,
             config=config,
             budget=self.budget,
+            memory=MemoryCommand(self.memory, stores.chats.get),
         )
         self.router = InboundRouter(
             settings,

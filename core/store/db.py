@@ -127,9 +127,8 @@ class Database:
         """After an erase: copy the WAL into the database and truncate it, so the erased bytes (secure_delete
         zeroed them in the database's pages) leave the WAL too. Best effort: a reader mid-snapshot (another
         process: `crewbot stats`) keeps it busy, and the next checkpoint finishes it."""
-        async with self._lock:
-            async with self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cursor:
-                row = await cursor.fetchone()
+        async with self._lock, self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cursor:
+            row = await cursor.fetchone()
         if row is not None and row[0]:
             log.warning("wal_checkpoint_busy")
 

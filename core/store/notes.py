@@ -78,6 +78,7 @@ class NoteStore:
         and written in one transaction, so racing turns cannot pass the limit together."""
         created_at = note.created_at or time.time()
         async with self._db.transaction() as conn:
+            params: tuple[int, ...]
             if note.about_user_id is None:
                 where, params = "chat_id = ? AND about_user_id IS NULL", (note.chat_id,)
             else:
