@@ -12,7 +12,7 @@ from core.store.db import Database
 
 MAX_QUERY_CHARS = 200  # of a query, the rest ignored: a 10 KB query costs as much as a short one
 MAX_TERMS = 8  # words of a query; all must occur in a message
-TRIGRAM_CHARS = 3  # the index matches words of at least 3 characters; shorter ones are checked by LIKE
+TRIGRAM_CHARS = 3  # the index matches words of at least 3 characters; a query of only shorter ones uses LIKE
 # Words shorter than a trigram alone (`AI`, two CJK characters) cannot use the index: they are looked for with
 # LIKE in the chat's newest messages only, so such a query stays bounded in a chat of millions.
 MAX_LIKE_SCAN_MESSAGES = 20_000
@@ -50,13 +50,15 @@ class Query:
 
 
 def parse_query(text: str) -> Query:
-    words = list(dict.fromkeys(word.casefold() for word in _WORD.findall(text[:MAX_QUERY_CHARS])))[:MAX_TERMS]
+    head = text[: MAX_QUERY_CHARS + 1]
+    if len(head) > MAX_QUERY_CHARS:  # cut at a space: half a word would ask for a word nobody wrote
+        head = (head[:MAX_QUERY_CHARS].rsplit(maxsplit=1) or [""])[0]
+    words = list(dict.fromkeys(word.casefold() for word in _WORD.findall(head)))[:MAX_TERMS]
     if not words:
         raise SearchRefused("the query has no words to look for")
-    return Query(
-        indexed=tuple(w for w in words if len(w) >= TRIGRAM_CHARS),
-        short=tuple(w for w in words if len(w) < TRIGRAM_CHARS),
-    )
+    indexed = tuple(w for w in words if len(w) >= TRIGRAM_CHARS)
+    # Beside a longer word a short one is mostly "on", "we", "a": required it would only lose matches.
+    return Query(indexed=indexed, short=() if indexed else tuple(words))
 
 
 def parse_since(text: str | None) -> float | None:
