@@ -71,7 +71,8 @@ async def test_member_notes_have_their_own_limit_per_member_and_chat(notes: Note
 
     assert [n.text for n in mine] == ["alice 2", "alice 1"]
     assert await notes.chat_notes(CHAT, 50) == []  # member notes are not the chat's
-    assert [n.text for n in await notes.member_notes(CHAT, [ALICE, BOB], 5)] == ["bob 0", "alice 2", "alice 1", "alice 0"]
+    both = await notes.member_notes(CHAT, [ALICE, BOB], 5)
+    assert [n.text for n in both] == ["bob 0", "alice 2", "alice 1", "alice 0"]
 
 
 async def test_forget_member_erases_their_notes_bytes_from_disk(db: Database, notes: NoteStore) -> None:
