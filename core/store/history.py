@@ -127,12 +127,23 @@ class HistoryIndex:
 
     async def size_bytes(self) -> int:
         """What the index takes on disk (its shadow tables' pages)."""
-        marks = ", ".join("?" for _ in INDEX_TABLES)
+        return await self._table_bytes(INDEX_TABLES, "SELECT COALESCE(SUM(LENGTH(block)), 0) FROM messages_fts_data")
+
+    async def messages_bytes(self) -> int:
+        """What the messages it indexes take on disk (their table and its indexes)."""
+        async with self._db.conn.execute(
+            "SELECT name FROM sqlite_master WHERE tbl_name = 'messages' AND type IN ('table', 'index')"
+        ) as cursor:
+            names = tuple(str(row[0]) for row in await cursor.fetchall())
+        return await self._table_bytes(names, "SELECT COALESCE(SUM(LENGTH(content)), 0) FROM messages")
+
+    async def _table_bytes(self, names: tuple[str, ...], fallback: str) -> int:
+        marks = ", ".join("?" for _ in names)
         try:
             sql = f"SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE aggregate = TRUE AND name IN ({marks})"
-            async with self._db.conn.execute(sql, INDEX_TABLES) as cursor:
+            async with self._db.conn.execute(sql, names) as cursor:
                 row = await cursor.fetchone()
-        except Exception:  # an SQLite built without dbstat: the index's blocks, without page overhead
-            async with self._db.conn.execute("SELECT COALESCE(SUM(LENGTH(block)), 0) FROM messages_fts_data") as cur:
-                row = await cur.fetchone()
+        except Exception:  # an SQLite built without dbstat: the bytes of the content, without page overhead
+            async with self._db.conn.execute(fallback) as cursor:
+                row = await cursor.fetchone()
         return int(row[0]) if row else 0

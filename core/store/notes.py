@@ -4,7 +4,7 @@ and erase). Every query names the conversation: a note never crosses into anothe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import aiosqlite
@@ -181,12 +181,16 @@ class NoteStore:
         async with self._db.conn.execute("SELECT 1 FROM memory_off WHERE chat_id = ?", (chat_id,)) as cursor:
             return await cursor.fetchone() is not None
 
-    async def counts(self) -> MemoryCounts:
+    async def counts(self, chat_id: int | None = None) -> MemoryCounts:
+        """Notes kept and chats with notes off: all chats', or one's."""
+        where, params = ("", ()) if chat_id is None else (" WHERE chat_id = ?", (chat_id,))
         async with self._db.conn.execute(
-            "SELECT COALESCE(SUM(about_user_id IS NULL), 0), COALESCE(SUM(about_user_id IS NOT NULL), 0) FROM notes"
+            "SELECT COALESCE(SUM(about_user_id IS NULL), 0), COALESCE(SUM(about_user_id IS NOT NULL), 0) "
+            f"FROM notes{where}",
+            params,
         ) as cursor:
             row = await cursor.fetchone()
-        async with self._db.conn.execute("SELECT COUNT(*) FROM memory_off") as cursor:
+        async with self._db.conn.execute(f"SELECT COUNT(*) FROM memory_off{where}", params) as cursor:
             off = await cursor.fetchone()
         return MemoryCounts(int(row[0]) if row else 0, int(row[1]) if row else 0, int(off[0]) if off else 0)
 
@@ -199,8 +203,3 @@ class NoteStore:
         if cursor.rowcount:
             await self._db.flush_erased()
         return cursor.rowcount
-
-
-def owners(notes: Sequence[Note]) -> set[int]:
-    """The members the notes are about."""
-    return {note.about_user_id for note in notes if note.about_user_id is not None}
