@@ -48,6 +48,7 @@ BENCHMARKS: dict[str, str] = {
     "allowance": "bench.allowance",
     "markdown": "bench.markdown",
     "streaming": "bench.streaming",
+    "history": "bench.history",
     "webhook": "bench.webhook",
     "runtime_class": "bench.runtime_class",
     "kube": "bench.kube",

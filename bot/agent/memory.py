@@ -217,7 +217,7 @@ class Memory:
             f"{quoted(h.snippet)}"
             for h in hits
         ]
-        head = f"{len(hits)} stored message(s), best match first (quoted; cite them by #id):"
+        head = f"{len(hits)} stored message(s), newest first (quoted; cite them by #id):"
         return "\n".join([head, *lines])
 
 

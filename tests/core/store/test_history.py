@@ -121,11 +121,12 @@ async def test_long_empty_and_short_queries(history: HistoryIndex, messages: Mes
 
 
 async def test_since_and_author_filters(history: HistoryIndex, messages: MessageStore) -> None:
-    await messages.add(said(CHAT, "venue idea: the park", "Alice", MONDAY - 86_400 * 7))
+    park = await messages.add(said(CHAT, "venue idea: the park", "Alice", MONDAY - 86_400 * 7))
     bobs = await messages.add(said(CHAT, "venue idea: the pier", "Bob", MONDAY))
     alices = await messages.add(said(CHAT, "venue idea: the mill", "Alice", MONDAY + 60))
 
-    assert sorted(await ids(history, "venue", since=parse_since("2026-11-23"))) == [bobs, alices]
+    assert await ids(history, "venue") == [alices, bobs, park]  # newest first
+    assert await ids(history, "venue", since=parse_since("2026-11-23")) == [alices, bobs]
     assert await ids(history, "venue", author="bob") == [bobs]
     assert await ids(history, "venue", author="100%_") == []  # LIKE's wildcards are literal
     with pytest.raises(SearchRefused):
