@@ -28,6 +28,7 @@ SIZES = {False: 1_000_000, True: 200_000}
 MIGRATION_MESSAGES = 100_000
 BATCH_ROWS = 20_000
 SEARCH_LIMIT = 10
+RARE_WORD = "quokkaberry"  # in 3 of the first messages only: a LIKE scan reads the whole chat to find them
 CHARS_PER_TOKEN = 4  # English prose with OpenAI's and Anthropic's tokenizers: about 4 characters a token
 _INSERT = (
     "INSERT INTO messages (chat_id, sender_id, sender_name, content, timestamp, is_trigger) VALUES (?, ?, ?, ?, ?, ?)"
@@ -74,7 +75,7 @@ async def _like_scan(db: Database, chat_id: int, words: tuple[str, ...]) -> int:
 
 async def _searches(ctx: BenchContext, stores: Stores, chat_id: int, vocabulary: list[str]) -> list[Row]:
     queries = {
-        "a rare word": vocabulary[-1],
+        "a rare word": RARE_WORD,
         "two middling words": f"{vocabulary[300]} {vocabulary[900]}",
         "a common word": vocabulary[2],
         "the decision's words": "venue decided",
@@ -198,6 +199,8 @@ async def run(ctx: BenchContext) -> list[Row]:
         await stores.chats.ensure(chat_id, "supergroup", "bench history")
         rows = _rows(chat_id, size, vocabulary, rng)
         rows[size // 7] = (chat_id, 3001, "User 1", "OK, decided: the venue is the Old Mill", rows[size // 7][4], 1)
+        for k in (10, 20, 30):
+            rows[k] = (chat_id, 3002, "User 2", f"who brought the {RARE_WORD} jam?", rows[k][4], 0)
         fill_seconds = await _fill(stores.db, rows)
         del rows
         ctx.note(f"{size:,} messages stored with their index in {fill_seconds:.0f} s")
