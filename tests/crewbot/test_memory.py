@@ -317,3 +317,20 @@ async def test_notes_never_cross_chats(tmp_path: Path) -> None:
             "No stored message of this chat matches.",
         ]
         assert await r.stored("SELECT COUNT(*) FROM notes") == [(1,)]
+
+
+async def test_memory_me_goes_to_the_members_private_chat_when_there_is_one(tmp_path: Path) -> None:
+    async with rig(tmp_path, ALLOWED_CHAT_IDS=f"{GROUP_ID},{ALICE}") as r:
+        r.tg.add_chat(ALICE)  # a positive id: a private chat
+        await r.app.stores.chats.ensure(ALICE, "private", "Alice")
+        r.script.plans.append([("remember_about", {"user": "Alice", "text": "Alice takes the night shift"})])
+        r.say(ALICE, "Alice", "I take the night shift")
+        await r.next_reply()
+
+        r.command(ALICE, "Alice", "/memory me")
+
+        assert await r.next_reply() == "Crew: Sent you your notes in our private chat."
+        (private,) = await r.tg.wait_for_messages(ALICE, 1, WAIT_SECONDS)
+        assert "Alice takes the night shift" in private.plain_text
+        assert not any("night shift" in m.plain_text for m in r.tg.sent_messages(GROUP_ID))
+        assert await r.stored("SELECT id FROM messages WHERE content LIKE '%What I keep about you%'") == []
