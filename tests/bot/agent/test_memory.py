@@ -17,7 +17,7 @@ from bot.agent.memory import (
 )
 from core.store import ChatStore, Database
 from core.store.history import HistoryIndex
-from core.store.messages import StoredMessage
+from core.store.messages import MessageStore, NewMessage, StoredMessage
 from core.store.notes import NoteStore
 
 CHAT = -100123
@@ -93,3 +93,13 @@ async def test_a_subagent_task_keeps_its_room(memory: Memory) -> None:
     assert full.startswith(SUBAGENT_NOTES) and '"The picnic is on Saturday"' in full and "allergic" not in full
     assert tight == PROPOSE  # no room for notes: the task is never cut for them
     assert await memory.subagent_notes(CHAT, 5) == ""
+
+
+async def test_search_answers_bad_queries_in_words(memory: Memory, messages: MessageStore) -> None:
+    await messages.add(NewMessage(CHAT, "Bob", 'we said "near" the lake', sender_id=BOB))
+
+    assert await memory.search(CHAT, "", None, None) == "Not searched: the query has no words to look for."
+    assert (await memory.search(CHAT, "lake", "next friday", None)).startswith("Not searched: since must be a date")
+    assert "No stored message" in await memory.search(CHAT, "x" * 10_000, None, None)
+    found = await memory.search(CHAT, '"a" NEAR/3 OR *', None, None)
+    assert found.startswith("1 stored message(s), newest first") and 'Bob: "we said \\"near\\" the lake"' in found
