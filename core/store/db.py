@@ -12,15 +12,12 @@ from pathlib import Path
 
 import aiosqlite
 
-from core.logging import get_logger
-
 # Package data (core/store/migrations/), so a wheel install finds them as a source checkout does.
 MIGRATIONS_DIR: Traversable = files("core.store.migrations")
 BUSY_TIMEOUT_MS = 5000
 # SQLite's page cache per connection, in KiB (its default is 2,000). Every query is an index walk over a
 # few pages and the OS caches the file, so 512 KiB serves as well and keeps ~1.5 MiB off the heap.
 PAGE_CACHE_KIB = 512
-log = get_logger(__name__)
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -123,14 +120,13 @@ class Database:
             applied.append(number)
         return applied
 
-    async def flush_erased(self) -> None:
+    async def flush_erased(self) -> bool:
         """After an erase: copy the WAL into the database and truncate it, so the erased bytes (secure_delete
-        zeroed them in the database's pages) leave the WAL too. Best effort: a reader mid-snapshot (another
-        process: `crewbot stats`) keeps it busy, and the next checkpoint finishes it."""
+        zeroed them in the database's pages) leave the WAL too. False: a reader mid-snapshot (another process:
+        `crewbot stats`) kept it busy, and a later checkpoint finishes it."""
         async with self._lock, self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cursor:
             row = await cursor.fetchone()
-        if row is not None and row[0]:
-            log.warning("wal_checkpoint_busy")
+        return row is None or not row[0]
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:

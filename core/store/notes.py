@@ -9,10 +9,7 @@ from dataclasses import dataclass
 
 import aiosqlite
 
-from core.logging import get_logger
 from core.store.db import Database
-
-log = get_logger(__name__)
 
 LOOKUP_BATCH_IDS = 500  # ids per `IN (...)`, well under SQLite's variable limit
 
