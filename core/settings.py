@@ -166,8 +166,7 @@ class Settings(StreamSettings):
         alias="TYPING_INTERVAL_SECONDS",
     )
     history_window_messages: int = Field(default=50, ge=1, le=1000, alias="HISTORY_WINDOW_MESSAGES")
-    # Memory (docs/using.md "Memory"): notes the main agent keeps and its search through the chat's history.
-    memory_max_notes: int = Field(default=50, ge=1, le=500, alias="MEMORY_MAX_NOTES")
+    memory_max_notes: int = Field(default=50, ge=1, le=500, alias="MEMORY_MAX_NOTES")  # docs/using.md "Memory"
     memory_max_member_notes: int = Field(default=20, ge=1, le=200, alias="MEMORY_MAX_MEMBER_NOTES")
     memory_note_chars: int = Field(default=500, ge=20, le=4000, alias="MEMORY_NOTE_CHARS")
     memory_prompt_chars: int = Field(default=6000, ge=500, le=100_000, alias="MEMORY_PROMPT_CHARS")
