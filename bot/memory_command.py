@@ -66,7 +66,7 @@ class MemoryCommand:
         chat_notes = await self._memory.notes.chat_notes(chat_id, limits.max_notes)
         off = " (off: none are shown or kept; /memory on, admins)" if await self._memory.notes.is_off(chat_id) else ""
         if not chat_notes:
-            return Reply(f"This chat keeps no notes{off}. Ask me to remember something.", stored=not off)
+            return Reply(f"This chat keeps no notes{off}. Ask me to remember something.")
         lines = [note_line(note) for note in chat_notes]
         head = f"This chat's notes, newest first ({len(chat_notes)} of at most {limits.max_notes}){off}:"
         foot = "/memory forget <id> erases one (chat admins, or whoever asked for it)."
