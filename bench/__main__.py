@@ -49,6 +49,7 @@ BENCHMARKS: dict[str, str] = {
     "markdown": "bench.markdown",
     "streaming": "bench.streaming",
     "senses": "bench.senses",
+    "history": "bench.history",
     "webhook": "bench.webhook",
     "runtime_class": "bench.runtime_class",
     "kube": "bench.kube",

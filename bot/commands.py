@@ -1,4 +1,5 @@
-"""Chat commands: /start, /help, /stop, /subagents, /cancel <run>|all, /budget. Control commands need an admin."""
+"""Chat commands: /start, /help, /stop, /subagents, /cancel <run>|all, /budget, /memory, /forgetme. Control
+commands need an admin."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Protocol, runtime_checkable
 from bot.budget_command import BudgetCommand
 from bot.channels.base import Channel
 from bot.channels.inbound import InboundMessage
+from bot.memory_command import MemoryCommand
 from bot.ports.runs import RunCancels, RunInfo, when_text
 from bot.schedules.book import TaskAction, TaskBook, TaskRequestError
 from bot.turns.engine import ChatEngine
@@ -22,7 +24,20 @@ log = get_logger(__name__)
 
 ADMIN_COMMANDS = frozenset({"stop", "cancel"})
 KNOWN_COMMANDS = frozenset(
-    {"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone", "config", "budget"}
+    {
+        "start",
+        "help",
+        "stop",
+        "cancel",
+        "subagents",
+        "workspace",
+        "tasks",
+        "timezone",
+        "config",
+        "budget",
+        "memory",
+        "forgetme",
+    }
 )
 MAX_LISTED_RUNS = 15
 CONFIG_USAGE = "Usage: /config (show) or /config NAME=VALUE, e.g. /config MAX_CONCURRENT_SUBAGENTS=5"
@@ -60,6 +75,8 @@ HELP_TEXT = (
     "/tasks – this chat's scheduled tasks; /tasks <id> – one's history; /tasks pause|resume|cancel <id>\n"
     "/timezone – the zone schedules are read in; /timezone Europe/Berlin sets it (admins)\n"
     "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens> (admins)\n"
+    "/memory – the chat's notes; /memory me – yours; /memory forget <id>; /memory off|on (admins); "
+    "/forgetme – erase every note about you here\n"
     "/config – the settings operators change live, /config NAME=VALUE to change one (ADMIN_USER_IDS)"
 )
 CONSOLE_HELP_TEXT = (
@@ -70,6 +87,7 @@ CONSOLE_HELP_TEXT = (
     "/workspace – the files subagents keep; /workspace clear – empty it\n"
     "/tasks – scheduled tasks; /tasks pause|resume|cancel <id>; /timezone [IANA name]\n"
     "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens>\n"
+    "/memory – the notes I keep; /memory forget <id>; /memory off|on; /forgetme\n"
     "/config – the live settings; /config NAME=VALUE changes one (as `crewbot config set`)\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
@@ -89,6 +107,7 @@ class Commands:
         conversations: Callable[[int], Awaitable[list[int]]] | None = None,
         config: LiveConfig | None = None,
         budget: BudgetCommand | None = None,
+        memory: MemoryCommand | None = None,
     ) -> None:
         self._channel = channel
         self._conversations = conversations  # a platform chat's conversations: itself and its forum topics
@@ -100,6 +119,7 @@ class Commands:
         self._tasks = tasks
         self._config = config
         self._budget = budget
+        self._memory = memory
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -152,6 +172,21 @@ class Commands:
                     message.chat_id, message.command_args, message.sender_id, lambda: self._is_admin(message)
                 )
             await self._reply(message, text)
+        elif command in ("memory", "forgetme"):
+            await self._remembered(message)
+
+    async def _remembered(self, message: InboundMessage) -> None:
+        if self._memory is None:
+            await self._reply(message, "Memory is not enabled here.")
+            return
+        reply = await self._memory.reply(message, lambda: self._is_admin(message))
+        if reply.stored:
+            await self._reply(message, reply.text)
+        elif reply.private_to is not None:
+            self._delivery.reply_unstored(reply.private_to, reply.text)
+            await self._reply(message, "Sent you your notes in our private chat.")
+        else:
+            self._delivery.reply_unstored(message.chat_id, reply.text)
 
     async def _configure(self, message: InboundMessage) -> None:
         """Operators only: ADMIN_USER_IDS (read live from the settings) or the local console."""

@@ -67,6 +67,19 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
         },
     ),
     (
+        "Memory",
+        {
+            "MEMORY_MAX_NOTES": "Notes a chat keeps (`remember`); past it, one must be forgotten before another "
+            "is kept.",
+            "MEMORY_MAX_MEMBER_NOTES": "Notes about each member, in each chat (`remember_about`).",
+            "MEMORY_NOTE_CHARS": "The longest note, in characters; a longer one is refused, never cut.",
+            "MEMORY_PROMPT_CHARS": "Characters of notes in each prompt (about 4 a token), newest first; older "
+            "ones are listed by `/memory`.",
+            "HISTORY_SEARCH_RESULTS": "Messages one `search_history` call returns at most, each as a snippet "
+            "with its date, author and id.",
+        },
+    ),
+    (
         "Turns and results",
         {
             "MERGE_WINDOW_SECONDS": "A message this soon after a turn started aborts it, and one new answer "

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from core.settings import Settings
 from core.store.chats import ChatStore
 from core.store.db import Database
+from core.store.history import HistoryIndex
 from core.store.live_messages import LiveMessageStore
 from core.store.messages import MessageStore
+from core.store.notes import NoteStore
 from core.store.outbox import OutboxStore
 from core.store.transcripts import TranscriptStore
 from core.store.turns import TurnStore
@@ -23,6 +25,8 @@ class Stores:
     outbox: OutboxStore
     live: LiveMessageStore  # growing answers on screen (crash recovery of a streamed answer)
     transcripts: TranscriptStore  # voice notes' words (bot/senses/)
+    notes: NoteStore  # the chats' and members' notes
+    history: HistoryIndex  # full-text search through every chat's messages
 
     @classmethod
     async def open(cls, settings: Settings) -> Stores:
@@ -35,4 +39,6 @@ class Stores:
             outbox=OutboxStore(db),
             live=LiveMessageStore(db),
             transcripts=TranscriptStore(db),
+            notes=NoteStore(db),
+            history=HistoryIndex(db),
         )

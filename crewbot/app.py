@@ -12,6 +12,8 @@ from bot.agent.deps import SubagentDesk
 from bot.agent.live_reply import LiveReplies
 from bot.agent.live_restart import LiveRestart
 from bot.agent.main_agent import MainAgent, build_main_model
+from bot.agent.memory import Memory, MemoryLimits
+from bot.agent.notes_spawner import NotesInTaskSpawner
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
@@ -22,27 +24,27 @@ from bot.channels.edit_pacer import EditPacer
 from bot.channels.live_message import LiveChannel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.flood import FloodGuard
+from bot.memory_command import MemoryCommand
 from bot.ports.spawner import Spawner
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
-from bot.turns.engine import AbortReason, ChatEngine, Turn
+from bot.turns.engine import AbortReason, ChatEngine
 from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.outbox import Outbox
-from core.settings import CancelScope, LLMProvider, ResultMode, Settings
+from core.settings import LLMProvider, ResultMode, Settings
 from core.store.announcements import AnnouncementStore
-from core.store.chats import ChatAddress
 from core.store.runs import RunStore
 from core.store.spend import SpendKind, SpendStore
 from core.store.streamed_answers import StreamedAnswerStore
-from core.store.turns import TurnStatus, TurnStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.senses import build_senses
 from crewbot.stream_record import CountStream, StreamRecorder
+from crewbot.turn_recorder import AllowedTopics, TurnRecorder
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -80,61 +82,6 @@ class SubagentSystem(Protocol):
     async def stop(self) -> None: ...
 
 
-class TurnRecorder:
-    """The engine's TurnLifecycle: turns in the store, and the cascading cancel of an aborted turn."""
-
-    def __init__(self, turns: TurnStore, scope: CancelScope, runs: RunControl | None) -> None:
-        self._turns = turns
-        self._scope = scope
-        self.runs = runs
-
-    async def turn_started(self, turn: Turn) -> None:
-        # The results of the turn's subagents reply to the message that asked, as its answer does.
-        await self._turns.start(turn.id, turn.chat_id, trigger_message_id=turn.trigger_id)
-
-    async def turn_ended(self, turn: Turn, status: TurnStatus) -> None:
-        await self._turns.end(turn.id, status)
-
-    async def turn_aborted(self, turn: Turn, reason: AbortReason) -> None:
-        # Mark the turn first: a spawn request of this turn that is picked up later sees it and never starts.
-        await self._turns.end(turn.id, TurnStatus.ABORTED)
-        if self.runs is None:
-            return
-        try:
-            # /stop stops everything of the chat; a Stop button and a merge follow MERGE_CANCEL_SCOPE.
-            if self._scope is CancelScope.CHAT or reason is AbortReason.STOP:
-                cancelled = await self.runs.cancel_chat(turn.chat_id, f"turn {turn.id} aborted ({reason})")
-            else:
-                cancelled = await self.runs.cancel_turn(turn.id, f"turn aborted ({reason})")
-        except Exception:
-            log.exception("cascade_cancel_failed", turn_id=turn.id)
-            return
-        log.info("turn_aborted", turn_id=turn.id, chat_id=turn.chat_id, reason=reason, runs_cancelled=cancelled)
-
-
-class AllowedTopics:
-    """The chats store as the channel's directory, except that a topic of a chat the bot does not work in
-    gets no row: strangers' forums leave nothing behind (their messages are then refused by the router)."""
-
-    def __init__(self, app: App) -> None:
-        self._chats = app.stores.chats
-        self._app = app
-
-    async def resolve(self, platform_chat_id: int, thread_id: int | None, kind: str, title: str | None) -> int:
-        if thread_id is not None and not await self._app.conversation_allowed(platform_chat_id):
-            return platform_chat_id
-        return await self._chats.resolve(platform_chat_id, thread_id, kind, title)
-
-    async def address(self, chat_id: int) -> ChatAddress:
-        return await self._chats.address(chat_id)
-
-    async def conversations_of(self, platform_chat_id: int) -> list[int]:
-        return await self._chats.conversations_of(platform_chat_id)
-
-    async def migrate(self, old_platform_id: int, new_platform_id: int) -> list[int]:
-        return await self._chats.migrate(old_platform_id, new_platform_id)
-
-
 class App:
     def __init__(
         self,
@@ -162,8 +109,14 @@ class App:
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
-        # A scheduled subagent goes through the same spawner as the main agent's: caps, allowances, typing apply.
-        spawner = AllowanceCheckedSpawner(subagents.spawner, self.allowances.left_for) if subagents else None
+        self.memory = Memory(stores.notes, stores.history, MemoryLimits.from_settings(settings))
+        # A scheduled subagent goes through the same spawner as the main agent's: caps, allowances, typing and
+        # the chat's notes in its task apply.
+        spawner: Spawner | None = None
+        if subagents is not None:
+            spawner = NotesInTaskSpawner(
+                AllowanceCheckedSpawner(subagents.spawner, self.allowances.left_for), self.memory
+            )
         self.schedules = Schedules(
             settings,
             stores.db,
@@ -226,6 +179,7 @@ class App:
             live=self.live,
             senses=self.senses.window,
             vision=lambda: settings.llm_vision,
+            memory=self.memory,
         )
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
@@ -241,6 +195,7 @@ class App:
             conversations=stores.chats.conversations_of,
             config=config,
             budget=self.budget,
+            memory=MemoryCommand(self.memory, stores.chats.get),
         )
         self.router = InboundRouter(
             settings,
@@ -316,7 +271,9 @@ class App:
         # The channel first: re-attached runs show typing at once. Spawn requests that new turns write
         # meanwhile wait in their folders until recovery is done and the watcher starts.
         await self.channel.start(
-            self.router.handle, on_membership=self._membership_changed, directory=AllowedTopics(self)
+            self.router.handle,
+            on_membership=self._membership_changed,
+            directory=AllowedTopics(self.stores.chats, self.conversation_allowed),
         )
         if self.subagents is not None:
             await self.subagents.start()

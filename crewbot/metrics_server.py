@@ -17,6 +17,7 @@ from core.logging import get_logger
 log = get_logger(__name__)
 
 Readiness = Callable[[], Awaitable[str | None]]  # None: ready; else why not
+Refresh = Callable[[], Awaitable[None]]  # gauges read from the store, updated before a scrape
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -25,8 +26,11 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 class MetricsServer:
-    def __init__(self, registry: CollectorRegistry, addr: str, readiness: Readiness) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, addr: str, readiness: Readiness, refresh: Refresh | None = None
+    ) -> None:
         self._registry = registry
+        self._refresh = refresh
         self._host, self._port = split_addr(addr)
         self._readiness = readiness
         self._runner: web.AppRunner | None = None
@@ -52,6 +56,11 @@ class MetricsServer:
             self._runner = None
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if self._refresh is not None:
+            try:
+                await self._refresh()
+            except Exception:  # the other metrics still answer; the gauges keep their last values
+                log.exception("metrics_refresh_failed")
         body = generate_latest(self._registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

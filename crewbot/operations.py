@@ -17,6 +17,7 @@ from core.store.db import Database
 from core.store.setting_overrides import SettingOverrideStore
 from core.stores import Stores
 from crewbot.control import ControlServer, control_socket_path
+from crewbot.memory_stats import MemoryGauges
 from crewbot.metrics_server import MetricsServer
 
 if TYPE_CHECKING:
@@ -50,7 +51,10 @@ class Operations:
         self.control = ControlServer(self.config, control_socket_path(self._settings.data_dir))
         await self.control.start()
         if self._settings.metrics_addr:
-            self.server = MetricsServer(self.metrics.registry, self._settings.metrics_addr, self._readiness)
+            gauges = MemoryGauges(self.metrics.registry, db)  # notes and the history index, read at each scrape
+            self.server = MetricsServer(
+                self.metrics.registry, self._settings.metrics_addr, self._readiness, refresh=gauges.refresh
+            )
             await self.server.start()
 
     async def _readiness(self) -> str | None:

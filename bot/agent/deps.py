@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from bot.ports.runs import RunInfo
@@ -12,6 +12,7 @@ from bot.turns.engine import Turn
 from core.store.runs import FollowUp, RunStatus
 
 if TYPE_CHECKING:
+    from bot.agent.memory import Memory
     from bot.schedules.book import TaskBook
 
 
@@ -43,6 +44,8 @@ class TurnDeps:
     # user, a scheduled prompt; empty for an announcement). Admin-only tools act for all of them at once.
     askers: tuple[int | None, ...] = ()
     is_admin: AdminCheck | None = None  # None: nobody is an admin here
+    memory: Memory | None = None  # notes and history search; None: not available
+    asker_names: Mapping[int, str] = field(default_factory=dict)  # the askers' names, as the window shows them
 
     async def asked_by_admins(self) -> bool:
         """Whether an admin-only action may be taken for this turn: only if everyone who asked is an admin.

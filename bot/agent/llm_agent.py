@@ -14,6 +14,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
 from bot.agent.deps import TurnDeps
+from bot.agent.memory_tools import MEMORY_TOOLS
 from bot.agent.metered import MeteredModel, TokenCounter
 from bot.agent.prompt import instructions_for
 from bot.agent.subagents_tool import subagents
@@ -74,17 +75,27 @@ async def spawn_subagent(
 
 
 def build_llm_agent(
-    model: Model, *, assistant_name: str, can_spawn: bool, with_desk: bool, can_schedule: bool
+    model: Model,
+    *,
+    assistant_name: str,
+    can_spawn: bool,
+    with_desk: bool,
+    can_schedule: bool,
+    can_remember: bool = False,
 ) -> Agent[TurnDeps, str]:
     tools: list[Tool[TurnDeps]] = [Tool(spawn_subagent)] if can_spawn else []
     if with_desk:
         tools.append(Tool(subagents))
     if can_schedule:
         tools += [Tool(tool) for tool in TASK_TOOLS]
+    if can_remember:
+        tools += [Tool(tool) for tool in MEMORY_TOOLS]
     return Agent(
         model,
         deps_type=TurnDeps,
-        instructions=instructions_for(assistant_name, can_spawn=can_spawn, can_schedule=can_schedule),
+        instructions=instructions_for(
+            assistant_name, can_spawn=can_spawn, can_schedule=can_schedule, can_remember=can_remember
+        ),
         tools=tools,
     )
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from bot.agent.announce import SKIP_MARKER
 from bot.agent.deps import AdminCheck, SubagentDesk, TurnDeps
 from bot.agent.live_reply import LiveReplies, LiveReply
+from bot.agent.memory import Memory
 from bot.agent.prompt import build_prompt
 from bot.ports.spawner import Spawner
 from bot.schedules.book import TaskBook
@@ -107,6 +108,7 @@ class MainAgent:
         live: LiveReplies | None = None,
         senses: WindowSenses | None = None,
         vision: Callable[[], VisionMode] = lambda: VisionMode.OFF,
+        memory: Memory | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -121,6 +123,7 @@ class MainAgent:
         self._live = live  # STREAM_REPLIES: answers shown as they are written; None: sent whole
         self._senses = senses  # transcripts and images in the prompt; None: files show as their lines only
         self._vision = vision  # LLM_VISION, read at each turn
+        self._memory = memory  # notes in the prompt, the memory tools; None: neither
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -147,6 +150,7 @@ class MainAgent:
             can_spawn=self._spawner is not None,
             with_desk=self._desk is not None,
             can_schedule=self._tasks is not None,
+            can_remember=self._memory is not None,
         )
 
     async def __call__(self, turn: Turn) -> None:
@@ -219,6 +223,9 @@ class MainAgent:
             with_images=with_images,
         )
         text = prompt.text
+        if self._memory is not None:
+            notes = await self._memory.prompt_section(turn.chat_id, prompt.window)
+            text = f"{notes}\n\n{text}" if notes else text
         if self._abilities is not None and self._spawner is not None:
             text = f"{self._abilities()}\n\n{text}"
         announced = await self._announcements(turn.chat_id) if self._announcements is not None else None
@@ -237,6 +244,10 @@ class MainAgent:
             desk=self._desk,
             askers=askers,
             is_admin=self._is_admin,
+            memory=self._memory,
+            asker_names={
+                m.sender_id: m.sender_name for m in prompt.window if m.sender_id is not None and m.sender_id in askers
+            },
         )
         try:
             agent = await self.llm_agent()

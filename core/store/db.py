@@ -67,6 +67,9 @@ class Database:
         await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         await conn.execute("PRAGMA synchronous=NORMAL")
         await conn.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")  # negative: KiB, not pages
+        # A deleted row's bytes are overwritten, not left in a free page: /forgetme and /memory forget really erase
+        # (core/store/notes.py); flush_erased then checkpoints the WAL that held the page before.
+        await conn.execute("PRAGMA secure_delete=ON")
         db = cls(conn, path)
         try:
             await db.migrate(migrations_dir)
@@ -116,6 +119,14 @@ class Database:
                     ) from exc
             applied.append(number)
         return applied
+
+    async def flush_erased(self) -> bool:
+        """After an erase: copy the WAL into the database and truncate it, so the erased bytes (secure_delete
+        zeroed them in the database's pages) leave the WAL too. False: a reader mid-snapshot (another process:
+        `crewbot stats`) kept it busy, and a later checkpoint finishes it."""
+        async with self._lock, self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cursor:
+            row = await cursor.fetchone()
+        return row is None or not row[0]
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:

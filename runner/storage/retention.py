@@ -5,7 +5,9 @@ descriptors without following anything (`runner.storage.prune_entries`); file wo
 thread and database work in small batches, so neither holds up the event loop or other writers.
 Run rows stay (statistics count them); only their bulky text is dropped. Streamed answers' figures
 (`crewbot stats`, core/store/streamed_answers.py) are one row per answer, so they go by the same age. The
-chat files runs were given and the files they sent go by runner/storage/file_retention.py's rules.
+chat files runs were given and the files they sent go by runner/storage/file_retention.py's rules. A chat's
+notes are its memory and stay while it keeps them, except once `/memory off` is older than the limit; messages
+stay (the history index follows them: core/store/history.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from core.logging import get_logger
 from core.store.db import Database
+from core.store.notes import NoteStore
 from core.store.runs import FINAL_STATUSES, RunStatus
 from runner.ipc.requests import REASON_SUFFIX, errors_dir
 from runner.storage.file_retention import FileRetention
@@ -46,6 +49,7 @@ class PruneReport:
     ipc_messages: int = 0
     outbox_rows: int = 0
     streamed_answers: int = 0  # rows of answers settled before the cutoff
+    notes: int = 0  # of chats whose notes were turned off before the cutoff
     files_in: int = 0  # copies of chat files no run used for the period (DATA_DIR/files/in)
     files_out: int = 0  # copies of files runs sent, their sending over (DATA_DIR/files/out)
     out_folders: int = 0  # finished runs' emptied folders under DATA_DIR/files/out
@@ -101,6 +105,7 @@ class Retention:
                     (cutoff, cutoff),
                 ),
                 streamed_answers=await self._delete_rows("streamed_answers", "settled_at < ?", (cutoff,)),
+                notes=await NoteStore(self._db).prune_off(cutoff),
                 files_in=files.files_in,
                 files_out=files.files_out,
                 out_folders=files.out_folders,

@@ -70,13 +70,13 @@ async def test_reopening_applies_nothing_and_keeps_data(tmp_path: Path) -> None:
 async def test_new_migration_is_applied_on_next_open(tmp_path: Path, migrations: Path) -> None:
     path = tmp_path / "crewbot.sqlite3"
     await (await Database.open(path, migrations)).close()
-    (migrations / f"{SHIPPED + 1:04d}_notes.sql").write_text("CREATE TABLE notes (id INTEGER PRIMARY KEY);\n")
+    (migrations / f"{SHIPPED + 1:04d}_scratch.sql").write_text("CREATE TABLE scratch (id INTEGER PRIMARY KEY);\n")
 
     db = await Database.open(path, migrations)
     await db.close()
 
     assert user_version(path) == SHIPPED + 1
-    assert "notes" in table_names(path)
+    assert "scratch" in table_names(path)
 
 
 async def test_failing_migration_leaves_version_and_schema_unchanged(tmp_path: Path, migrations: Path) -> None:

@@ -14,6 +14,7 @@ import structlog
 from core.store.chats import ChatStore, folder_for_chat
 from core.store.db import Database
 from core.store.messages import NewMessage
+from core.store.notes import NewNote, NoteStore
 from core.store.outbox import OutboxStore, Outgoing
 from core.store.runs import RunStatus, RunStore
 from core.store.streamed_answers import StreamedAnswer, StreamedAnswerStore
@@ -298,6 +299,21 @@ async def test_streamed_answers_settled_long_ago_go(db: Database, retention: Ret
     assert (await retention.prune()).streamed_answers == 2
 
     assert [a.settled_at for a in await answers.since(0.0)] == [FRESH]  # what crewbot stats reads now
+
+
+async def test_notes_go_only_once_turned_off_longer_than_the_limit(db: Database, retention: Retention) -> None:
+    notes = NoteStore(db)
+    for chat in (CHAT, OTHER_CHAT):
+        await notes.add(NewNote(chat, "kept", 1, "Ann", created_at=OLD), limit=50)
+    await notes.add(NewNote(CHAT, "kept too", 1, "Ann", about_user_id=1, created_at=OLD), limit=50)
+    await notes.set_off(CHAT, True, "Ada")
+    await execute(db, "UPDATE memory_off SET off_at = ? WHERE chat_id = ?", OLD, CHAT)
+    await notes.set_off(OTHER_CHAT, True, "Ada")  # off since just now: kept, hidden, for /memory on
+
+    assert (await retention.prune()).notes == 2
+
+    assert (await notes.counts(CHAT)).chat_notes == 0 and (await notes.counts(CHAT)).member_notes == 0
+    assert (await notes.counts(OTHER_CHAT)).chat_notes == 1  # old notes, but off only since now: kept
 
 
 # --- the pass as a whole -----------------------------------------------------------------------------------------

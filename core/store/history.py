@@ -1,0 +1,152 @@
+"""Search through every stored message of one chat: the FTS5 trigram index that migration 0018 builds and its
+triggers keep in step with `messages` (deleted messages leave it). A query is words, never FTS5 syntax: each
+word is matched literally, so `"a" NEAR/3 OR *` looks for the letters, not for an operator."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from core.store.db import Database
+
+MAX_QUERY_CHARS = 200  # of a query, the rest ignored: a 10 KB query costs as much as a short one
+MAX_TERMS = 8  # words of a query; all must occur in a message
+TRIGRAM_CHARS = 3  # the index matches words of at least 3 characters; a query of only shorter ones uses LIKE
+# Words shorter than a trigram alone (`AI`, two CJK characters) cannot use the index: they are looked for with
+# LIKE in the chat's newest messages only, so such a query stays bounded in a chat of millions.
+MAX_LIKE_SCAN_MESSAGES = 20_000
+SNIPPET_CHARS = 240  # of a message's text around the first match
+INDEX_TABLES = ("messages_fts_data", "messages_fts_idx", "messages_fts_docsize", "messages_fts_config")
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    message_id: int  # messages.id
+    timestamp: float
+    sender_name: str
+    snippet: str
+
+
+class SearchRefused(ValueError):
+    """The query has nothing to look for, or a filter cannot be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A query as the store runs it: the words for the index (quoted: literal), and those too short for it."""
+
+    indexed: tuple[str, ...]
+    short: tuple[str, ...]
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return self.indexed + self.short
+
+    def match_expression(self) -> str:
+        # Only \w characters reach here, so no quote can end the string: every word is a literal phrase.
+        return " ".join(f'"{word}"' for word in self.indexed)
+
+
+def parse_query(text: str) -> Query:
+    head = text[: MAX_QUERY_CHARS + 1]
+    if len(head) > MAX_QUERY_CHARS:  # cut at a space: half a word would ask for a word nobody wrote
+        head = (head[:MAX_QUERY_CHARS].rsplit(maxsplit=1) or [""])[0]
+    words = list(dict.fromkeys(word.casefold() for word in _WORD.findall(head)))[:MAX_TERMS]
+    if not words:
+        raise SearchRefused("the query has no words to look for")
+    indexed = tuple(w for w in words if len(w) >= TRIGRAM_CHARS)
+    # Beside a longer word a short one is mostly "on", "we", "a": required it would only lose matches.
+    return Query(indexed=indexed, short=() if indexed else tuple(words))
+
+
+def parse_since(text: str | None) -> float | None:
+    """`2026-11-23` or an ISO date-time (UTC unless it says otherwise) as unix seconds; None: no bound."""
+    if text is None or not text.strip():
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip()[:40])
+    except ValueError as exc:
+        raise SearchRefused(f"since must be a date like 2026-11-23, not {text[:40]!r}") from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _like(word: str) -> str:
+    return "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def snippet(content: str, words: tuple[str, ...], width: int = SNIPPET_CHARS) -> str:
+    """The text around the first word found, on one line, at most `width` characters and marks of the cut."""
+    flat = " ".join(content.split())
+    folded = flat.casefold()  # may differ in length from `flat` for a few letters: then the start is approximate
+    found = [i for i in (folded.find(word) for word in words) if i >= 0]
+    at = min(found) if found else 0
+    start = max(0, min(at - width // 3, len(flat) - width))
+    cut = flat[start : start + width]
+    return ("…" if start > 0 else "") + cut + ("…" if start + width < len(flat) else "")
+
+
+class HistoryIndex:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def search(
+        self, chat_id: int, query: Query, limit: int, since: float | None = None, author: str | None = None
+    ) -> list[Hit]:
+        """At most `limit` messages of the chat that contain every word, newest first."""
+        filters, params = ["m.chat_id = ?"], list[object]([chat_id])
+        if since is not None:
+            filters.append("m.timestamp >= ?")
+            params.append(since)
+        if author:
+            filters.append("m.sender_name LIKE ? ESCAPE '\\'")
+            params.append(_like(author.strip()[:64].casefold()))
+        for word in query.short:
+            filters.append("m.content LIKE ? ESCAPE '\\'")
+            params.append(_like(word))
+        where = " AND ".join(filters)
+        if query.indexed:
+            # CROSS JOIN keeps the index the outer loop, walked newest first, so LIMIT stops the walk early.
+            # Left to itself the planner may walk the chat's messages and probe the index for each (minutes
+            # in a chat of a million); bm25 order would score every match first (a second for a common word).
+            sql = (
+                "SELECT m.id, m.timestamp, m.sender_name, m.content FROM messages_fts AS f "
+                f"CROSS JOIN messages AS m ON m.id = f.rowid WHERE messages_fts MATCH ? AND {where} "
+                "ORDER BY f.rowid DESC LIMIT ?"
+            )
+            values: list[object] = [query.match_expression(), *params, limit]
+        else:
+            sql = (
+                "SELECT m.id, m.timestamp, m.sender_name, m.content FROM (SELECT * FROM messages WHERE chat_id = ? "
+                f"ORDER BY id DESC LIMIT ?) AS m WHERE {where} ORDER BY m.id DESC LIMIT ?"
+            )
+            values = [chat_id, MAX_LIKE_SCAN_MESSAGES, *params, limit]
+        async with self._db.conn.execute(sql, values) as cursor:
+            rows = await cursor.fetchall()
+        return [Hit(int(r[0]), float(r[1]), str(r[2]), snippet(str(r[3]), query.words)) for r in rows]
+
+    async def size_bytes(self) -> int:
+        """What the index takes on disk (its shadow tables' pages)."""
+        return await self._table_bytes(INDEX_TABLES, "SELECT COALESCE(SUM(LENGTH(block)), 0) FROM messages_fts_data")
+
+    async def messages_bytes(self) -> int:
+        """What the messages it indexes take on disk (their table and its indexes)."""
+        async with self._db.conn.execute(
+            "SELECT name FROM sqlite_master WHERE tbl_name = 'messages' AND type IN ('table', 'index')"
+        ) as cursor:
+            names = tuple(str(row[0]) for row in await cursor.fetchall())
+        return await self._table_bytes(names, "SELECT COALESCE(SUM(LENGTH(content)), 0) FROM messages")
+
+    async def _table_bytes(self, names: tuple[str, ...], fallback: str) -> int:
+        marks = ", ".join("?" for _ in names)
+        try:
+            sql = f"SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE aggregate = TRUE AND name IN ({marks})"
+            async with self._db.conn.execute(sql, names) as cursor:
+                row = await cursor.fetchone()
+        except Exception:  # an SQLite built without dbstat: the bytes of the content, without page overhead
+            async with self._db.conn.execute(fallback) as cursor:
+                row = await cursor.fetchone()
+        return int(row[0]) if row else 0

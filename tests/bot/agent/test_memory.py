@@ -1,0 +1,105 @@
+"""Memory on a real store: 10,000 remembers keep the chat's limit, the prompt's notes stay within their budget
+(50 notes of 500 characters), notes are one quoted line each, and a subagent's task gets room for its own text
+before any note."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.agent.memory import (
+    CHAT_HEADING,
+    PROPOSE,
+    SUBAGENT_NOTES,
+    Memory,
+    MemoryLimits,
+    NoteRefused,
+    clean_text,
+)
+from core.store import ChatStore, Database
+from core.store.history import HistoryIndex
+from core.store.messages import MessageStore, NewMessage, StoredMessage
+from core.store.notes import NoteStore
+
+CHAT = -100123
+ALICE, BOB = 11, 12
+LIMITS = MemoryLimits(max_notes=50, max_member_notes=20, note_chars=500, prompt_chars=6000, search_results=10)
+
+
+@pytest.fixture
+async def memory(db: Database, chats: ChatStore) -> Memory:
+    await chats.ensure(CHAT, "supergroup", "Team")
+    return Memory(NoteStore(db), HistoryIndex(db), LIMITS)
+
+
+def spoke(sender_id: int, name: str) -> StoredMessage:
+    return StoredMessage(1, CHAT, name, "hi", sender_id, None, 0.0, False, True, None, "text")
+
+
+async def test_ten_thousand_remembers_keep_fifty(memory: Memory) -> None:
+    answers = [await memory.remember(CHAT, f"fact {n}", ALICE, "Alice", None) for n in range(10_000)]
+
+    assert sum(a.startswith("Kept as note") for a in answers) == 50
+    assert answers[-1].startswith("Not kept: this chat keeps at most 50 notes")
+    assert len(await memory.notes.chat_notes(CHAT, 10_000)) == 50
+
+
+async def test_fifty_long_notes_stay_within_the_prompt_budget(memory: Memory) -> None:
+    for n in range(50):
+        await memory.remember(CHAT, f"{n:02d} " + "w" * 496, ALICE, "Alice", 1000 + n)
+    for n in range(20):
+        await memory.remember_about(CHAT, "Bob", f"bob {n:02d} " + "b" * 480, {BOB: "Bob"}, None)
+
+    section = await memory.prompt_section(CHAT, [spoke(BOB, "Bob")])
+
+    assert len(section) <= LIMITS.prompt_chars + 600  # headings and the "not shown" lines besides the notes
+    assert section.startswith(CHAT_HEADING)
+    assert '"49 www' in section and '"00 www' not in section  # newest first; the oldest make room
+    assert "older notes not shown: /memory lists them all." in section
+    assert "bob 19" in section and "older member notes not shown" in section
+
+
+async def test_member_notes_only_of_members_in_the_window(memory: Memory) -> None:
+    await memory.remember_about(CHAT, "me", "Alice is on call this week", {ALICE: "Alice"}, None)
+
+    assert "on call" not in await memory.prompt_section(CHAT, [spoke(BOB, "Bob")])
+    assert "on call" in await memory.prompt_section(CHAT, [spoke(ALICE, "Alice")])
+
+
+async def test_notes_are_one_clean_quoted_line() -> None:
+    assert clean_text("  a\n\nb\t\u202ec\x00d  ", 500) == "a b c d"
+    for bad in ("", " \n\t ", "\x00\x01"):
+        with pytest.raises(NoteRefused, match="empty"):
+            clean_text(bad, 500)
+    with pytest.raises(NoteRefused, match="1,048,576 characters"):
+        clean_text("x" * 1_048_576, 500)
+
+
+async def test_remember_about_resolves_only_the_askers(memory: Memory) -> None:
+    askers = {ALICE: "Alice", BOB: "Bob"}
+
+    assert "about Bob" in await memory.remember_about(CHAT, "@bob", "Bob likes tea", askers, None)
+    assert "Not kept" in await memory.remember_about(CHAT, "me", "ambiguous with two askers", askers, None)
+    assert "Not kept" in await memory.remember_about(CHAT, "Mallory", "Mallory is admin", askers, None)
+    assert "Not kept" in await memory.remember_about(CHAT, "Bob", "x", {ALICE: "Alice"}, None)
+
+
+async def test_a_subagent_task_keeps_its_room(memory: Memory) -> None:
+    await memory.remember(CHAT, "The picnic is on Saturday", ALICE, "Alice", None)
+    await memory.remember_about(CHAT, "me", "Alice is allergic", {ALICE: "Alice"}, None)
+
+    full = await memory.subagent_notes(CHAT, 100_000)
+    tight = await memory.subagent_notes(CHAT, len(PROPOSE) + 10)
+
+    assert full.startswith(SUBAGENT_NOTES) and '"The picnic is on Saturday"' in full and "allergic" not in full
+    assert tight == PROPOSE  # no room for notes: the task is never cut for them
+    assert await memory.subagent_notes(CHAT, 5) == ""
+
+
+async def test_search_answers_bad_queries_in_words(memory: Memory, messages: MessageStore) -> None:
+    await messages.add(NewMessage(CHAT, "Bob", 'we said "near" the lake', sender_id=BOB))
+
+    assert await memory.search(CHAT, "", None, None) == "Not searched: the query has no words to look for."
+    assert (await memory.search(CHAT, "lake", "next friday", None)).startswith("Not searched: since must be a date")
+    assert "No stored message" in await memory.search(CHAT, "x" * 10_000, None, None)
+    found = await memory.search(CHAT, '"a" NEAR/3 OR *', None, None)
+    assert found.startswith("1 stored message(s), newest first") and 'Bob: "we said \\"near\\" the lake"' in found
