@@ -23,6 +23,8 @@ from bot.channels.live_message import LiveChannel
 from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.flood import FloodGuard
 from bot.ports.spawner import Spawner
+from bot.question_board import QuestionBoard
+from bot.question_presses import QuestionPresses
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
@@ -32,9 +34,11 @@ from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.outbox import Outbox
+from core.questions import Questions
 from core.settings import CancelScope, LLMProvider, ResultMode, Settings
 from core.store.announcements import AnnouncementStore
 from core.store.chats import ChatAddress
+from core.store.questions import QuestionStore
 from core.store.runs import RunStore
 from core.store.spend import SpendKind, SpendStore
 from core.store.streamed_answers import StreamedAnswerStore
@@ -67,6 +71,10 @@ class SubagentSystem(Protocol):
     @property
     def desk(self) -> SubagentDesk:
         """The main agent's `subagents` tool: list, status, send, cancel."""
+
+    @property
+    def questions(self) -> Questions:
+        """The desk of questions to the chat its runs ask (ask_chat, web hosts, approvals)."""
 
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         """Call `on_change(run_id)` whenever a run's state changes (the status card)."""
@@ -161,6 +169,9 @@ class App:
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
+        self.questions = subagents.questions if subagents else Questions(QuestionStore(stores.db))
+        if isinstance(channel, CardChannel):
+            self.questions.show_on(QuestionBoard(channel))
         # A scheduled subagent goes through the same spawner as the main agent's: caps, allowances, typing apply.
         spawner = AllowanceCheckedSpawner(subagents.spawner, self.allowances.left_for) if subagents else None
         self.schedules = Schedules(
@@ -254,6 +265,7 @@ class App:
                 self._is_admin,
                 stop=self._stop_pressed,
                 writing=self.live.writing_into if self.live is not None else None,
+                questions=QuestionPresses(self.questions, RunStore(stores.db), stores.turns, self._is_admin),
             ),
         )
 
@@ -372,6 +384,7 @@ class App:
             await self.subagents.stop()
         if self.cards is not None:
             await self.cards.close()
+        await self.questions.close_board()
         if self.announcer is not None:
             await self.announcer.close()
         await asyncio.gather(*self._notices, return_exceptions=True)  # stored, then sent by the outbox

@@ -23,6 +23,7 @@ from core.allowances import Allowances
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
+from core.questions import Questions
 from core.setting_runtime import RuntimeKind
 from core.settings import Settings
 from core.store.db import Database
@@ -85,6 +86,10 @@ class ObservedSubagents:
     @property
     def desk(self) -> RunsView:
         return self._control
+
+    @property
+    def questions(self) -> Questions:
+        return self._service.questions
 
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         self._service.watch_runs(on_change)

@@ -9,10 +9,12 @@ from collections.abc import Callable
 from core.allowances import Allowances
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.questions import Questions
 from core.setting_runtime import RuntimeKind
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.chat_files import ChatFileStore
 from core.store.egress import EgressStore
+from core.store.questions import QuestionStore
 from core.store.run_files import RunFileStore
 from core.store.runs import FollowUp, RunStatus, RunStore
 from core.stores import Stores
@@ -72,6 +74,8 @@ class SubagentService:
         self.paths = DataPaths(settings.data_dir)
         self.runs = RunStore(stores.db)
         self.run_files = RunFileStore(stores.db)
+        # Questions to the chat (ask_chat, the door in ask mode, approvals): the chat side answers them.
+        self.questions = Questions(QuestionStore(stores.db), on_run_changed=self.runs.changed)
         self._spawner = IpcSpawner(self.paths.ipc_root, stores.chats)
         self.live = LiveRuns()
         self.metrics = metrics or RunMetrics()
@@ -112,7 +116,13 @@ class SubagentService:
         )
         self.manager = TaskManager(
             settings,
-            stores=RunStores(runs=self.runs, chats=stores.chats, messages=stores.messages, files=self.run_files),
+            stores=RunStores(
+                runs=self.runs,
+                chats=stores.chats,
+                messages=stores.messages,
+                files=self.run_files,
+                questions=self.questions,
+            ),
             admission=Admission(settings, turns=stores.turns, live=self.live),
             runtime=runtime,
             live=self.live,

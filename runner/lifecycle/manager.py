@@ -65,6 +65,7 @@ class TaskManager:
         self._runs = stores.runs
         self._chats = stores.chats
         self._messages = stores.messages
+        self._questions = stores.questions  # a run's open questions end with its channel
         self._admission = admission
         self._runtime = runtime
         self._channels = channels
@@ -272,6 +273,8 @@ class TaskManager:
         try:
             await self._channels.close_run(run_id)
             await self._doors.close(run_id)
+            if self._questions is not None:
+                await self._questions.end_run(run_id, "its run ended")
         except Exception:
             log.exception("channel_close_failed", run_id=run_id)
 
