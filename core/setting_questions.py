@@ -10,7 +10,7 @@ from pydantic import Field
 
 from core.setting_stream import StreamSettings
 
-MIN_ASK_TIMEOUT_SECONDS = 5.0
+MIN_ASK_TIMEOUT_SECONDS = 1.0
 MAX_ASK_TIMEOUT_SECONDS = 24 * 3600.0  # the run's own time limit bounds the wait anyway
 MAX_QUESTIONS_CEILING = 100
 
