@@ -70,7 +70,7 @@ async def test_the_answer_goes_back_to_the_container_and_is_stored_first(tmp_pat
         question = await asyncio.wait_for(board.shown.get(), 10)
         assert (question.run_id, question.text, question.options) == (run_id, "Which file?", ("a.txt", "b.txt"))
         await answered_by_alice(r, question, 1)
-        ask_id, answer = await asyncio.wait_for(got.get(), 10)
+        _, answer = await asyncio.wait_for(got.get(), 10)
         assert answer == {"outcome": "answered", "answer": "b.txt", "by": "Alice", "detail": ""}
         stored = await r.service.questions.store.get(question.id)
         assert stored is not None and stored.answered_by == 1001 and stored.status is QuestionStatus.ANSWERED
