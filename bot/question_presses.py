@@ -18,7 +18,7 @@ from bot.channels.inbound import InboundMessage
 from core.logging import get_logger
 from core.questions import Questions
 from core.store.questions import Audience, Question, QuestionKind, QuestionStatus
-from core.store.runs import RunStore
+from core.store.runs import FINAL_STATUSES, RunStore
 from core.store.turns import TurnStore
 
 log = get_logger(__name__)
@@ -56,6 +56,7 @@ class QuestionPresses:
             return self._refused(press, "not the question's message", CardAnswer(NO_SUCH_QUESTION))
         if press.option is None or not 0 <= press.option < len(question.options):
             return self._refused(press, "no such option", CardAnswer(NO_SUCH_QUESTION))
+        question = await self._still_asked(question)
         if not question.is_open:
             return CardAnswer(closed_text(question), clear_buttons=question.message_id is not None)
         refusal = await self._may_answer(question, press.chat_id, press.user_id)
@@ -75,7 +76,7 @@ class QuestionPresses:
         if message.reply_to is None or message.sender_id is None or not message.text.strip():
             return False
         question = await self._desk.store.by_message(message.chat_id, message.reply_to)
-        if question is None or question.options or not question.is_open:
+        if question is None or question.options or not (await self._still_asked(question)).is_open:
             return False
         if await self._may_answer(question, message.chat_id, message.sender_id) is not None:
             log.info("question_reply_refused", question_id=question.id, user_id=message.sender_id)
@@ -83,6 +84,17 @@ class QuestionPresses:
         text = message.text.strip()[:MAX_REPLY_ANSWER_CHARS]
         outcome = await self._desk.answer(question.id, text, None, message.sender_id, message.sender_name)
         return outcome.counted
+
+    async def _still_asked(self, question: Question) -> Question:
+        """The question as it stands; one whose run has ended (its container died, the bot stopped meanwhile)
+        is closed now, since nobody is left to take its answer."""
+        if not question.is_open or question.run_id is None:
+            return question
+        run = await self._runs.get(question.run_id)
+        if run is not None and run.status in FINAL_STATUSES:
+            await self._desk.close(question.id, QuestionStatus.ENDED, f"its run ended ({run.status.replace('_', ' ')})")
+            return await self._desk.store.get(question.id) or question
+        return question
 
     async def _may_answer(self, question: Question, chat_id: int, user_id: int) -> str | None:
         """None if this user may answer; else the alert that says who may."""

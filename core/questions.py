@@ -2,9 +2,9 @@
 board (buttons, or a reply asked for), takes the first answer and wakes whoever waits for it.
 
 Who asks: a subagent's `ask_chat` (runner/channel/run_questions.py), its door to the web in SUBAGENT_EGRESS=ask
-mode, the approval of a run, the allowance notice. Who answers: a press or a reply, checked on the chat side (bot/question_presses.py) against the store,
-never against the button. Every decision is in the store (core/store/questions.py) before it takes effect, so
-a waiter after a restart finds it there.
+mode, the approval of a run, the allowance notice. Who answers: a press or a reply, checked on the chat side
+(bot/question_presses.py) against the store, never against the button. Every decision is in the store
+(core/store/questions.py) before it takes effect, so a waiter after a restart finds it there.
 """
 
 from __future__ import annotations

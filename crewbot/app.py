@@ -194,7 +194,7 @@ class App:
             subagents.watch_runs(self.announcer.run_changed)
         self.cards: StatusCards | None = None
         if subagents is not None and settings.status_card and isinstance(channel, CardChannel):
-            self.cards = StatusCards(channel, RunStore(stores.db))
+            self.cards = StatusCards(channel, RunStore(stores.db), questions=self.questions.store)
             subagents.watch_runs(self.cards.run_changed)
         self.live: LiveReplies | None = None
         self.streams: StreamRecorder | None = None

@@ -222,7 +222,10 @@ class SubagentService:
             self.live.hold(record.id, record.chat_id, record.turn_id, record.label)
         # Queued runs (waiting for a slot, or about to start) never had a container: they wait in the
         # queue again, in their order, and start as slots free once recovery has run.
-        self.manager.waiting.restore(await self.runs.with_status(RunStatus.QUEUED))
+        queued = await self.runs.with_status(RunStatus.QUEUED)
+        held = await self.manager.approvals.unapproved(queued)  # awaiting an admin's approval: not in the queue
+        self.manager.waiting.restore([record for record in queued if record.id not in held])
+        await self.manager.approvals.restore(queued)
         await self.manager.tell_unnotified_rejections()
         if not await self._recover():
             # The engine is down: keep answering chats, and reconcile as soon as it is back.
