@@ -1,12 +1,13 @@
 """What a press of a question's button, or a reply to a question, does: decided again from the store, never from
 the button or the message, so a forged, replayed, cross-chat or stale one changes nothing.
 
-The question must be of the chat the press came from (and of the message pressed, when it has one), open, and
-the option one it has. Who may answer: for a subagent's question, who asked for the run, the chat's admins and
-ADMIN_USER_IDS; for a web host, an approval or a top-up, the admins only. Anyone else gets an alert saying who
-may. The first answer counts (the store writes it only while the question is open); a second presser is told
-whose answer counted. What an answer does is done by whoever waits for it (the run's ask_chat, its door, its
-approval), after the store has it; a top-up's is done here, after the store has it.
+The question must be of the chat the press came from, open, and the option one it has (an approval's buttons
+are on its run's status card, so the message pressed is not what decides). Who may answer: for a subagent's
+question, who asked for the run, the chat's admins and ADMIN_USER_IDS; for a web host, an approval or a top-up,
+the admins only. Anyone else gets an alert saying who may. The first answer counts (the store writes it only
+while the question is open); a second presser is told whose answer counted. What an answer does is done by
+whoever waits for it (the run's ask_chat, its door, its approval), after the store has it; a top-up's is done
+here, after the store has it.
 """
 
 from __future__ import annotations
@@ -52,8 +53,6 @@ class QuestionPresses:
         if question is None or question.chat_id != press.chat_id:
             # Another chat's question does not exist for this one: the answer says no more than for none at all.
             return self._refused(press, "no such question in this chat", CardAnswer(NO_SUCH_QUESTION))
-        if question.message_id is not None and press.message_id not in (None, question.message_id):
-            return self._refused(press, "not the question's message", CardAnswer(NO_SUCH_QUESTION))
         if press.option is None or not 0 <= press.option < len(question.options):
             return self._refused(press, "no such option", CardAnswer(NO_SUCH_QUESTION))
         question = await self._still_asked(question)

@@ -54,15 +54,16 @@ class Questions:
         """The chat's board, once the channel is built (no board: questions are stored and time out)."""
         self._board = board
 
-    async def ask(self, new: NewQuestion, reply_to: int | None = None) -> Question:
-        """Store the question, then show it; a retry (same run and ask id) gets the one stored before, shown
-        again only if it never was. A question that cannot be shown is ended at once, so nobody waits for it."""
+    async def ask(self, new: NewQuestion, reply_to: int | None = None, *, show: bool = True) -> Question:
+        """Store the question, then show it (unless `show` is off: its buttons are elsewhere, on a status card);
+        a retry (same run and ask id) gets the one stored before, shown again only if it never was. A question
+        that cannot be shown is ended at once, so nobody waits for it."""
         question = await self.store.create(secrets.token_urlsafe(QUESTION_ID_BYTES), new)
         if not question.is_open or question.message_id is not None:
             return question
-        if self._board is None:
+        if show and self._board is None:
             log.info("question_not_shown", question_id=question.id, reason="no board")
-        else:
+        elif show and self._board is not None:
             try:
                 message_id = await self._board.show(question, reply_to)
             except Exception as exc:

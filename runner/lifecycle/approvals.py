@@ -93,7 +93,9 @@ class Approvals:
                 options=OPTIONS,
                 audience=Audience.ADMINS,
                 expires_at=time.time() + self._settings.subagent_ask_timeout_seconds,
-            )
+            ),
+            # The buttons are on the run's status card; without cards, on a message of their own.
+            show=not self._settings.status_card,
         )
         self._runs.changed(request.request_id)  # the card shows its buttons, now that the question exists
         log.info("run_awaiting_approval", run_id=request.request_id, chat_id=chat_id, question_id=question.id)
