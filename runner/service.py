@@ -133,7 +133,7 @@ class SubagentService:
             files=RunFiles(settings, self.paths),
             workspaces=self.workspaces,
             accounting=accounting,
-            doors=RunDoors(settings, self.egress_log),
+            doors=RunDoors(settings, self.egress_log, self.questions, self.runs),
             inputs=RunInputsBuilder(
                 settings, ChatFileStore(stores.db), ChatFileCache(self.paths.files_in_dir, file_source)
             ),
