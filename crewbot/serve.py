@@ -28,6 +28,7 @@ from core.setting_runtime import RuntimeKind
 from core.settings import Settings
 from core.store.db import Database
 from core.store.egress import EgressStore
+from core.store.questions import QuestionStore
 from core.store.run_files import RunFileStore
 from core.store.runs import FINAL_STATUSES, RunStore
 from core.store.spend import SpendStore
@@ -122,6 +123,7 @@ def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> R
         lambda run_id: paths.run_dir(run_id) / LOG_FILE,
         files=RunFileStore(db),
         egress=EgressStore(db),
+        questions=QuestionStore(db),
     )
 
 
