@@ -12,6 +12,7 @@ from bot.channels.inbound import InboundMessage
 from bot.ports.runs import RunCancels, RunInfo, when_text
 from bot.schedules.book import TaskAction, TaskBook, TaskRequestError
 from bot.turns.engine import ChatEngine
+from bot.web_command import WebCommand
 from core.delivery import Delivery
 from core.live_config import LiveConfig, parse_assignments
 from core.logging import get_logger
@@ -22,7 +23,7 @@ log = get_logger(__name__)
 
 ADMIN_COMMANDS = frozenset({"stop", "cancel"})
 KNOWN_COMMANDS = frozenset(
-    {"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone", "config", "budget"}
+    {"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone", "config", "budget", "web"}
 )
 MAX_LISTED_RUNS = 15
 CONFIG_USAGE = "Usage: /config (show) or /config NAME=VALUE, e.g. /config MAX_CONCURRENT_SUBAGENTS=5"
@@ -60,6 +61,7 @@ HELP_TEXT = (
     "/tasks – this chat's scheduled tasks; /tasks <id> – one's history; /tasks pause|resume|cancel <id>\n"
     "/timezone – the zone schedules are read in; /timezone Europe/Berlin sets it (admins)\n"
     "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens> (admins)\n"
+    "/web – where subagents may go on the web; /web remove <host> – off this chat's own list (admins)\n"
     "/config – the settings operators change live, /config NAME=VALUE to change one (ADMIN_USER_IDS)"
 )
 CONSOLE_HELP_TEXT = (
@@ -89,6 +91,7 @@ class Commands:
         conversations: Callable[[int], Awaitable[list[int]]] | None = None,
         config: LiveConfig | None = None,
         budget: BudgetCommand | None = None,
+        web: WebCommand | None = None,
     ) -> None:
         self._channel = channel
         self._conversations = conversations  # a platform chat's conversations: itself and its forum topics
@@ -100,6 +103,7 @@ class Commands:
         self._tasks = tasks
         self._config = config
         self._budget = budget
+        self._web = web  # the chat's own web list (SUBAGENT_EGRESS=ask)
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -151,6 +155,11 @@ class Commands:
                 text = await self._budget.reply(
                     message.chat_id, message.command_args, message.sender_id, lambda: self._is_admin(message)
                 )
+            await self._reply(message, text)
+        elif command == "web":
+            text = "Subagents are not enabled."
+            if self._web is not None:
+                text = await self._web.reply(message.chat_id, message.command_args, lambda: self._is_admin(message))
             await self._reply(message, text)
 
     async def _configure(self, message: InboundMessage) -> None:

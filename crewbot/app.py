@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -28,29 +29,32 @@ from bot.question_presses import QuestionPresses
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
-from bot.turns.engine import ChatEngine, Turn
+from bot.turns.engine import ChatEngine
+from bot.web_command import WebCommand
 from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.outbox import Outbox
 from core.questions import Questions
-from core.settings import CancelScope, LLMProvider, ResultMode, Settings
+from core.settings import LLMProvider, ResultMode, Settings
 from core.store.announcements import AnnouncementStore
-from core.store.chats import ChatAddress
-from core.store.questions import QuestionStore
+from core.store.questions import Audience, NewQuestion, QuestionKind, QuestionStore
 from core.store.runs import RunStore
 from core.store.spend import SpendKind, SpendStore
 from core.store.streamed_answers import StreamedAnswerStore
-from core.store.turns import TurnStatus, TurnStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.stream_record import CountStream, StreamRecorder
+from crewbot.turn_recorder import AllowedTopics, TurnRecorder
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
 log = get_logger(__name__)
+
+TOP_UP_BUTTON = "Add a day's top-up"
+TOP_UP_OFFER_SECONDS = 24 * 3600.0  # the button works until the allowance has reset at the latest
 
 
 SubagentFactory = Callable[["Delivery", "TypingIndicator"], "SubagentSystem"]
@@ -85,61 +89,6 @@ class SubagentSystem(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
-
-
-class TurnRecorder:
-    """The engine's TurnLifecycle: turns in the store, and the cascading cancel of an aborted turn."""
-
-    def __init__(self, turns: TurnStore, scope: CancelScope, runs: RunControl | None) -> None:
-        self._turns = turns
-        self._scope = scope
-        self.runs = runs
-
-    async def turn_started(self, turn: Turn) -> None:
-        # The results of the turn's subagents reply to the message that asked, as its answer does.
-        await self._turns.start(turn.id, turn.chat_id, trigger_message_id=turn.trigger_id)
-
-    async def turn_ended(self, turn: Turn, status: TurnStatus) -> None:
-        await self._turns.end(turn.id, status)
-
-    async def turn_aborted(self, turn: Turn, reason: str) -> None:
-        # Mark the turn first: a spawn request of this turn that is picked up later sees it and never starts.
-        await self._turns.end(turn.id, TurnStatus.ABORTED)
-        if self.runs is None:
-            return
-        try:
-            # /stop stops everything of the chat; a Stop button and a merge follow MERGE_CANCEL_SCOPE.
-            if self._scope is CancelScope.CHAT or reason == "stop":
-                cancelled = await self.runs.cancel_chat(turn.chat_id, f"turn {turn.id} aborted ({reason})")
-            else:
-                cancelled = await self.runs.cancel_turn(turn.id, f"turn aborted ({reason})")
-        except Exception:
-            log.exception("cascade_cancel_failed", turn_id=turn.id)
-            return
-        log.info("turn_aborted", turn_id=turn.id, chat_id=turn.chat_id, reason=reason, runs_cancelled=cancelled)
-
-
-class AllowedTopics:
-    """The chats store as the channel's directory, except that a topic of a chat the bot does not work in
-    gets no row: strangers' forums leave nothing behind (their messages are then refused by the router)."""
-
-    def __init__(self, app: App) -> None:
-        self._chats = app.stores.chats
-        self._app = app
-
-    async def resolve(self, platform_chat_id: int, thread_id: int | None, kind: str, title: str | None) -> int:
-        if thread_id is not None and not await self._app.conversation_allowed(platform_chat_id):
-            return platform_chat_id
-        return await self._chats.resolve(platform_chat_id, thread_id, kind, title)
-
-    async def address(self, chat_id: int) -> ChatAddress:
-        return await self._chats.address(chat_id)
-
-    async def conversations_of(self, platform_chat_id: int) -> list[int]:
-        return await self._chats.conversations_of(platform_chat_id)
-
-    async def migrate(self, old_platform_id: int, new_platform_id: int) -> list[int]:
-        return await self._chats.migrate(old_platform_id, new_platform_id)
 
 
 class App:
@@ -248,6 +197,7 @@ class App:
             conversations=stores.chats.conversations_of,
             config=config,
             budget=self.budget,
+            web=WebCommand(settings, self.questions.store),
         )
         self.router = InboundRouter(
             settings,
@@ -265,7 +215,9 @@ class App:
                 self._is_admin,
                 stop=self._stop_pressed,
                 writing=self.live.writing_into if self.live is not None else None,
-                questions=QuestionPresses(self.questions, RunStore(stores.db), stores.turns, self._is_admin),
+                questions=QuestionPresses(
+                    self.questions, RunStore(stores.db), stores.turns, self._is_admin, top_up=self._top_up
+                ),
             ),
         )
 
@@ -278,12 +230,33 @@ class App:
             return StopOutcome.ANSWERED
         return StopOutcome.NOT_WRITING
 
+    async def _top_up(self, chat_id: int, user_id: int, user_name: str) -> str:
+        log.info("allowance_topped_up", chat_id=chat_id, user_id=user_id)
+        return await self.budget.top_up(chat_id)
+
     def _allowance_notice(self, chat_id: int, status: BudgetStatus) -> None:
         """A chat passed 80 % of its allowance (told once a day: the store keeps the day's record)."""
         log.info("allowance_notice", chat_id=chat_id, used=status.used, allowance=status.allowance)
-        task = asyncio.create_task(self.delivery.notice(chat_id, self.budget.notice_text(status)))
+        task = asyncio.create_task(self._tell_allowance(chat_id, status))
         self._notices.add(task)
         task.add_done_callback(self._notices.discard)
+
+    async def _tell_allowance(self, chat_id: int, status: BudgetStatus) -> bool:
+        """The notice, stored and sent; then, where the chat shows buttons, a day's top-up for its admins to tap
+        (a stored question: bot/question_presses.py checks the presser and adds it)."""
+        told = await self.delivery.notice(chat_id, self.budget.notice_text(status))
+        if isinstance(self.channel, CardChannel):
+            question = NewQuestion(
+                chat_id=chat_id,
+                run_id=None,
+                kind=QuestionKind.TOPUP,
+                text=self.budget.top_up_question(status),
+                options=(TOP_UP_BUTTON,),
+                audience=Audience.ADMINS,
+                expires_at=time.time() + TOP_UP_OFFER_SECONDS,
+            )
+            await self.questions.ask(question)
+        return told
 
     async def conversation_allowed(self, chat_id: int) -> bool:
         """As the router decides for a message: the console, or any of the conversation's ids listed."""
@@ -322,7 +295,9 @@ class App:
         # The channel first: re-attached runs show typing at once. Spawn requests that new turns write
         # meanwhile wait in their folders until recovery is done and the watcher starts.
         await self.channel.start(
-            self.router.handle, on_membership=self._membership_changed, directory=AllowedTopics(self)
+            self.router.handle,
+            on_membership=self._membership_changed,
+            directory=AllowedTopics(self.stores.chats, self.conversation_allowed),
         )
         if self.subagents is not None:
             await self.subagents.start()
