@@ -192,3 +192,28 @@ async def test_questions_no_agent_sends_are_refused_unasked(tmp_path: Path, body
         assert status in (400, 413) and why in json.loads(answer)["detail"]
         assert board.shown.empty()
         hold.set()
+
+
+async def test_ten_thousand_questions_stop_the_run_after_a_few(tmp_path: Path) -> None:
+    """A container that is not the agent's loop (which stops asking once told) keeps asking past the limit: its
+    refusals count as invalid, and the run is stopped after a few; nothing is stored or shown."""
+    refusals: list[int] = []
+
+    async def flood(channel: RunChannel, container: MemoryContainer) -> int | None:
+        await channel.task()
+        for index in range(10_000):
+            try:
+                await channel.ask(f"ask-{index:06d}", "again?", ["yes"])
+            except ChannelRefused as exc:
+                refusals.append(exc.status or 0)
+        return 0
+
+    board = Board()
+    async with rig(tmp_path, flood, SUBAGENT_MAX_QUESTIONS=0) as r:
+        r.service.questions.show_on(board)
+        run_id = await r.spawn("flood")
+        assert await r.until_status(run_id, RunStatus.FAILED) == RunStatus.FAILED
+        await r.settled()
+        assert await r.service.questions.store.for_run(run_id) == []
+    assert 1 <= len(refusals) < 10
+    assert board.shown.empty()
