@@ -12,6 +12,7 @@ here, after the store has it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 from bot.channels.buttons import CardAnswer, CardPress
@@ -85,9 +86,14 @@ class QuestionPresses:
         return outcome.counted
 
     async def _still_asked(self, question: Question) -> Question:
-        """The question as it stands; one whose run has ended (its container died, the bot stopped meanwhile)
-        is closed now, since nobody is left to take its answer."""
-        if not question.is_open or question.run_id is None:
+        """The question as it stands; one past its time, or whose run has ended (its container died, the bot
+        stopped meanwhile), is closed now, since nobody is left to take its answer."""
+        if not question.is_open:
+            return question
+        if question.expires_at < time.time():  # its waiter is gone (a restart): past its time all the same
+            await self._desk.close(question.id, QuestionStatus.EXPIRED, "no answer in time")
+            return await self._desk.store.get(question.id) or question
+        if question.run_id is None:
             return question
         run = await self._runs.get(question.run_id)
         if run is not None and run.status in FINAL_STATUSES:

@@ -75,3 +75,23 @@ async def test_replies_and_late_presses(db: Database) -> None:
     assert answer.text == "This question is closed (its run ended (failed))."
     closed = await desk.store.get(buttons.id)
     assert closed is not None and closed.status is QuestionStatus.ENDED and closed.answer is None
+
+
+async def test_a_question_past_its_time_is_closed_by_a_press(db: Database) -> None:
+    """Its waiter is gone (the bot restarted while a door's question was open): a tap after its time says so."""
+    await ChatStore(db).ensure(CHAT, "group", "g")
+    desk = Questions(QuestionStore(db))
+    presses = QuestionPresses(desk, RunStore(db), TurnStore(db), admins_only)
+    old = await desk.ask(
+        NewQuestion(
+            chat_id=CHAT, run_id=None, kind=QuestionKind.TOPUP, text="Top up?", options=("Add",),
+            audience=Audience.ADMINS, expires_at=time.time() - 1,
+        )
+    )  # fmt: skip
+    press = CardPress(
+        chat_id=CHAT, chat_kind="group", user_id=ADMIN, user_name="Ada", action=CardAction.ANSWER,
+        run_id=old.id, press_id="p2", option=0,
+    )  # fmt: skip
+    assert (await presses.press(press)).text == "Nobody answered in time: this question is closed."
+    closed = await desk.store.get(old.id)
+    assert closed is not None and closed.status is QuestionStatus.EXPIRED and closed.answered_by is None
