@@ -45,20 +45,23 @@ class RunAsking:
         self._timeout = timeout_seconds  # read at each question: the settings change live
         self._max = max_questions
         self._invalid = invalid
-        self._pending: str | None = None  # the ask id of the question being waited for
+        self._waiting: dict[str, int] = {}  # ask id -> requests waiting for it (a retry may join the first)
         self._over_limit = 0
 
     async def ask(self, request: AskQuestion) -> AskAnswer:
-        question = await self._desk.store.by_ask_id(self._live.id, request.ask_id)
-        if question is None:
-            if self._pending is not None and self._pending != request.ask_id:
-                raise ChannelRefused(BUSY_STATUS, "one question at a time: wait for the answer to the last one")
-            question = await self._new(request)
-        previous, self._pending = self._pending, request.ask_id
+        if any(ask_id != request.ask_id for ask_id in self._waiting):
+            raise ChannelRefused(BUSY_STATUS, "one question at a time: wait for the answer to the last one")
+        # Held from here, before any await: a second question meanwhile is refused.
+        self._waiting[request.ask_id] = self._waiting.get(request.ask_id, 0) + 1
         try:
+            question = await self._desk.store.by_ask_id(self._live.id, request.ask_id)
+            if question is None:
+                question = await self._new(request)
             closed = await self._desk.wait(question, self._live.stop_requested)
         finally:
-            self._pending = previous if previous != request.ask_id else None
+            self._waiting[request.ask_id] -= 1
+            if not self._waiting[request.ask_id]:
+                del self._waiting[request.ask_id]
         return _answer(closed)
 
     async def _new(self, request: AskQuestion) -> Question:
@@ -70,23 +73,19 @@ class RunAsking:
             if self._over_limit > 1:  # the tool stops asking once told: a run that goes on is not that loop
                 self._invalid(TOO_MANY_STATUS, reason)
             raise ChannelRefused(TOO_MANY_STATUS, reason)
-        self._pending = request.ask_id  # held before the awaits below: a second question meanwhile is refused
-        try:
-            return await self._desk.ask(
-                NewQuestion(
-                    chat_id=self._live.chat_id,
-                    run_id=self._live.id,
-                    kind=QuestionKind.ASK,
-                    text=request.question,
-                    options=tuple(request.options),
-                    audience=Audience.ASKERS,
-                    expires_at=time.time() + self._timeout(),
-                    ask_id=request.ask_id,
-                ),
-                reply_to=await self._reply_to(),
-            )
-        finally:
-            self._pending = None
+        return await self._desk.ask(
+            NewQuestion(
+                chat_id=self._live.chat_id,
+                run_id=self._live.id,
+                kind=QuestionKind.ASK,
+                text=request.question,
+                options=tuple(request.options),
+                audience=Audience.ASKERS,
+                expires_at=time.time() + self._timeout(),
+                ask_id=request.ask_id,
+            ),
+            reply_to=await self._reply_to(),
+        )
 
 
 def _answer(question: Question) -> AskAnswer:
