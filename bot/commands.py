@@ -72,7 +72,9 @@ CONSOLE_HELP_TEXT = (
     "/workspace – the files subagents keep; /workspace clear – empty it\n"
     "/tasks – scheduled tasks; /tasks pause|resume|cancel <id>; /timezone [IANA name]\n"
     "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens>\n"
+    "/web – where subagents may go on the web; /web remove <host> – off this chat's own list\n"
     "/config – the live settings; /config NAME=VALUE changes one (as `crewbot config set`)\n"
+    "/answer <question id> <n> – answer a subagent's question (or an approval) with its option n\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
 
