@@ -36,7 +36,6 @@ class StopOutcome(StrEnum):
 # (chat id, turn id, who): stop that turn if it is the chat's turn in flight and still answering
 TurnStop = Callable[[int, str, str], StopOutcome]
 NO_SUCH_RUN = "No such run in this chat. /subagents lists them."
-STOP_BUTTON = "stop_button"  # the abort reason of a Stop press: its runs are cancelled as MERGE_CANCEL_SCOPE says
 NOT_WRITING = "This answer is not being written any more."
 ANSWERED = "This answer is already complete: it is being sent."
 MAX_NAMES_SHOWN = 3  # of the people who asked, in a refusal

@@ -16,7 +16,7 @@ from bot.agent.main_agent import MainAgent, build_main_model
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
-from bot.card_presses import STOP_BUTTON, CardPresses, StopOutcome
+from bot.card_presses import CardPresses, StopOutcome
 from bot.channels.base import CardChannel, Channel
 from bot.channels.buttons import PressChannel
 from bot.channels.edit_pacer import EditPacer
@@ -29,7 +29,7 @@ from bot.question_presses import QuestionPresses
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
-from bot.turns.engine import ChatEngine
+from bot.turns.engine import AbortReason, ChatEngine
 from bot.web_command import WebCommand
 from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
@@ -223,7 +223,7 @@ class App:
 
     def _stop_pressed(self, chat_id: int, turn_id: str, by: str) -> StopOutcome:
         """A growing answer's Stop button: its turn, if it is still the chat's turn in flight, is stopped."""
-        if self.engine.stop_turn(chat_id, by=by, turn_id=turn_id, reason=STOP_BUTTON) is not None:
+        if self.engine.stop_turn(chat_id, by=by, turn_id=turn_id, reason=AbortReason.STOP_BUTTON) is not None:
             return StopOutcome.STOPPED
         turn = self.engine.current_turn(chat_id)
         if turn is not None and turn.id == turn_id and turn.delivering and not turn.aborted:

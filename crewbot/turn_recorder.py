@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bot.commands import RunControl
-from bot.turns.engine import Turn
+from bot.turns.engine import AbortReason, Turn
 from core.logging import get_logger
 from core.settings import CancelScope
 from core.store.chats import ChatAddress, ChatStore
@@ -30,14 +30,14 @@ class TurnRecorder:
     async def turn_ended(self, turn: Turn, status: TurnStatus) -> None:
         await self._turns.end(turn.id, status)
 
-    async def turn_aborted(self, turn: Turn, reason: str) -> None:
+    async def turn_aborted(self, turn: Turn, reason: AbortReason) -> None:
         # Mark the turn first: a spawn request of this turn that is picked up later sees it and never starts.
         await self._turns.end(turn.id, TurnStatus.ABORTED)
         if self.runs is None:
             return
         try:
             # /stop stops everything of the chat; a Stop button and a merge follow MERGE_CANCEL_SCOPE.
-            if self._scope is CancelScope.CHAT or reason == "stop":
+            if self._scope is CancelScope.CHAT or reason is AbortReason.STOP:
                 cancelled = await self.runs.cancel_chat(turn.chat_id, f"turn {turn.id} aborted ({reason})")
             else:
                 cancelled = await self.runs.cancel_turn(turn.id, f"turn aborted ({reason})")

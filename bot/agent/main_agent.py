@@ -14,7 +14,7 @@ from bot.agent.live_reply import LiveReplies, LiveReply
 from bot.agent.prompt import build_prompt
 from bot.ports.spawner import Spawner
 from bot.schedules.book import TaskBook
-from bot.turns.engine import Turn
+from bot.turns.engine import AbortReason, Turn
 from core.allowances import Allowances, AllowanceSpent, spent_line
 from core.delivery import Delivery
 from core.logging import get_logger
@@ -175,7 +175,7 @@ class MainAgent:
 
     async def _abandon(self, turn: Turn, live: LiveReply) -> None:
         edit_ids = await live.settle()
-        if turn.abort_reason == "merge":
+        if turn.abort_reason is AbortReason.MERGE:
             self._live_replies().keep(turn.chat_id, edit_ids, turn.id)
             return
         if turn.abort_reason is None:

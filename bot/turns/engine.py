@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 import structlog
@@ -22,6 +23,14 @@ from core.store.turns import TurnStatus
 from core.typing_indicator import TypingIndicator
 
 log = get_logger(__name__)
+
+
+class AbortReason(StrEnum):
+    """Why a turn was aborted: what becomes of its streamed words and which of its runs are cancelled."""
+
+    MERGE = "merge"  # a follow-up inside the merge window: the words stay, the merged answer goes into them
+    STOP = "stop"  # /stop: the chat's runs are all cancelled
+    STOP_BUTTON = "stop_button"  # a Stop press: its runs are cancelled as MERGE_CANCEL_SCOPE says
 
 
 @dataclass(slots=True)
@@ -38,7 +47,7 @@ class Turn:
     # (an announcement): the prompt holds everything, and the answer replies to nothing.
     trigger_id: int | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
-    abort_reason: str | None = None  # "merge" or "stop" once aborted: a streamed answer is kept or marked stopped
+    abort_reason: AbortReason | None = None  # once aborted: a streamed answer is kept or marked stopped
     stopped_by: str | None = None  # who pressed Stop (or sent /stop), for the mark on the answer
 
     def begin_delivery(self) -> None:
@@ -57,7 +66,7 @@ class TurnLifecycle(Protocol):
 
     async def turn_ended(self, turn: Turn, status: TurnStatus) -> None: ...
 
-    async def turn_aborted(self, turn: Turn, reason: str) -> None: ...
+    async def turn_aborted(self, turn: Turn, reason: AbortReason) -> None: ...
 
 
 @dataclass(slots=True)
@@ -127,7 +136,7 @@ class ChatEngine:
         return state.turn if state else None
 
     def stop_turn(
-        self, chat_id: int, by: str | None = None, turn_id: str | None = None, reason: str = "stop"
+        self, chat_id: int, by: str | None = None, turn_id: str | None = None, reason: AbortReason = AbortReason.STOP
     ) -> Turn | None:
         """/stop or a Stop button (`turn_id`: only that turn): abort the in-flight turn (whatever its age)
         and drop what was waiting. A button does nothing once the turn's answer is complete and being
@@ -144,7 +153,7 @@ class ChatEngine:
         self._abort(turn, reason=reason)
         return turn
 
-    def _abort(self, turn: Turn, reason: str = "merge") -> None:
+    def _abort(self, turn: Turn, reason: AbortReason = AbortReason.MERGE) -> None:
         turn.aborted = True
         turn.abort_reason = reason
         if turn.task is not None:

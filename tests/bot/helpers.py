@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from bot.channels.base import Channel, ChatDirectory, InboundHandler, MembershipHandler
 from bot.channels.inbound import InboundMessage
 from bot.ports.runs import RunSummary
-from bot.turns.engine import Turn
+from bot.turns.engine import AbortReason, Turn
 from core.delivery import Delivery
 from core.outbox import Outbox
 from core.store.chat_files import FileUnavailable
@@ -192,7 +192,7 @@ class RecordingLifecycle(Recorder):
         self.events.append((f"ended:{status}", turn.id))
         self.changed()
 
-    async def turn_aborted(self, turn: Turn, reason: str) -> None:
+    async def turn_aborted(self, turn: Turn, reason: AbortReason) -> None:
         self.aborted.append((turn, reason))
         self.events.append((f"aborted:{reason}", turn.id))
         self.changed()
