@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, str] = {
     "hostile": "bench.hostile_channel",
     "files": "bench.files",
     "egress": "bench.egress",
+    "questions": "bench.questions",
     "allowance": "bench.allowance",
     "markdown": "bench.markdown",
     "streaming": "bench.streaming",

@@ -12,7 +12,7 @@ from core.setting_bounds import MAX_DAILY_TOKENS
 from core.settings import Settings
 from core.store.spend import SpendKind, SpendRow
 
-USAGE = "Usage: /budget, /budget set <tokens>|default, or /budget add <tokens>"
+USAGE = "Usage: /budget, /budget set <tokens>|default, or /budget add [tokens] (default: a day's allowance)"
 WHO_MAY = "Only chat admins and the bot's operators (ADMIN_USER_IDS) can change this chat's allowance."
 _NUMBER = re.compile(r"\d{1,3}(?:[,_]\d{3})*|\d+")
 _SUBAGENT_KINDS = frozenset({SpendKind.SUBAGENT, SpendKind.SCHEDULED})
@@ -126,6 +126,10 @@ class BudgetCommand:
         if not args:
             return await self.show(chat_id)
         action = args[0].lower()
+        if (action, len(args)) == ("add", 1):  # a day's top-up: the button under the allowance notice does the same
+            if not await may_change():
+                return WHO_MAY
+            return await self.top_up(chat_id)
         if action not in ("set", "add") or len(args) != 2:
             return USAGE
         if not await may_change():
@@ -148,6 +152,15 @@ class BudgetCommand:
         if tokens == 0:
             return "This chat now has no daily allowance of its own (only the bot's, if set, applies)."
         return f"This chat's daily allowance is now {tokens:,} tokens (today {status.allowance:,} with top-ups)."
+
+    async def top_up(self, chat_id: int) -> str:
+        """`/budget add`'s default: one day's allowance more for today."""
+        status = await self._allowances.status(chat_id)
+        return await self._add(chat_id, str(max(status.allowance - status.added, 1)))
+
+    def top_up_question(self, status: BudgetStatus) -> str:
+        """The allowance notice's button's question, for the chat's admins."""
+        return f"Admins: add a day's top-up ({status.allowance - status.added:,} tokens) for today?"
 
     async def _add(self, chat_id: int, arg: str) -> str:
         tokens = parse_tokens(arg, minimum=1)

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from bot.channels.buttons import CardAction, CardAnswer, CardPress
 from bot.ports.runs import RunCancels
+from bot.question_presses import QuestionPresses
 from core.logging import get_logger
 from core.store.runs import FINAL_STATUSES, LIVE_STATUSES, RunRecord, RunStatus, RunStore
 from core.store.turns import TurnStore
@@ -49,6 +50,7 @@ class CardPresses:
         is_admin: AdminCheck,
         stop: TurnStop | None = None,
         writing: Callable[[int, int], str | None] | None = None,
+        questions: QuestionPresses | None = None,
     ) -> None:
         self._runs = runs
         self._turns = turns
@@ -56,10 +58,15 @@ class CardPresses:
         self._is_admin = is_admin
         self._stop = stop
         self._writing = writing  # (chat id, message id): the turn writing into that message now (LiveReplies)
+        self.questions = questions  # a question's buttons (ask_chat, the door's hosts, approvals, top-ups)
 
     async def press(self, press: CardPress) -> CardAnswer:
         if press.action is CardAction.STOP:
             return await self._stop_turn(press)
+        if press.action is CardAction.ANSWER:
+            if self.questions is None:
+                return CardAnswer(NO_SUCH_RUN)
+            return await self.questions.press(press)
         run = await self._runs.get(press.run_id)
         if run is None or run.chat_id != press.chat_id or self._control is None:
             # Another chat's run does not exist for this one: the answer says no more than for none at all.

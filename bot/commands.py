@@ -14,6 +14,7 @@ from bot.memory_command import MemoryCommand
 from bot.ports.runs import RunCancels, RunInfo, when_text
 from bot.schedules.book import TaskAction, TaskBook, TaskRequestError
 from bot.turns.engine import ChatEngine
+from bot.web_command import WebCommand
 from core.delivery import Delivery
 from core.live_config import LiveConfig, parse_assignments
 from core.logging import get_logger
@@ -37,6 +38,7 @@ KNOWN_COMMANDS = frozenset(
         "budget",
         "memory",
         "forgetme",
+        "web",
     }
 )
 MAX_LISTED_RUNS = 15
@@ -77,6 +79,7 @@ HELP_TEXT = (
     "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens> (admins)\n"
     "/memory – the chat's notes; /memory me – yours; /memory forget <id>; /memory off|on (admins); "
     "/forgetme – erase every note about you here\n"
+    "/web – where subagents may go on the web; /web remove <host> – off this chat's own list (admins)\n"
     "/config – the settings operators change live, /config NAME=VALUE to change one (ADMIN_USER_IDS)"
 )
 CONSOLE_HELP_TEXT = (
@@ -88,7 +91,9 @@ CONSOLE_HELP_TEXT = (
     "/tasks – scheduled tasks; /tasks pause|resume|cancel <id>; /timezone [IANA name]\n"
     "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens>\n"
     "/memory – the notes I keep; /memory forget <id>; /memory off|on; /forgetme\n"
+    "/web – where subagents may go on the web; /web remove <host> – off this chat's own list\n"
     "/config – the live settings; /config NAME=VALUE changes one (as `crewbot config set`)\n"
+    "/answer <question id> <n> – answer a subagent's question (or an approval) with its option n\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
 
@@ -108,6 +113,7 @@ class Commands:
         config: LiveConfig | None = None,
         budget: BudgetCommand | None = None,
         memory: MemoryCommand | None = None,
+        web: WebCommand | None = None,
     ) -> None:
         self._channel = channel
         self._conversations = conversations  # a platform chat's conversations: itself and its forum topics
@@ -120,6 +126,7 @@ class Commands:
         self._config = config
         self._budget = budget
         self._memory = memory
+        self._web = web  # the chat's own web list (SUBAGENT_EGRESS=ask)
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -174,6 +181,11 @@ class Commands:
             await self._reply(message, text)
         elif command in ("memory", "forgetme"):
             await self._remembered(message)
+        elif command == "web":
+            text = "Subagents are not enabled."
+            if self._web is not None:
+                text = await self._web.reply(message.chat_id, message.command_args, lambda: self._is_admin(message))
+            await self._reply(message, text)
 
     async def _remembered(self, message: InboundMessage) -> None:
         if self._memory is None:

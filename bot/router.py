@@ -86,6 +86,9 @@ class InboundRouter:
                 )
             return
         await self._chats.ensure(message.chat_id, message.chat_kind, message.chat_title)
+        # A reply to a subagent's question answers it (its writer checked, the answer stored): it asks no turn.
+        questions = self._presses.questions if self._presses is not None else None
+        answered = message.reply_to is not None and questions is not None and await questions.reply(message)
         content = message.text
         if len(content) > MAX_STORED_MESSAGE_CHARS:
             content = content[:MAX_STORED_MESSAGE_CHARS] + " [truncated]"
@@ -99,7 +102,7 @@ class InboundRouter:
                 edit_of=message.edit_of,
                 edited_at=message.edited_at,
                 timestamp=message.timestamp,
-                is_trigger=message.triggers and not self._commands.handles(message.command),
+                is_trigger=message.triggers and not answered and not self._commands.handles(message.command),
                 reply_to=message.reply_to,
                 kind=message.kind,
                 file=message.file,
@@ -112,7 +115,7 @@ class InboundRouter:
             await self._commands.handle(message)
         elif self._transcriber is not None and await self._transcribing(message, row_id):
             return  # its turn, if it asks for one, starts once its words are in (`_heard`)
-        elif message.triggers:
+        elif message.triggers and not answered:
             await self._trigger(message.chat_id, row_id, message.platform_message_id)
 
     async def _transcribing(self, message: InboundMessage, row_id: int) -> bool:

@@ -11,14 +11,16 @@ import asyncio
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from bot.ports.runs import RunCancels, RunSummary, age_text, when_text
+from bot.question_lines import question_lines
 from bot.run_web import CHAT_CONNECTIONS, web_lines
 from core.store.chat_files import size_text
 from core.store.egress import EgressRecord, EgressStore, EgressTotals
+from core.store.questions import Question, QuestionStore
 from core.store.run_files import Direction, RunFile, RunFileStore
 from core.store.runs import FINAL_STATUSES, FollowUp, RunRecord, RunStatus, RunStore
 
@@ -45,11 +47,13 @@ class RunOutput:
     files: Sequence[RunFile] = field(default_factory=tuple)  # given and sent, in the order recorded
     web: EgressTotals = field(default_factory=EgressTotals)  # every connection through the door, counted
     connections: Sequence[EgressRecord] = field(default_factory=tuple)  # the latest recorded, oldest first
+    questions: Sequence[Question] = field(default_factory=tuple)  # to the chat, and their decisions, in order
 
     @property
     def extra_lines(self) -> list[str]:
-        """Its files in and out, then its web totals and latest connections: each only when it has any."""
-        return [*files_lines(self.files), *web_lines(self.web, self.connections)]
+        """Its files in and out, its web totals and latest connections, then its questions and decisions: each
+        only when it has any."""
+        return [*files_lines(self.files), *web_lines(self.web, self.connections), *question_lines(self.questions)]
 
 
 def clean(data: bytes) -> str:
@@ -98,8 +102,10 @@ class RunOutputReader:
         kept_log: Callable[[str], Path],
         files: RunFileStore | None = None,
         egress: EgressStore | None = None,
+        questions: QuestionStore | None = None,
     ) -> None:
         self._runs = runs
+        self._questions = questions  # what the run asked the chat and its approval; None: not shown
         self._logs = logs
         self._kept_log = kept_log  # where the host keeps a finished run's container log
         self._files = files  # the files runs were given and sent; None: not shown
@@ -116,6 +122,18 @@ class RunOutputReader:
         if self._egress is not None:
             web = await self._egress.run_totals(record.id)
             latest = await self._egress.of_run(record.id, connections) if connections > 0 else []
+        asked = await self._questions.for_run(record.id) if self._questions is not None else []
+        result = await self._read_output(record, tail_chars, files, web, latest)
+        return replace(result, questions=tuple(asked))
+
+    async def _read_output(
+        self,
+        record: RunRecord,
+        tail_chars: int,
+        files: Sequence[RunFile],
+        web: EgressTotals,
+        latest: Sequence[EgressRecord],
+    ) -> RunOutput:
         max_bytes = tail_chars * BYTES_PER_CHAR_MAX
         data: bytes | None = None
         if record.status in FINAL_STATUSES:

@@ -5,9 +5,11 @@ The first run of a turn posts the card as a reply to the bot's answer of that tu
 group takes about 20 bot messages a minute), with the latest state always shown last; when every run
 of the turn has ended it shows the final totals. Results still arrive as their own messages.
 
-Each live (queued or running) run has a Cancel button under the card, and the card a Cancel all while more
-than one is live; an ended run's button goes with the edit that shows it ended (what a press does: see
-bot/card_presses.py).
+Each live (awaiting approval, queued or running) run has a Cancel button under the card, and the card a Cancel
+all while more than one is live; an ended run's button goes with the edit that shows it ended (what a press does:
+see bot/card_presses.py). A run awaiting approval (SUBAGENT_APPROVAL=admins) has Approve and Deny buttons, which
+answer its stored question (bot/question_presses.py); a run that waits for the chat's answer to its question
+says so.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from bot.schedules.firing import TASK_TURN_PREFIX as SCHEDULED_TURN_PREFIX
 from core.logging import get_logger
 from core.outbox import DeliveryError
 from core.store.chat_files import size_text
+from core.store.questions import Question, QuestionKind, QuestionStore
 from core.store.runs import FINAL_STATUSES, LIVE_STATUSES, RunRecord, RunStatus, RunStore
 
 log = get_logger(__name__)
@@ -44,14 +47,21 @@ def _tokens(run: RunRecord) -> int:
     return run.input_tokens + run.output_tokens
 
 
-def render(runs: list[RunRecord], now: float) -> str:
+def render(
+    runs: list[RunRecord], now: float, asking: frozenset[str] = frozenset(), approving: frozenset[str] = frozenset()
+) -> str:
     """The card's text: one line per run (label, state, elapsed, tokens, bytes through the door if it used it),
-    then the totals."""
+    then the totals. `asking`: the runs that wait for the chat's answer to a question; `approving`: the queued
+    runs that await an admin's approval."""
     lines = ["Subagents of this request:"]
     for run in runs:
         started = run.started_at or run.created_at
         end = run.finished_at or now
         state = str(run.status).replace("_", " ")
+        if run.id in asking and run.status == RunStatus.RUNNING:
+            state += ", waiting for an answer"
+        elif run.id in approving and run.status == RunStatus.QUEUED:
+            state = "awaiting approval"
         web = f", web {size_text(run.egress_bytes)}" if run.egress_connections else ""
         lines.append(f"• {run.label}: {state}, {_elapsed(end - started)}, {_tokens(run):,} tokens{web}")
     ended = [r for r in runs if r.status in FINAL_STATUSES]
@@ -71,11 +81,22 @@ def render(runs: list[RunRecord], now: float) -> str:
     return "\n".join(lines)
 
 
-def buttons(runs: list[RunRecord]) -> list[CardButton]:
-    """The card's buttons: Cancel for each live run, in the card's order, then Cancel all when more than one
-    is live; none once every run has ended."""
+def buttons(runs: list[RunRecord], approvals: dict[str, Question] | None = None) -> list[CardButton]:
+    """The card's buttons: Approve and Deny for each run awaiting approval (its open question in `approvals`),
+    Cancel for each live run, in the card's order, then Cancel all when more than one is live; none once every
+    run has ended."""
     live = [run for run in runs if run.status in LIVE_STATUSES]
-    shown = [
+    shown = []
+    for run in live:
+        question = (approvals or {}).get(run.id)
+        if question is not None and run.status == RunStatus.QUEUED:
+            shown += [
+                CardButton(
+                    CardAction.ANSWER, question.id, _shortened(f"{option} {run.label}", MAX_BUTTON_LABEL_CHARS), i
+                )
+                for i, option in enumerate(question.options)
+            ]
+    shown += [
         CardButton(CardAction.CANCEL, run.id, _shortened(f"Cancel {run.label}", MAX_BUTTON_LABEL_CHARS)) for run in live
     ]
     if len(live) > 1:
@@ -107,9 +128,11 @@ class StatusCards:
         interval_seconds: float = STATUS_CARD_EDIT_INTERVAL_SECONDS,
         answer_wait_seconds: float = ANSWER_WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        questions: QuestionStore | None = None,
     ) -> None:
         self._channel = channel
         self._runs = runs
+        self._questions = questions  # approvals' buttons and runs waiting for an answer
         self._interval = interval_seconds
         self._answer_wait = answer_wait_seconds
         self._clock = clock
@@ -176,13 +199,26 @@ class StatusCards:
         runs = await self._runs.for_turn(card.turn_id)
         if not runs:
             return
-        view = render(runs, time.time()), tuple(buttons(runs))
+        asking, approvals = await self._questions_of(runs)
+        view = render(runs, time.time(), asking, frozenset(approvals)), tuple(buttons(runs, approvals))
         done = all(r.status in FINAL_STATUSES for r in runs)
         if view != card.shown and await self._send(card, *view):
             card.shown = view
         if done:
             self._cards.pop(card.turn_id, None)
             self._answers.pop(card.turn_id, None)
+
+    async def _questions_of(self, runs: list[RunRecord]) -> tuple[frozenset[str], dict[str, Question]]:
+        if self._questions is None:
+            return frozenset(), {}
+        asking = await self._questions.waiting_runs([r.id for r in runs if r.status == RunStatus.RUNNING])
+        approvals: dict[str, Question] = {}
+        for run in runs:
+            if run.status == RunStatus.QUEUED:
+                open_ones = [q for q in await self._questions.for_run(run.id, QuestionKind.APPROVAL) if q.is_open]
+                if open_ones:
+                    approvals[run.id] = open_ones[-1]
+        return frozenset(asking), approvals
 
     async def _send(self, card: _Card, text: str, shown: tuple[CardButton, ...]) -> bool:
         for _ in range(MAX_EDIT_ATTEMPTS):

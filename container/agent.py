@@ -27,7 +27,8 @@ SHOWN_ENTRY_CHARS = 100
 
 INSTRUCTIONS = """\
 You are a subagent: the assistant of a group chat handed you one task. Work on it on your own until it
-is done; nobody can answer questions while you run.
+is done; when you truly need a decision only the chat can make, ask it with ask_chat (a few questions at
+most, one at a time) and go on with the answer.
 
 Your working directory is {workspace}: the chat's workspace, kept between runs, so leave useful files
 there. /tmp is scratch space that is lost when you finish. {network}
@@ -97,6 +98,13 @@ def describe_egress(egress: Egress) -> str:
     if egress.mode == "open":
         reach = "any public address"
         refused = "local and private addresses are refused"
+    elif egress.mode == "ask":
+        entries = [one_line(entry, SHOWN_ENTRY_CHARS) for entry in egress.allow[:SHOWN_ALLOW_ENTRIES]]
+        shown = ", ".join(entry for entry in entries if entry) or "none listed"
+        reach = f"these hosts ({shown}), and any other public host once the chat's admins allow it"
+        refused = (
+            "a connection to another host waits while they are asked, and is refused if they deny or do not answer"
+        )
     else:
         entries = [one_line(entry, SHOWN_ENTRY_CHARS) for entry in egress.allow[:SHOWN_ALLOW_ENTRIES]]
         more = len(egress.allow) - len(entries)

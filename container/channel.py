@@ -16,7 +16,6 @@ import http.client
 import json
 import os
 import socket
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -31,7 +30,9 @@ from container.channel_files import (
     fetch_limit,
     receive_into,
 )
+from container.channel_threads import in_daemon_thread
 from container.contract import (
+    ASK_PATH,
     FILES_PATH,
     MESSAGE_PATH,
     MODEL_PATH,
@@ -65,6 +66,9 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024  # the task (its prior session) or a model r
 # a model step or its result: a request in flight when the host died fails at once, and the socket refuses
 # until it is back.
 HOST_AWAY_SECONDS = 900.0
+# A question waits for the chat as long as the host lets it (SUBAGENT_ASK_TIMEOUT_SECONDS, at most a day, and the
+# run's own time limit): the host answers or closes first.
+ASK_WAIT_SECONDS = 24 * 3600.0 + 60.0
 HOST_FIRST_RETRY_SECONDS = 1.0
 HOST_MAX_RETRY_SECONDS = 30.0
 
@@ -141,6 +145,24 @@ class RunChannel:
 
     async def send_message(self, message_id: str, text: str) -> str:
         return await self._post(MESSAGE_PATH, json.dumps({"message_id": message_id, "text": text}).encode())
+
+    async def ask(self, ask_id: str, question: str, options: list[str]) -> dict[str, Any]:
+        """The chat's answer to a question (an AskAnswer as JSON), once it has one, nobody answered in time or
+        the run is ending. Asked again with the same `ask_id` while the host is away (a restart): the host
+        keeps the question, and its answer, for the retry."""
+        body_out = json.dumps({"ask_id": ask_id, "question": question, "options": options}).encode()
+        status, body = await while_host_away(
+            lambda: self._request("POST", ASK_PATH, body_out, ASK_WAIT_SECONDS), "a question", self._log
+        )
+        if status != 200:
+            raise ChannelRefused(_reason(status, body), status)
+        try:
+            answer = json.loads(body)
+        except ValueError as exc:
+            raise ChannelRefused(f"the host's answer to a question is not usable: {exc}") from None
+        if not isinstance(answer, dict) or not isinstance(answer.get("outcome"), str):
+            raise ChannelRefused("the host's answer to a question is not usable: no outcome")
+        return answer
 
     async def save_session(self, history_json: bytes) -> str:
         return await self._post(SESSION_PATH, history_json)
@@ -240,7 +262,7 @@ class RunChannel:
 
     async def _alone(self, work: Callable[[], T]) -> T:
         async with self._connections:
-            return await _in_daemon_thread(work)
+            return await in_daemon_thread(work)
 
     async def _post(self, path: str, body: bytes) -> str:
         status, answer = await self._request("POST", path, body)
@@ -252,7 +274,7 @@ class RunChannel:
         headers = {"Content-Type": "application/json"} if body is not None else {}
         payload = None if body is None else (lambda: body)
         async with self._connections:
-            return await _in_daemon_thread(
+            return await in_daemon_thread(
                 lambda: self._blocking_exchange(method, path, payload, headers, wait_seconds, _read_answer)
             )
 
@@ -268,7 +290,7 @@ class RunChannel:
                 finally:
                     os.close(owned)
 
-            return await _in_daemon_thread(run)
+            return await in_daemon_thread(run)
 
     def _blocking_exchange(
         self,
@@ -341,33 +363,6 @@ async def while_host_away(call: Callable[[], Awaitable[T]], what: str, log: Call
             log(f"{what}: the host is not answering; trying again in {delay:g} s")
             await asyncio.sleep(delay)
             delay = min(delay * 2, HOST_MAX_RETRY_SECONDS)
-
-
-async def _in_daemon_thread(work: Callable[[], T]) -> T:
-    """`work()` in a daemon thread: unlike the default executor's, it never delays the process's exit."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(outcome: Callable[[], None]) -> None:
-        if not done.done():
-            outcome()
-
-    def run() -> None:
-        try:
-            value = work()
-        except BaseException as exc:
-            error = exc
-            _call_soon(loop, lambda: settle(lambda: done.set_exception(error)))
-        else:
-            _call_soon(loop, lambda: settle(lambda: done.set_result(value)))
-
-    threading.Thread(target=run, daemon=True, name="run-channel").start()
-    return await done
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this answer any more
-        loop.call_soon_threadsafe(callback)
 
 
 def _detail(status: int, answer: bytes) -> str:

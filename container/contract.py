@@ -23,12 +23,20 @@ MODEL_PATH = "/run/model"  # one model request of the agent's loop, made by the 
 # Files: `GET /run/files/<index>` is the bytes of the task's offered file `index`; `POST /run/files` sends one
 # file to the chat, as multipart/form-data: a `meta` part (FileMeta JSON), then a `file` part (the bytes).
 FILES_PATH = "/run/files"
+# `POST /run/ask`: a question for the chat (protocol.AskQuestion); the host answers once the chat has (an
+# AskAnswer), or once nobody did in time or the run ends. One at a time; a retry with the same ask_id waits for
+# the same question (a restart in between too).
+ASK_PATH = "/run/ask"
 RUN_API_PREFIX = "/run/"
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{6,64}$"
 MAX_TASK_CHARS = 100_000
 MAX_LABEL_CHARS = 200
 MAX_PROGRESS_CHARS = 4_000  # one progress message: about one Telegram message
+MAX_QUESTION_CHARS = 1_000  # ask_chat's question: a few lines in the chat
+MAX_ASK_OPTIONS = 8  # ask_chat's options: one button each
+MAX_OPTION_CHARS = 60  # an option, which is a button's label: a phone shows about this much
+MAX_ANSWER_CHARS = 2_000  # a reply that answers a question, as the container gets it
 MAX_RESULT_CHARS = 100_000  # on the wire; the host keeps less (runner.runs.outcome)
 MAX_ERROR_CHARS = 4_000
 MAX_SESSION_BYTES = 4 * 1024 * 1024  # a session upload; the host trims what it keeps

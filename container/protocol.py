@@ -25,6 +25,7 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from container.contract import (
+    ASK_PATH,
     CHANNEL_DIR,
     CHANNEL_SOCKET_FILE,
     EGRESS_SOCKET_FILE,
@@ -32,6 +33,8 @@ from container.contract import (
     ID_PATTERN,
     INBOX_DIR,
     IPC_TASKS_DIR,
+    MAX_ANSWER_CHARS,
+    MAX_ASK_OPTIONS,
     MAX_CAPTION_CHARS,
     MAX_EGRESS_ENTRIES,
     MAX_ERROR_CHARS,
@@ -41,7 +44,9 @@ from container.contract import (
     MAX_FILE_NOTES,
     MAX_LABEL_CHARS,
     MAX_OFFERED_FILES,
+    MAX_OPTION_CHARS,
     MAX_PROGRESS_CHARS,
+    MAX_QUESTION_CHARS,
     MAX_RESULT_CHARS,
     MAX_RUN_BODY_BYTES,
     MAX_SESSION_BYTES,
@@ -64,6 +69,7 @@ from container.contract import (
 
 # The contract's constants, re-exported: the host imports the whole contract from here.
 __all__ = [
+    "ASK_PATH",
     "CHANNEL_DIR",
     "CHANNEL_SOCKET_FILE",
     "EGRESS_SOCKET_FILE",
@@ -71,6 +77,8 @@ __all__ = [
     "ID_PATTERN",
     "INBOX_DIR",
     "IPC_TASKS_DIR",
+    "MAX_ANSWER_CHARS",
+    "MAX_ASK_OPTIONS",
     "MAX_CAPTION_CHARS",
     "MAX_EGRESS_ENTRIES",
     "MAX_ERROR_CHARS",
@@ -80,7 +88,9 @@ __all__ = [
     "MAX_FILE_NOTE_CHARS",
     "MAX_LABEL_CHARS",
     "MAX_OFFERED_FILES",
+    "MAX_OPTION_CHARS",
     "MAX_PROGRESS_CHARS",
+    "MAX_QUESTION_CHARS",
     "MAX_RESULT_CHARS",
     "MAX_RUN_BODY_BYTES",
     "MAX_SESSION_BYTES",
@@ -137,6 +147,26 @@ class ProgressMessage(_Strict):
     text: str = Field(min_length=1, max_length=MAX_PROGRESS_CHARS)
 
 
+class AskQuestion(_Strict):
+    """POST /run/ask: a question for the chat, with buttons to tap (`options`) or, without, a reply to write.
+    The id makes a retry (a lost connection, a restart) wait for the same question."""
+
+    ask_id: str = Field(pattern=ID_PATTERN)
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
+    options: list[Annotated[str, Field(min_length=1, max_length=MAX_OPTION_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_ASK_OPTIONS
+    )
+
+
+class AskAnswer(_Strict):
+    """What became of a question: answered (by whom, what), no answer in time, or ended (its run is ending)."""
+
+    outcome: Literal["answered", "no_answer", "ended"]
+    answer: str | None = Field(default=None, max_length=MAX_ANSWER_CHARS)
+    by: str | None = Field(default=None, max_length=200)
+    detail: str = Field(default="", max_length=500)
+
+
 class OfferedFile(_Strict):
     """A chat file the run is given: `GET /run/files/<index>` is its bytes, written to inbox/<name>."""
 
@@ -157,7 +187,7 @@ class FileMeta(_Strict):
 class EgressOffer(_Strict):
     """What a run may reach through the door (`EGRESS_SOCKET_FILE`); the host checks every connection."""
 
-    mode: Literal["allowlist", "open"]
+    mode: Literal["allowlist", "ask", "open"]
     allow: list[Annotated[str, Field(max_length=300)]] = Field(default_factory=list, max_length=MAX_EGRESS_ENTRIES)
     max_bytes: int = Field(ge=0)
 

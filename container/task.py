@@ -15,7 +15,7 @@ DEFAULT_MAX_FILE_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_FILES_OUT = 5
 _FILE = "an offered file"
 _EGRESS = "the task's egress"
-EGRESS_MODES = ("allowlist", "open")
+EGRESS_MODES = ("allowlist", "ask", "open")
 
 
 class TaskInvalid(ValueError):
@@ -52,7 +52,7 @@ class Egress:
     """What the run may reach through the door (the host checks every connection): only the `allow` hosts, or
     any public address, and `max_bytes` in all."""
 
-    mode: Literal["allowlist", "open"]
+    mode: Literal["allowlist", "ask", "open"]
     allow: list[str] = field(default_factory=list)
     max_bytes: int = 0
 

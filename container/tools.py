@@ -13,11 +13,17 @@ import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from container.bash import run_command
 from container.channel import ChannelRefused
-from container.contract import MAX_CAPTION_CHARS, MAX_PROGRESS_CHARS
+from container.contract import (
+    MAX_ASK_OPTIONS,
+    MAX_CAPTION_CHARS,
+    MAX_OPTION_CHARS,
+    MAX_PROGRESS_CHARS,
+    MAX_QUESTION_CHARS,
+)
 from container.forwarder import shell_environment
 from container.output import cap_text
 from container.task import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES_OUT
@@ -26,6 +32,7 @@ READ_FILE_MAX_BYTES = 10_000_000
 BINARY_SNIFF_BYTES = 8_192
 LIST_MAX_ENTRIES = 500
 MESSAGE_ID_BYTES = 8
+ASK_ID_BYTES = 8
 UPLOAD_ID_BYTES = 8
 TOO_MANY_STATUS = 429  # the host's answer once the run has sent its SUBAGENT_MAX_MESSAGES
 # The last component is opened as it is: a link is refused (ELOOP), a FIFO opens at once (no writer needed)
@@ -49,8 +56,14 @@ class FileSender(Protocol):
     async def send_file(self, upload_id: str, name: str, caption: str | None, fd: int, size: int) -> str: ...
 
 
-class ChatSender(MessageSender, FileSender, Protocol):
-    """Both: what the run channel is to the tools."""
+class QuestionAsker(Protocol):
+    """The run channel's side that asks the chat and brings its answer back (an AskAnswer as JSON)."""
+
+    async def ask(self, ask_id: str, question: str, options: list[str]) -> dict[str, Any]: ...
+
+
+class ChatSender(MessageSender, FileSender, QuestionAsker, Protocol):
+    """All three: what the run channel is to the tools."""
 
 
 @dataclass(slots=True)
@@ -59,6 +72,7 @@ class FilesSent:
 
     count: int = 0
     messages_refused: str | None = None  # the host's word once the run's messages are used up
+    questions_refused: str | None = None  # the host's word once the run's questions are used up
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +257,40 @@ class Toolbox:
             os.close(fd)
         return f"sent {name} ({size} bytes) to the chat{f' ({detail})' if detail else ''}"
 
+    async def ask_chat(self, question: str, options: list[str] | None = None) -> str:
+        """Ask the chat a question and wait for its answer: use it only for a decision you cannot make yourself.
+
+        The question appears in the chat as a reply to the request that started you; with `options` each is a
+        button to tap, without them a member answers by replying. Only one question at a time, and a few per
+        run. The answer comes back as this tool's result; if nobody answers in time, it says so: then decide
+        yourself, or say in your result what you need.
+
+        Args:
+            question: the question, plain text, short and self-contained (up to 1000 characters).
+            options: optional list of short answers to choose from, one button each (up to 8, 60 characters each).
+        """
+        text = question.strip()
+        choices = [option.strip() for option in options or []]
+        if not text:
+            raise ToolFailed("the question is empty")
+        if len(text) > MAX_QUESTION_CHARS:
+            raise ToolFailed(f"the question has {len(text)} characters; the limit is {MAX_QUESTION_CHARS}")
+        if len(choices) > MAX_ASK_OPTIONS:
+            raise ToolFailed(f"{len(choices)} options; at most {MAX_ASK_OPTIONS} (one button each)")
+        if any(not choice or len(choice) > MAX_OPTION_CHARS for choice in choices):
+            raise ToolFailed(f"each option needs 1 to {MAX_OPTION_CHARS} characters: it is a button's label")
+        if self.files_sent.questions_refused is not None:
+            raise ToolFailed(f"the question was not asked: {self.files_sent.questions_refused}")
+        try:
+            answer = await self.channel.ask(secrets.token_hex(ASK_ID_BYTES), text, choices)
+        except ChannelRefused as exc:
+            if exc.status == TOO_MANY_STATUS:
+                self.files_sent.questions_refused = str(exc)
+            raise ToolFailed(f"the question was not asked: {exc}") from exc
+        except OSError as exc:
+            raise ToolFailed(f"the question could not be asked: {exc.strerror or exc}") from exc
+        return _answer_text(answer)
+
     def _open_to_send(self, path: str) -> tuple[int, str]:
         """The open file and its name, if `path` is under the workspace and no link; else ToolFailed."""
         if not path.strip():
@@ -296,6 +344,16 @@ def _describe(entry: Path, name: str) -> str:
     if entry.is_dir():
         return f"{name}/"
     return f"{name} ({entry.stat().st_size} bytes)"
+
+
+def _answer_text(answer: dict[str, Any]) -> str:
+    """ask_chat's result as the model reads it."""
+    outcome, detail = answer.get("outcome"), str(answer.get("detail") or "")
+    if outcome == "answered":
+        return f"{answer.get('by') or 'A member'} answered: {answer.get('answer') or ''}"
+    if outcome == "no_answer":
+        return f"Nobody answered in time{f' ({detail})' if detail else ''}: decide yourself, or say what you need."
+    return f"The question was closed without an answer{f' ({detail})' if detail else ''}."
 
 
 def _os_failure(path: str, exc: OSError) -> ToolFailed:

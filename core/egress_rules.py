@@ -75,6 +75,7 @@ class EgressMode(StrEnum):
     NONE = "none"  # no network at all (the default): the door does not listen
     ALLOWLIST = "allowlist"  # only what SUBAGENT_EGRESS_ALLOW names
     OPEN = "open"  # any public address
+    ASK = "ask"  # the allowlist, plus a question to the chat for any other public host
 
 
 class EntryInvalid(ValueError):
@@ -178,16 +179,22 @@ def entry_allows(entry: AllowEntry, host: str, port: int) -> bool:
 
 
 def request_refusal(mode: EgressMode, allow: tuple[AllowEntry, ...], host: str, port: int) -> str | None:
-    """Why a request for `host:port` is refused before anything is resolved; None: it may go on."""
+    """Why a request for `host:port` is refused before anything is resolved; None: it may go on (in ask mode an
+    unlisted host goes on to its address check, and is asked about only if that passes: the door's job)."""
     if mode is EgressMode.NONE:
         return "subagents have no network here (SUBAGENT_EGRESS=none)"
     if not 0 < port <= MAX_PORT:
         return f"{port} is not a port"
     if literal_address(host) is None and not valid_name(host.lower()):
         return f"{host[:80]!r} is not a host name or an IP address"
-    if mode is EgressMode.ALLOWLIST and not any(entry_allows(entry, host, port) for entry in allow):
+    if mode is EgressMode.ALLOWLIST and not listed(allow, host, port):
         return f"{host[:80]}:{port} is not in SUBAGENT_EGRESS_ALLOW"
     return None
+
+
+def listed(allow: tuple[AllowEntry, ...], host: str, port: int) -> bool:
+    """Whether an entry allows what the client asked for (in ask mode: whether the door goes on without asking)."""
+    return any(entry_allows(entry, host, port) for entry in allow)
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,6 +119,15 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "one chat at most half), fair across chats, and start as slots free; beyond it they are refused; "
             "`0` refuses at once.",
             "SUBAGENT_TIMEOUT_SECONDS": "The wall-clock limit of one subagent; then it is killed and reported.",
+            "SUBAGENT_APPROVAL": "`off`: a spawned run starts as soon as the caps allow. `admins`: it waits on the "
+            "status card as *awaiting approval* until a chat admin (or one in `ADMIN_USER_IDS`) taps Approve; Deny, "
+            "or no answer within `SUBAGENT_ASK_TIMEOUT_SECONDS`, refuses it. Waiting runs count against "
+            "`SUBAGENT_QUEUE_LIMIT`; a scheduled task is approved once, at its creation, by an admin.",
+            "SUBAGENT_ASK_TIMEOUT_SECONDS": "How long a question to the chat waits for its answer (a subagent's "
+            "`ask_chat`, a host in `SUBAGENT_EGRESS=ask` mode, an approval); the wait counts against the run's "
+            "time limit, and no answer is a no.",
+            "SUBAGENT_MAX_QUESTIONS": "Questions one run may ask the chat (`ask_chat` and web hosts together); "
+            "one at a time.",
             "SUBAGENT_MEMORY": "A container's memory limit as Docker writes it (digits and `b`, `k`, `m` or `g`), "
             "from `6m` to this host's memory.",
             "SUBAGENT_CPUS": "A container's CPU limit, in cores.",
@@ -168,8 +177,9 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
         "The web",
         {
             "SUBAGENT_EGRESS": "The web for subagents: `none` (no network), `allowlist` (only "
-            "`SUBAGENT_EGRESS_ALLOW`), `open` (any public address); through a proxy on the host (see "
-            "[Files and the web](files-and-web.md#subagents-and-the-web)).",
+            "`SUBAGENT_EGRESS_ALLOW`), `ask` (the allowlist and the chat's own list, plus a question to the chat's "
+            "admins for any other public host: Allow once, Allow in this chat, Deny), `open` (any public "
+            "address); through a proxy on the host (see [Files and the web](files-and-web.md#subagents-and-the-web)).",
             "SUBAGENT_EGRESS_ALLOW": "Hosts subagents may reach in `allowlist` mode, comma-separated or a JSON "
             "list: `pypi.org`, `*.wikipedia.org` (names under it), `api.github.com:443` (one port; without one: "
             "80 and 443), `127.0.0.1:8080` (an address, the only way to reach a private one).",

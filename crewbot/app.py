@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -26,17 +27,22 @@ from bot.commands import Commands, RunControl, WorkspaceControl
 from bot.flood import FloodGuard
 from bot.memory_command import MemoryCommand
 from bot.ports.spawner import Spawner
+from bot.question_board import QuestionBoard
+from bot.question_presses import QuestionPresses
 from bot.router import InboundRouter
 from bot.schedules.service import ChatPoster, Schedules
 from bot.status_card import StatusCards
 from bot.turns.engine import AbortReason, ChatEngine
+from bot.web_command import WebCommand
 from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
 from core.outbox import Outbox
+from core.questions import Questions
 from core.settings import LLMProvider, ResultMode, Settings
 from core.store.announcements import AnnouncementStore
+from core.store.questions import Audience, NewQuestion, QuestionKind, QuestionStore
 from core.store.runs import RunStore
 from core.store.spend import SpendKind, SpendStore
 from core.store.streamed_answers import StreamedAnswerStore
@@ -50,6 +56,9 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
 log = get_logger(__name__)
+
+TOP_UP_BUTTON = "Add a day's top-up"
+TOP_UP_OFFER_SECONDS = 24 * 3600.0  # the button works until the allowance has reset at the latest
 
 
 SubagentFactory = Callable[["Delivery", "TypingIndicator"], "SubagentSystem"]
@@ -70,6 +79,10 @@ class SubagentSystem(Protocol):
     @property
     def desk(self) -> SubagentDesk:
         """The main agent's `subagents` tool: list, status, send, cancel."""
+
+    @property
+    def questions(self) -> Questions:
+        """The desk of questions to the chat its runs ask (ask_chat, web hosts, approvals)."""
 
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         """Call `on_change(run_id)` whenever a run's state changes (the status card)."""
@@ -109,6 +122,9 @@ class App:
         self.delivery = Delivery(stores.outbox, self.outbox, settings.assistant_name)
         subagents = subagent_factory(self.delivery, self.typing) if subagent_factory else None
         self.subagents = subagents
+        self.questions = subagents.questions if subagents else Questions(QuestionStore(stores.db))
+        if isinstance(channel, CardChannel):
+            self.questions.show_on(QuestionBoard(channel))
         self.memory = Memory(stores.notes, stores.history, MemoryLimits.from_settings(settings))
         # A scheduled subagent goes through the same spawner as the main agent's: caps, allowances, typing and
         # the chat's notes in its task apply.
@@ -137,7 +153,7 @@ class App:
             subagents.watch_runs(self.announcer.run_changed)
         self.cards: StatusCards | None = None
         if subagents is not None and settings.status_card and isinstance(channel, CardChannel):
-            self.cards = StatusCards(channel, RunStore(stores.db))
+            self.cards = StatusCards(channel, RunStore(stores.db), questions=self.questions.store)
             subagents.watch_runs(self.cards.run_changed)
         self.live: LiveReplies | None = None
         self.streams: StreamRecorder | None = None
@@ -196,6 +212,7 @@ class App:
             config=config,
             budget=self.budget,
             memory=MemoryCommand(self.memory, stores.chats.get),
+            web=WebCommand(settings, self.questions.store),
         )
         self.router = InboundRouter(
             settings,
@@ -213,6 +230,9 @@ class App:
                 self._is_admin,
                 stop=self._stop_pressed,
                 writing=self.live.writing_into if self.live is not None else None,
+                questions=QuestionPresses(
+                    self.questions, RunStore(stores.db), stores.turns, self._is_admin, top_up=self._top_up
+                ),
             ),
             transcriber=self.senses.transcriber,
         )
@@ -226,12 +246,33 @@ class App:
             return StopOutcome.ANSWERED
         return StopOutcome.NOT_WRITING
 
+    async def _top_up(self, chat_id: int, user_id: int, user_name: str) -> str:
+        log.info("allowance_topped_up", chat_id=chat_id, user_id=user_id)
+        return await self.budget.top_up(chat_id)
+
     def _allowance_notice(self, chat_id: int, status: BudgetStatus) -> None:
         """A chat passed 80 % of its allowance (told once a day: the store keeps the day's record)."""
         log.info("allowance_notice", chat_id=chat_id, used=status.used, allowance=status.allowance)
-        task = asyncio.create_task(self.delivery.notice(chat_id, self.budget.notice_text(status)))
+        task = asyncio.create_task(self._tell_allowance(chat_id, status))
         self._notices.add(task)
         task.add_done_callback(self._notices.discard)
+
+    async def _tell_allowance(self, chat_id: int, status: BudgetStatus) -> bool:
+        """The notice, stored and sent; then, where the chat shows buttons, a day's top-up for its admins to tap
+        (a stored question: bot/question_presses.py checks the presser and adds it)."""
+        told = await self.delivery.notice(chat_id, self.budget.notice_text(status))
+        if isinstance(self.channel, CardChannel):
+            question = NewQuestion(
+                chat_id=chat_id,
+                run_id=None,
+                kind=QuestionKind.TOPUP,
+                text=self.budget.top_up_question(status),
+                options=(TOP_UP_BUTTON,),
+                audience=Audience.ADMINS,
+                expires_at=time.time() + TOP_UP_OFFER_SECONDS,
+            )
+            await self.questions.ask(question)
+        return told
 
     async def conversation_allowed(self, chat_id: int) -> bool:
         """As the router decides for a message: the console, or any of the conversation's ids listed."""
@@ -336,6 +377,7 @@ class App:
             await self.subagents.stop()
         if self.cards is not None:
             await self.cards.close()
+        await self.questions.close_board()
         if self.announcer is not None:
             await self.announcer.close()
         await asyncio.gather(*self._notices, return_exceptions=True)  # stored, then sent by the outbox

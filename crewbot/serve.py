@@ -24,10 +24,12 @@ from core.allowances import Allowances
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
+from core.questions import Questions
 from core.setting_runtime import RuntimeKind
 from core.settings import Settings
 from core.store.db import Database
 from core.store.egress import EgressStore
+from core.store.questions import QuestionStore
 from core.store.run_files import RunFileStore
 from core.store.runs import FINAL_STATUSES, RunStore
 from core.store.spend import SpendStore
@@ -87,6 +89,10 @@ class ObservedSubagents:
     def desk(self) -> RunsView:
         return self._control
 
+    @property
+    def questions(self) -> Questions:
+        return self._service.questions
+
     def watch_runs(self, on_change: Callable[[str], None]) -> None:
         self._service.watch_runs(on_change)
 
@@ -118,6 +124,7 @@ def output_reader(settings: Settings, db: Database, runtime: ContainerLogs) -> R
         lambda run_id: paths.run_dir(run_id) / LOG_FILE,
         files=RunFileStore(db),
         egress=EgressStore(db),
+        questions=QuestionStore(db),
     )
 
 

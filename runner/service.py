@@ -9,10 +9,12 @@ from collections.abc import Callable
 from core.allowances import Allowances
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.questions import Questions
 from core.setting_runtime import RuntimeKind
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.chat_files import ChatFileStore
 from core.store.egress import EgressStore
+from core.store.questions import QuestionStore
 from core.store.run_files import RunFileStore
 from core.store.runs import FollowUp, RunStatus, RunStore
 from core.stores import Stores
@@ -72,6 +74,8 @@ class SubagentService:
         self.paths = DataPaths(settings.data_dir)
         self.runs = RunStore(stores.db)
         self.run_files = RunFileStore(stores.db)
+        # Questions to the chat (ask_chat, the door in ask mode, approvals): the chat side answers them.
+        self.questions = Questions(QuestionStore(stores.db), on_run_changed=self.runs.changed)
         self._spawner = IpcSpawner(self.paths.ipc_root, stores.chats)
         self.live = LiveRuns()
         self.metrics = metrics or RunMetrics()
@@ -112,7 +116,13 @@ class SubagentService:
         )
         self.manager = TaskManager(
             settings,
-            stores=RunStores(runs=self.runs, chats=stores.chats, messages=stores.messages, files=self.run_files),
+            stores=RunStores(
+                runs=self.runs,
+                chats=stores.chats,
+                messages=stores.messages,
+                files=self.run_files,
+                questions=self.questions,
+            ),
             admission=Admission(settings, turns=stores.turns, live=self.live),
             runtime=runtime,
             live=self.live,
@@ -123,7 +133,7 @@ class SubagentService:
             files=RunFiles(settings, self.paths),
             workspaces=self.workspaces,
             accounting=accounting,
-            doors=RunDoors(settings, self.egress_log),
+            doors=RunDoors(settings, self.egress_log, self.questions, self.runs),
             inputs=RunInputsBuilder(
                 settings,
                 ChatFileStore(stores.db),
@@ -215,7 +225,10 @@ class SubagentService:
             self.live.hold(record.id, record.chat_id, record.turn_id, record.label)
         # Queued runs (waiting for a slot, or about to start) never had a container: they wait in the
         # queue again, in their order, and start as slots free once recovery has run.
-        self.manager.waiting.restore(await self.runs.with_status(RunStatus.QUEUED))
+        queued = await self.runs.with_status(RunStatus.QUEUED)
+        held = await self.manager.approvals.unapproved(queued)  # awaiting an admin's approval: not in the queue
+        self.manager.waiting.restore([record for record in queued if record.id not in held])
+        await self.manager.approvals.restore(queued)
         await self.manager.tell_unnotified_rejections()
         if not await self._recover():
             # The engine is down: keep answering chats, and reconcile as soon as it is back.

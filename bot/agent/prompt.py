@@ -156,6 +156,11 @@ def subagent_abilities(settings: Settings) -> str:
         web = "Subagents have no network: they cannot fetch web pages or packages; do not offer that."
     elif mode is EgressMode.OPEN:
         web = "Subagents can reach any public web address over HTTP(S) (curl, pip, git work)."
+    elif mode is EgressMode.ASK:
+        web = (
+            "Subagents can reach the web over HTTP(S); a host not yet allowed is asked about in the chat (an admin "
+            "taps Allow or Deny) while the subagent waits."
+        )
     else:
         hosts = settings.subagent_egress_allow
         shown = ", ".join(hosts[:MAX_HOSTS_SHOWN]) + (

@@ -17,6 +17,7 @@ class CardAction(StrEnum):
     CANCEL = "cancel"  # one run
     CANCEL_ALL = "cancel_all"  # every live run of the card's turn
     STOP = "stop"  # a growing answer's turn (its `run_id` names the turn): the model call and its runs
+    ANSWER = "answer"  # a question to the chat (its `run_id` names the question, `option` the choice)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,7 @@ class CardButton:
     action: CardAction
     run_id: str  # the run it acts on; for CANCEL_ALL any run of the card, whose turn is meant
     label: str  # what the button says
+    option: int | None = None  # ANSWER: which of the question's options
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class CardPress:
     press_id: str  # the platform's id of the press (Telegram's callback query id), for the log
     message_id: int | None = None  # the card's platform message id
     platform_chat_id: int | None = None  # the platform's chat id when it is not `chat_id` (topics, upgrades)
+    option: int | None = None  # ANSWER: the option the button named (checked against the stored question)
 
     @property
     def platform_id(self) -> int:

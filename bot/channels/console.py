@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.channels.base import ChatDirectory, DeliveryError, InboundHandler, MembershipHandler
-from bot.channels.buttons import CardAction, CardButton
+from bot.channels.buttons import CardAction, CardButton, CardPress, PressHandler
 from bot.channels.console_files import FILE_COMMAND, AttachError, attach, read_local, save_copy
 from bot.channels.inbound import InboundMessage
 from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain
@@ -25,6 +25,7 @@ log = get_logger(__name__)
 CONSOLE_CHAT_ID = -1  # a local "group" that never collides with a Telegram chat id (those are ≠ -1)
 CONSOLE_USER_ID = 1
 QUIT_COMMANDS = frozenset({"/quit", "/exit"})
+ANSWER_COMMAND = "/answer"  # `/answer <question id> <option number>`: a question's button, pressed on a terminal
 
 
 class ConsoleChannel:
@@ -55,7 +56,11 @@ class ConsoleChannel:
         self._files_dir = files_dir  # where files a subagent sends are saved (DATA_DIR/console-files)
         self._last_typing = 0.0
         self._reader: asyncio.Task[None] | None = None
+        self._press: PressHandler | None = None  # a question's buttons, typed as /answer (bot/question_presses.py)
         self.eof = asyncio.Event()
+
+    def on_press(self, handler: PressHandler) -> None:
+        self._press = handler
 
     @property
     def interactive(self) -> bool:
@@ -115,6 +120,9 @@ class ConsoleChannel:
                         f"(the terminal cut this line at {CANONICAL_LINE_LIMIT_CHARS:,} characters: "
                         "send long text in several lines)"
                     )
+                if text.split(maxsplit=1)[0].lower() == ANSWER_COMMAND:
+                    await self._answer(text)
+                    continue
                 try:
                     inbound = await self._file_message(text) if _is_file_command(text) else self._inbound(text)
                     if inbound is not None:
@@ -124,6 +132,33 @@ class ConsoleChannel:
                     self.say("(that message could not be handled; the log says why)")
         finally:
             self.eof.set()
+
+    async def _answer(self, text: str) -> None:
+        """`/answer <question id> <option number>`: the press of that button, decided by the press handler."""
+        parts = text.split()
+        if len(parts) != 3 or not parts[2].isascii() or not parts[2].isdigit():
+            self.say(f"(usage: {ANSWER_COMMAND} <question id> <option number>)")
+            return
+        if self._press is None:
+            self.say("(not now: the bot is starting)")
+            return
+        press = CardPress(
+            chat_id=CONSOLE_CHAT_ID,
+            chat_kind="console",
+            user_id=CONSOLE_USER_ID,
+            user_name=self._user_name,
+            action=CardAction.ANSWER,
+            run_id=parts[1][:64],
+            press_id=f"console-{time.monotonic_ns()}",
+            option=int(parts[2][:3]) - 1,
+        )
+        try:
+            answer = await self._press(press)
+        except Exception:
+            log.exception("console_press_failed")
+            self.say("(that answer could not be handled; the log says why)")
+            return
+        self.say(f"({answer.text})" if answer.text else "(done)")
 
     def _inbound(self, text: str) -> InboundMessage:
         command: str | None = None
@@ -212,7 +247,9 @@ def card_text(text: str, buttons: Sequence[CardButton]) -> str:
     """The card with its buttons as the commands that do the same: a terminal has nothing to press."""
     lines = [text]
     for button in buttons:
-        if button.action is CardAction.CANCEL:
+        if button.action is CardAction.ANSWER and button.option is not None:
+            lines.append(f"  {ANSWER_COMMAND} {button.run_id} {button.option + 1} – {button.label}")
+        elif button.action is CardAction.CANCEL:
             lines.append(f"  /cancel {button.run_id} – {button.label}")
         else:  # the console is one chat: its runs are this card's and those of any other turn
             lines.append("  /cancel all – cancel every run of this chat")

@@ -1,6 +1,6 @@
 """The status card on Telegram: its message, its buttons (an inline keyboard whose callback_data names only
-the action and the run: "c:<run id>", "a:<run id>"), and the callback queries a press sends, each answered
-exactly once.
+the action and the run: "c:<run id>", "a:<run id>"; a question's "q:<question id>:<option>"), and the callback
+queries a press sends, each answered exactly once.
 
 A press is read (its data, the chat and forum topic of the card it is under, who pressed), handed to the
 press handler, which checks everything again and acts, and then answered: Telegram shows a spinner until it is.
@@ -28,7 +28,8 @@ log = get_logger(__name__)
 
 MAX_CALLBACK_DATA_BYTES = 64  # Telegram's limit on a button's callback_data
 MAX_ANSWER_CHARS = 200  # answerCallbackQuery's text
-_CODES = {CardAction.CANCEL: "c", CardAction.CANCEL_ALL: "a", CardAction.STOP: "s"}
+_CODES = {CardAction.CANCEL: "c", CardAction.CANCEL_ALL: "a", CardAction.STOP: "s", CardAction.ANSWER: "q"}
+MAX_OPTION_INDEX = 99  # a question has a few options; more digits are data the bot never made
 _ACTIONS = {code: action for action, code in _CODES.items()}
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # run ids are spawn request ids (container.contract.ID_PATTERN)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a name is user input: it may reach the store (a cancel's reason)
@@ -38,18 +39,25 @@ FAILED = "That did not work. /subagents lists the runs; /cancel <run id> cancels
 
 
 def callback_data(button: CardButton) -> str:
-    return f"{_CODES[button.action]}:{button.run_id}"
+    option = "" if button.option is None else f":{button.option}"
+    return f"{_CODES[button.action]}:{button.run_id}{option}"
 
 
-def parse_data(data: str | None) -> tuple[CardAction, str] | None:
-    """The action and run a button's data names; None for data the bot never made."""
+def parse_data(data: str | None) -> tuple[CardAction, str, int | None] | None:
+    """The action, run (or question) and option a button's data names; None for data the bot never made."""
     if not data or len(data.encode("utf-8", "surrogatepass")) > MAX_CALLBACK_DATA_BYTES:
         return None
-    code, colon, run_id = data.partition(":")
+    code, colon, rest = data.partition(":")
     action = _ACTIONS.get(code)
+    run_id, option = rest, None
+    if action is CardAction.ANSWER:
+        run_id, colon, index = rest.partition(":")
+        if not colon or not index.isascii() or not index.isdigit() or int(index) > MAX_OPTION_INDEX:
+            return None
+        option = int(index)
     if not colon or action is None or _RUN_ID.fullmatch(run_id) is None:
         return None
-    return action, run_id
+    return action, run_id, option
 
 
 def keyboard(buttons: Sequence[CardButton]) -> InlineKeyboardMarkup | None:
@@ -146,6 +154,7 @@ class Presses:
             user_name=_LONE_SURROGATE.sub("\ufffd", user.full_name or user.username or str(user.id)),
             action=named[0],
             run_id=named[1],
+            option=named[2],
             press_id=query.id,
             message_id=message.message_id,
             platform_chat_id=None if conversation == chat.id else chat.id,

@@ -53,6 +53,9 @@ class ScheduleLimits:
     min_interval_seconds: int
     max_tasks_per_chat: int
     default_timezone: str
+    # SUBAGENT_APPROVAL=admins (read at each creation): a subagent task is approved once, by its creation, so only
+    # a chat admin (or ADMIN_USER_IDS) creates one; its runs are not asked about again.
+    admins_approve: Callable[[], bool] = lambda: False
 
 
 def _file_refs(files: Sequence[str], mode: TaskMode) -> tuple[str, ...]:
@@ -89,6 +92,9 @@ class TaskBook:
         self._is_admin = is_admin
         self._clock = clock
 
+    async def _by_admin(self, chat_id: int, user_id: int | None) -> bool:
+        return user_id is not None and await self._is_admin(chat_id, user_id)
+
     async def zone(self, chat_id: int) -> ZoneInfo:
         return ZoneInfo(await self._store.chat_timezone(chat_id) or self._limits.default_timezone)
 
@@ -112,6 +118,15 @@ class TaskBook:
         except ValueError:
             raise TaskRequestError("mode must be subagent or message") from None
         refs = _file_refs(files, task_mode)
+        if (
+            task_mode is TaskMode.SUBAGENT
+            and self._limits.admins_approve()
+            and not await self._by_admin(chat_id, creator_id)
+        ):
+            raise TaskRequestError(
+                "runs here need an admin's approval (SUBAGENT_APPROVAL=admins), so a scheduled subagent task is "
+                "approved by its creation: only a chat admin can create one"
+            )
         zone = await self.zone(chat_id)
         now = self._clock()
         minimum = self._limits.min_interval_seconds

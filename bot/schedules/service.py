@@ -9,6 +9,7 @@ from bot.ports.spawner import Spawner
 from bot.schedules.book import ScheduleLimits, TaskBook
 from bot.schedules.firing import Notifier, TaskFiring
 from bot.schedules.scheduler import TaskScheduler
+from core.setting_questions import ApprovalMode
 from core.settings import Settings
 from core.store.db import Database
 from core.store.messages import MessageStore, NewMessage
@@ -62,6 +63,7 @@ class Schedules:
             min_interval_seconds=settings.schedule_min_interval_seconds,
             max_tasks_per_chat=settings.max_tasks_per_chat,
             default_timezone=settings.timezone,
+            admins_approve=lambda: settings.subagent_approval is ApprovalMode.ADMINS,
         )
         self.book = TaskBook(self.store, self.scheduler, limits, is_admin)
 

@@ -7,6 +7,8 @@ result) run with no provider and no API key, and it makes that path testable. It
 - Every line of the task that starts with `$ ` (leading blanks allowed) is a shell command, run through the
   `bash` tool. Every line `send_file PATH [caption...]` (leading blanks allowed; PATH has no blanks) sends a
   file through the `send_file` tool, with `{"path": PATH}` and the caption if the line has one.
+- Every line `ask_chat QUESTION` asks the chat through the `ask_chat` tool; ` | ` after the question separates
+  the options (`ask_chat Which file? | a.txt | b.txt`), one button each.
 - ` ;; ` separates lines too, for a task typed on one line: `$ wc -l inbox/data.csv > n.txt ;; send_file n.txt`.
 - It makes these calls one at a time, in the task's line order: the first right after the task, the next
   after each tool result. After the last result it answers `Ran N command(s).` (`Ran N command(s), M
@@ -38,6 +40,9 @@ LINE_SEPARATOR = " ;; "
 BASH_TOOL_NAME = "bash"
 BASH_ARGUMENT_NAME = "command"
 SEND_FILE_TOOL_NAME = "send_file"
+ASK_TOOL_NAME = "ask_chat"
+ASK_PREFIX = "ask_chat "
+OPTION_SEPARATOR = " | "
 _SEND_FILE_LINE = re.compile(r"send_file[ \t]+(?P<path>\S+)(?:[ \t]+(?P<caption>.*\S))?[ \t]*")
 OUTPUT_TOOL_PREFIX = "final_result"  # pydantic-ai names its output tools so
 MAX_OUTPUT_CHARS_PER_COMMAND = 2_000
@@ -54,7 +59,7 @@ class Action:
     """One tool call the task's lines ask for, and the line as the final answer shows it."""
 
     tool: str
-    arguments: dict[str, str]
+    arguments: dict[str, Any]
     line: str
 
 
@@ -91,6 +96,12 @@ def parse_actions(task: str) -> list[Action]:
             command = line.lstrip().removeprefix(COMMAND_PREFIX).strip()
             if command:
                 actions.append(Action(BASH_TOOL_NAME, {BASH_ARGUMENT_NAME: command}, f"{COMMAND_PREFIX}{command}"))
+        elif stripped.startswith(ASK_PREFIX):
+            question, *options = stripped.removeprefix(ASK_PREFIX).split(OPTION_SEPARATOR)
+            arguments: dict[str, Any] = {"question": question.strip()}
+            if options:
+                arguments["options"] = [option.strip() for option in options]
+            actions.append(Action(ASK_TOOL_NAME, arguments, stripped))
         elif match := _SEND_FILE_LINE.fullmatch(stripped):
             arguments = {"path": match["path"]}
             if match["caption"]:
@@ -221,7 +232,7 @@ class OfflineSubagentModel:
         }
 
 
-def _tool_call_message(call_id: str, name: str, arguments: Mapping[str, str]) -> dict[str, Any]:
+def _tool_call_message(call_id: str, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "role": "assistant",
         "content": None,
@@ -248,7 +259,7 @@ def _final_text(progress: _Progress, actions: list[Action], runnable: list[Actio
             first_line = first_line[:MAX_QUOTED_TASK_CHARS] + "…"
         return (
             f"I have no commands to run: no line of the task starts with `{COMMAND_PREFIX}` "
-            f'or `{SEND_FILE_TOOL_NAME} `. The task begins: "{first_line}"'
+            f'or `{SEND_FILE_TOOL_NAME} ` or `{ASK_PREFIX}`. The task begins: "{first_line}"'
         )
     skipped = [action for action in actions if action not in runnable]
     missing = [f"`{tool}`" for tool in dict.fromkeys(action.tool for action in skipped)]
@@ -257,8 +268,14 @@ def _final_text(progress: _Progress, actions: list[Action], runnable: list[Actio
     if not runnable:
         return f"I cannot run commands here: {not_done}"
     commands = sum(action.tool == BASH_TOOL_NAME for action in runnable)
-    files = len(runnable) - commands
-    lines = [f"Ran {commands} command(s)" + (f", {files} send_file call(s)." if files else ".")]
+    questions = sum(action.tool == ASK_TOOL_NAME for action in runnable)
+    files = len(runnable) - commands - questions
+    lines = [
+        f"Ran {commands} command(s)"
+        + (f", {files} send_file call(s)" if files else "")
+        + (f", {questions} question(s)" if questions else "")
+        + "."
+    ]
     for action, output in zip(runnable, progress.results, strict=False):
         lines.append(action.line)
         lines.append(trim_output(output))

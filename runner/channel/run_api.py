@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from container.contract import WORKSPACE_PATH
 from container.protocol import (
+    ASK_PATH,
     FILES_PATH,
     MAX_RUN_BODY_BYTES,
     MAX_SESSION_BYTES,
@@ -25,6 +26,8 @@ from container.protocol import (
     RESULT_PATH,
     SESSION_PATH,
     TASK_PATH,
+    AskAnswer,
+    AskQuestion,
     ProgressMessage,
     RunResult,
     TaskSpec,
@@ -51,6 +54,7 @@ _ROUTES = {
     RESULT_PATH: "POST",
     MODEL_PATH: "POST",
     FILES_PATH: "POST",
+    ASK_PATH: "POST",
 }
 _OFFERED_PREFIX = f"{FILES_PATH}/"  # GET /run/files/<index>
 
@@ -69,6 +73,9 @@ class RunEndpoint(FileEndpoint, Protocol):
     async def session(self, history_json: bytes) -> str: ...
 
     async def result(self, result: RunResult) -> str: ...
+
+    async def ask(self, question: AskQuestion) -> AskAnswer:
+        """The chat's answer to a question, once it has one (or none came in time, or the run is ending)."""
 
     async def model_step(self, body: bytes) -> bytes:
         """The model's response to one step of the agent's loop, as JSON (runner/channel/model_step.py)."""
@@ -106,6 +113,10 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
         if path == MODEL_PATH and method == "POST":
             body = await _read(endpoint, request, MAX_STEP_BYTES, endpoint.limits.max_values, "model step")
             return web.Response(body=await endpoint.model_step(body), content_type="application/json")
+        if path == ASK_PATH and method == "POST":
+            body = await _read(endpoint, request, MAX_RUN_BODY_BYTES, MAX_SMALL_BODY_VALUES, "AskQuestion")
+            answered = await endpoint.ask(_parse(endpoint, AskQuestion, body))
+            return web.Response(body=answered.model_dump_json(), content_type="application/json")
         if path == RESULT_PATH and method == "POST":
             body = await _read(endpoint, request, MAX_RUN_BODY_BYTES, MAX_SMALL_BODY_VALUES, "RunResult")
             return answer(200, True, await endpoint.result(_parse(endpoint, RunResult, body)))

@@ -14,10 +14,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from container.protocol import (
+    ASK_PATH,
     FILES_PATH,
     MODEL_PATH,
     RESULT_PATH,
     SESSION_PATH,
+    AskAnswer,
+    AskQuestion,
     FileMeta,
     ProgressMessage,
     RunResult,
@@ -29,6 +32,7 @@ from core.store.runs import ProgressOutcome, RunStore
 from runner.channel.conversation_limits import ConversationLimits
 from runner.channel.run_api import INVALID_STATUS, ChannelRefused
 from runner.channel.run_file_desk import ReceivedFile, RunFileDesk
+from runner.channel.run_questions import RunAsking
 from runner.channel.sessions import SessionRejected, clean
 from runner.channel.workspace_desk import ArchiveStore, WorkspaceDesk
 from runner.runs.live_runs import LiveRun, StopReason
@@ -59,6 +63,7 @@ class RunInbox:
         session_max_messages: int,
         files: RunFileDesk,
         workspace: ArchiveStore | None = None,
+        asking: RunAsking | None = None,
     ) -> None:
         self._live = live
         self._spec = spec
@@ -68,6 +73,7 @@ class RunInbox:
         self._max_messages = max_messages
         self._session_max_messages = session_max_messages
         self._files = files
+        self._asking = asking  # None: this run cannot ask its chat (no chat side in this process)
         self.result_received: RunResult | None = None
         self.session_json: bytes | None = None
         self.session_in: str | None = None  # the session the run started from, for its record
@@ -121,6 +127,8 @@ class RunInbox:
             raise ChannelRefused(409, "this run has reported its result already")
         if path == FILES_PATH:
             self._files.admit()
+        if path == ASK_PATH:
+            self._check_not_stopping()
 
     # --- files: runner/channel/run_file_desk.py ---------------------------------------------------
 
@@ -180,6 +188,13 @@ class RunInbox:
             return "already sent"
         self._delivery.send_soon(self._live.chat_id)
         return "sent"
+
+    async def ask(self, question: AskQuestion) -> AskAnswer:
+        """The chat's answer to the run's question (runner/channel/run_questions.py), once it has one."""
+        self._check_not_stopping()
+        if self._asking is None:
+            raise ChannelRefused(403, "this bot takes no questions from subagents here")
+        return await self._asking.ask(question)
 
     async def session(self, history_json: bytes) -> str:
         self._check_not_stopping()

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.egress_rules import EgressMode, IpAddress, literal_address
+from core.egress_rules import EgressMode, IpAddress, listed, literal_address
 from core.logging import get_logger
-from runner.egress.records import EgressEvent, EgressRules, budget_reason, lookups_reason
+from runner.egress.records import EgressEvent, EgressRules, HostAsker, HostDecision, budget_reason, lookups_reason
 from runner.egress.refusal import FORBIDDEN, TIMEOUT, TOO_MANY, Refused, answer
 from runner.egress.request_head import MAX_HEAD_BYTES, HeadUnfinished, ProxyRequest, parse_head, read_head
 from runner.egress.resolve import (
@@ -49,6 +49,7 @@ MAX_UNIX_PATH_BYTES = 107  # sun_path holds 108 bytes including the terminating 
 ACCEPT_RETRY_SECONDS = 0.1  # out of descriptors: the waiting connections stay queued until some are freed
 ACCEPT_RETRY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+MAX_HOSTS_ASKED = 64  # distinct hosts one run's door asks the chat about (the run's questions are fewer anyway)
 DOOR_CLOSED = "the run's door closed"
 
 
@@ -87,6 +88,7 @@ class EgressDoor:
         resolve_seconds: float = RESOLVE_SECONDS,
         connect_seconds: float = CONNECT_SECONDS,
         max_opening: int = MAX_OPENING,
+        asker: HostAsker | None = None,
     ) -> None:
         if rules.mode is EgressMode.NONE:
             raise ValueError("SUBAGENT_EGRESS=none opens no door")
@@ -104,6 +106,8 @@ class EgressDoor:
         self._resolve_seconds = resolve_seconds
         self._connect_seconds = connect_seconds
         self._max_opening = max_opening
+        self._asker = asker  # SUBAGENT_EGRESS=ask: the chat decides about an unlisted public host
+        self._decisions: dict[tuple[str, int], asyncio.Task[HostDecision]] = {}
         self._budget = ByteBudget(rules.max_bytes)
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
@@ -165,6 +169,9 @@ class EgressDoor:
                 attempt.tunnel.cut(DOOR_CLOSED)
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for decision in self._decisions.values():
+            decision.cancel()
+        await asyncio.gather(*self._decisions.values(), return_exceptions=True)
         if self._own_lookups is not None:
             self._own_lookups.close()
 
@@ -241,6 +248,9 @@ class EgressDoor:
                 own=self._own,
                 seconds=self._resolve_seconds,
             )
+            if self._rules.mode is EgressMode.ASK and not listed(self._rules.allow, request.host, request.port):
+                # Held (its slot too) while the chat decides; then connected only to the addresses checked above.
+                await self._decided(request.host, request.port)
             address, server_reader, server_writer = await connect(
                 addresses, request.port, seconds=self._connect_seconds
             )
@@ -316,6 +326,26 @@ class EgressDoor:
             raise Refused(FORBIDDEN, budget_reason(self._rules.max_bytes))
         self._lookups += 1
         attempt.lookups = 1
+
+    async def _decided(self, host: str, port: int) -> None:
+        """An unlisted public host in ask mode: refused unless the chat allows it. Asked once per host and port
+        in this run: connections meanwhile wait for the same answer, later ones reuse it."""
+        key = (host.lower().rstrip("."), port)
+        decision = self._decisions.get(key)
+        if decision is None:
+            if self._asker is None or len(self._decisions) >= MAX_HOSTS_ASKED:
+                raise Refused(FORBIDDEN, f"{host[:80]}:{port} is not on the list, and no more hosts are asked about")
+            decision = asyncio.create_task(self._asker(*key), name=f"egress-ask-{key[0][:40]}")
+            self._decisions[key] = decision
+        try:
+            decided = await asyncio.shield(decision)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the asker failed: nobody allowed it
+            self._log.warning("egress_ask_failed", socket=str(self._path), error=str(exc))
+            decided = HostDecision.DENY
+        if decided is HostDecision.DENY:
+            raise Refused(FORBIDDEN, f"{host[:80]}:{port} was not allowed by the chat (denied, or no answer)")
 
     def _spent(self) -> None:
         """The budget is spent: every tunnel of the run is cut (each one's event says why)."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from core.egress_rules import AllowEntry, EgressMode
 
@@ -10,6 +13,18 @@ MIB = 1024 * 1024
 # Names a run's door looks up, in all: each is real DNS traffic from the host, to names the run chooses.
 # Generous for a task's fetches (a page's hosts, a package index's mirrors); a literal address is no lookup.
 MAX_LOOKUPS_PER_RUN = 256
+
+
+class HostDecision(StrEnum):
+    """What the chat decided about an unlisted public host (SUBAGENT_EGRESS=ask)."""
+
+    ALLOW_ONCE = "allow_once"  # for this run
+    ALLOW_IN_CHAT = "allow_in_chat"  # for this run, and the chat's own list keeps it for later runs
+    DENY = "deny"  # denied, not answered, or not asked (the run's questions are used up)
+
+
+# (host, port) as the client asked for them: the chat's decision, asked once per host and port in a run.
+HostAsker = Callable[[str, int], Coroutine[Any, Any, HostDecision]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The task manager: the lifecycle of a run, from an accepted spawn request to its one recorded outcome.
 
 Every request becomes exactly one run record. Admission (runner/lifecycle/admission.py) decides whether it
-starts, waits for a slot (runner/lifecycle/waiting.py) or is refused; a started run gets a host-side run dir, a
+awaits approval (approvals.py), starts, waits for a slot (waiting.py) or is refused; a started run gets a run dir, a
 channel socket (runner/channel/run_endpoint.py) and a container (runner/lifecycle/container_spec.py), and is
 supervised until its container exits or must be stopped (cancel, time limit, token budget, workspace quota). Cancels,
 completions and time-outs race on purpose through `RunStore.finish`, which records only the first outcome
@@ -22,6 +22,7 @@ from core.store.chats import Chat
 from core.store.runs import DuplicateRun, RunRecord, RunStatus
 from runner.ipc.batch import RequestOutcome
 from runner.lifecycle.admission import Admission, record_request
+from runner.lifecycle.approvals import Approvals
 from runner.lifecycle.conclusion import Conclusion, Releases
 from runner.lifecycle.container_spec import run_container_spec
 from runner.lifecycle.manager_ports import RunChannels, RunStores, TypingHolder
@@ -94,8 +95,13 @@ class TaskManager:
         )
         self._live = live
         self._rejections = Refusals(stores.runs, delivery, admission.reject_text)
+        self.approvals = Approvals(
+            settings, stores.runs, stores.questions, delivery, queued=lambda: len(self.waiting), start=self._approved
+        )
+        self.approvals.on_refused(self._rejections.add, accounting.not_started)
         self.waiting = WaitingRuns(
             lambda: settings.subagent_queue_limit,
+            approvals=self.approvals,  # a cancel or a merge also ends the runs awaiting approval
             runs=stores.runs,
             delivery=delivery,
             may_start=lambda chat_id: admission.over_cap(chat_id).status is None,
@@ -116,6 +122,8 @@ class TaskManager:
             return RequestOutcome.DUPLICATE
         label = label_for(request, await self._runs.continued_run(request.turn_id))
         decision = await self._admission.cancelled_before_pickup(chat_id, request, picked_up_at)
+        if decision.status is None and self.approvals.needed(request):  # SUBAGENT_APPROVAL=admins
+            return await self.approvals.hold(chat_id, request, label)
         if decision.status is None:
             decision = self._admission.over_cap(chat_id)  # no await between this and the reservation below
         waits = decision.status is RunStatus.REJECTED and self.waiting.has_room(chat_id)  # over a cap: it may wait
@@ -152,6 +160,10 @@ class TaskManager:
         )
         return RequestOutcome.ACCEPTED
 
+    def _approved(self, record: RunRecord) -> None:  # in the queue, quietly: it starts as the caps allow
+        self.waiting.add(record.id, record.chat_id, record.turn_id, record.label, notify=False)
+        self.drain_queue()
+
     async def tell_unnotified_rejections(self) -> None:
         await self._rejections.tell_unnotified()
 
@@ -186,7 +198,7 @@ class TaskManager:
         """A new (or restarted) run: check the workspace, open its channel, start its container, supervise it."""
 
         async def body(chat: Chat) -> None:
-            over = await self._workspace_over_quota(chat)
+            over = await self._workspaces.over_quota(chat.folder)
             if over is not None:
                 await self._conclude(live, RunStatus.FAILED, error=over)
                 return
@@ -239,17 +251,15 @@ class TaskManager:
         finally:
             await self._cleanup(live)
 
-    async def _workspace_over_quota(self, chat: Chat) -> str | None:
-        return await self._workspaces.over_quota(chat.folder)
-
     # --- supervising ----------------------------------------------------------------------------
 
     async def _supervise(self, live: LiveRun, chat: Chat) -> None:
         async with self._conclusion.on_report(live, chat):
-            exit_code = await self._supervisor.until_exit(live, lambda: self._workspace_over_quota(chat))
+            exit_code = await self._supervisor.until_exit(live, lambda: self._workspaces.over_quota(chat.folder))
         await self._accounting.stopped(live)
         self.drain_queue()  # its slot is free now that its container is stopped
-        quota = await self._workspace_over_quota(chat) if live.stop_reason is StopReason.WORKSPACE_QUOTA else None
+        quota_hit = live.stop_reason is StopReason.WORKSPACE_QUOTA
+        quota = await self._workspaces.over_quota(chat.folder) if quota_hit else None
         await self._conclusion.settle(live, chat, exit_code, quota)
 
     async def on_budget_exhausted(self, run_id: str) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from core.questions import Questions
 from core.store.chats import ChatStore
 from core.store.messages import MessageStore
 from core.store.run_files import RunFileStore
@@ -31,6 +32,7 @@ class RunStores:
     chats: ChatStore
     messages: MessageStore
     files: RunFileStore
+    questions: Questions | None = None  # the desk of questions to the chat (ask_chat, the door, approvals)
 
 
 class TypingHolder(Protocol):

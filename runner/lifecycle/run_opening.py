@@ -12,6 +12,7 @@ from runner.channel.llm_allowance import Payer
 from runner.channel.llm_proxy import Spent
 from runner.channel.run_endpoint import RunInbox
 from runner.channel.run_file_desk import FilesOut, RunFileDesk
+from runner.channel.run_questions import RunAsking
 from runner.lifecycle.manager_ports import RunChannels, RunStores
 from runner.lifecycle.run_accounting import RunAccounting
 from runner.lifecycle.run_doors import RunDoors
@@ -43,6 +44,7 @@ class RunOpener:
         self._runs = stores.runs
         self._messages = stores.messages
         self._run_files = stores.files
+        self._questions = stores.questions
         self._channels = channels
         self._delivery = delivery
         self._paths = paths
@@ -103,9 +105,29 @@ class RunOpener:
             session_max_messages=self._settings.subagent_session_max_messages,
             files=desk,
             workspace=self._workspaces.synced(chat.folder),
+            asking=self._asking(live),
         )
         live.inbox.session_in = session_in if spec.history else None
         spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
         # Its calls spend its chat's daily allowance, as a scheduled task's work or a turn's (a re-attached run too).
         payer = Payer.of_run(live.chat_id, live.turn_id)
         await self._channels.open_run(live.id, socket_path, endpoint=live.inbox, spent=spent, payer=payer)
+
+    def _asking(self, live: LiveRun) -> RunAsking | None:
+        """ask_chat's end on the host, when this process has a chat to ask."""
+        if self._questions is None:
+            return None
+        s = self._settings
+
+        def invalid(status: int, reason: str) -> None:
+            if isinstance(live.inbox, RunInbox):
+                live.inbox.invalid(status, reason)
+
+        return RunAsking(
+            live,
+            self._questions,
+            reply_to=lambda: self._runs.asked_by(live.id),
+            timeout_seconds=lambda: s.subagent_ask_timeout_seconds,
+            max_questions=lambda: s.subagent_max_questions,
+            invalid=invalid,
+        )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.runs import RunRecord, RunStatus, RunStore
+from runner.lifecycle.approvals import Approvals
 from runner.lifecycle.rejections import RejectionNotices
 
 log = get_logger(__name__)
@@ -104,8 +105,10 @@ class WaitingRuns:
         may_start: Callable[[int], bool],
         start: Callable[[Waiting], None],
         on_cancelled: Callable[[RunStatus, str], None] = lambda status, reason: None,
+        approvals: Approvals | None = None,
     ) -> None:
         self._queue = RunQueue(limit)
+        self._approvals = approvals  # runs not queued yet, awaiting an admin's approval: cancelled with the rest
         self._runs = runs
         self._delivery = delivery
         self._may_start = may_start
@@ -135,12 +138,14 @@ class WaitingRuns:
                 return position
         return None
 
-    def add(self, run_id: str, chat_id: int, turn_id: str | None, label: str) -> None:
-        """Queue a run recorded `queued` and waiting; the chat is told its place."""
+    def add(self, run_id: str, chat_id: int, turn_id: str | None, label: str, *, notify: bool = True) -> None:
+        """Queue a run recorded `queued` and waiting; the chat is told its place (unless `notify` is off: an
+        approved run, which may start at once)."""
         ahead = self._queue.add(run_id, chat_id, turn_id, label)
-        self._first_ahead.setdefault(chat_id, ahead)
         log.info("run_waiting", run_id=run_id, chat_id=chat_id, ahead=ahead)
-        self._notices.add(chat_id)
+        if notify:
+            self._first_ahead.setdefault(chat_id, ahead)
+            self._notices.add(chat_id)
 
     def restore(self, records: Iterable[RunRecord]) -> None:
         """At start: the runs that waited before the restart wait again, in their order."""
@@ -167,13 +172,24 @@ class WaitingRuns:
 
     async def cancel_run(self, chat_id: int, run_id: str, reason: str) -> bool:
         entries = [w for w in self._queue.all() if w.run_id == run_id and w.chat_id == chat_id]
-        return bool(await self._cancel(entries, reason))
+        return bool(await self._unapproved(reason, chat_id, run_id=run_id) + await self._cancel(entries, reason))
 
     async def cancel_chat(self, chat_id: int, reason: str) -> int:
-        return await self._cancel([w for w in self._queue.all() if w.chat_id == chat_id], reason)
+        unapproved = await self._unapproved(reason, chat_id)
+        return unapproved + await self._cancel([w for w in self._queue.all() if w.chat_id == chat_id], reason)
 
     async def cancel_turn(self, turn_id: str, reason: str) -> int:
-        return await self._cancel([w for w in self._queue.all() if w.turn_id == turn_id], reason)
+        unapproved = await self._unapproved(reason, None, turn_id=turn_id)
+        return unapproved + await self._cancel([w for w in self._queue.all() if w.turn_id == turn_id], reason)
+
+    async def _unapproved(
+        self, reason: str, chat_id: int | None, *, run_id: str | None = None, turn_id: str | None = None
+    ) -> int:
+        if self._approvals is None:
+            return 0
+        return await self._approvals.cancel(
+            await self._approvals.awaiting(chat_id, run_id=run_id, turn_id=turn_id), reason
+        )
 
     async def _tell(self, chat_id: int, count: int) -> None:
         ahead = self._first_ahead.pop(chat_id, 0)
@@ -185,3 +201,5 @@ class WaitingRuns:
 
     async def close(self) -> None:
         await self._notices.close()
+        if self._approvals is not None:
+            await self._approvals.close()

@@ -32,12 +32,15 @@ from pydantic import ValidationError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from container.protocol import (
+    ASK_PATH,
     FILES_PATH,
     MESSAGE_PATH,
     MODEL_PATH,
     RESULT_PATH,
     SESSION_PATH,
     TASK_PATH,
+    AskAnswer,
+    AskQuestion,
     FileMeta,
     ProgressMessage,
     RunResult,
@@ -98,6 +101,8 @@ class ScriptedLLM:
     messages_over_budget: int = 0  # messages refused as over the run's budget
     sessions: list[bytes] = field(default_factory=list)
     results: list[RunResult] = field(default_factory=list)
+    questions: list[AskQuestion] = field(default_factory=list)  # what ask_chat asked, in order
+    answers: list[AskAnswer] = field(default_factory=list)  # the chat's answers, one per question, in order
     files: FakeFiles = field(default_factory=FakeFiles)  # the offered files, and the uploads that arrived
     _runner: web.AppRunner | None = None
 
@@ -185,6 +190,13 @@ class _FakeRunEndpoint:
         self._message_ids.add(message.message_id)
         self._host.messages.append(message)
         return "sent"
+
+    async def ask(self, question: AskQuestion) -> AskAnswer:
+        self._refuse_if_told(ASK_PATH)
+        self._host.questions.append(question)
+        if not self._host.answers:
+            return AskAnswer(outcome="no_answer", detail="nobody answered within SUBAGENT_ASK_TIMEOUT_SECONDS")
+        return self._host.answers.pop(0)
 
     async def session(self, history_json: bytes) -> str:
         self._refuse_if_told(SESSION_PATH)

@@ -24,7 +24,7 @@ from container.protocol import MAX_RESULT_CHARS, MAX_SESSION_BYTES, RunResult
 from tests.container.agent_helpers import BASH_HELLO, PROMPT, RUN_ID, scripted_host, tool_messages, user_texts
 from tests.container.scripted_llm import TextReply, ToolCallReply
 
-TOOL_NAMES = {"bash", "read_file", "write_file", "edit_file", "list_files", "send_message", "send_file"}
+TOOL_NAMES = {"bash", "read_file", "write_file", "edit_file", "list_files", "send_message", "send_file", "ask_chat"}
 
 
 # --- runs that complete -------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,9 @@ class RecordingChannel:
 
     async def send_message(self, message_id: str, text: str) -> str:
         raise AssertionError("no messages here")
+
+    async def ask(self, ask_id: str, question: str, options: list[str]) -> dict[str, Any]:
+        raise AssertionError(f"unexpected question {question!r}")
 
     async def send_file(self, upload_id: str, name: str, caption: str | None, fd: int, size: int) -> str:
         if self.refuse is not None:

@@ -73,7 +73,7 @@ def test_an_older_hosts_task_gets_the_defaults() -> None:
         ({"max_file_bytes": "20 MB"}, "the task's max_file_bytes is not a int"),
         ({"max_files_out": True}, "the task's max_files_out is not a int"),
         ({"egress": "open"}, "the task's egress is not an object"),
-        ({"egress": {"mode": "none", "max_bytes": 1}}, "the task's egress mode is not one of allowlist, open"),
+        ({"egress": {"mode": "none", "max_bytes": 1}}, "the task's egress mode is not one of allowlist, ask, open"),
         ({"egress": {"mode": "open"}}, "the task's egress has no max_bytes"),
         ({"egress": {"mode": "open", "max_bytes": -1}}, "the task's egress max_bytes is negative"),
         ({"egress": {"mode": "open", "max_bytes": 1.5}}, "the task's egress's max_bytes is not a int"),

@@ -7,6 +7,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,9 @@ class NoMessages:
 
     async def send_message(self, message_id: str, text: str) -> str:
         raise AssertionError(f"unexpected progress message {text!r}")
+
+    async def ask(self, ask_id: str, question: str, options: list[str]) -> dict[str, Any]:
+        raise AssertionError(f"unexpected question {question!r}")
 
     async def send_file(self, upload_id: str, name: str, caption: str | None, fd: int, size: int) -> str:
         raise AssertionError(f"unexpected file {name!r}")

@@ -14,7 +14,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from bot.budget_command import WHO_MAY
-from tests.fakes.telegram_server import FakeTelegram
+from tests.fakes.telegram_server import FakeTelegram, SentMessage
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
 pytestmark = pytest.mark.timeout(60)
@@ -37,9 +37,17 @@ class Provider:
         return ModelResponse(parts=[TextPart("Sure.")], usage=self.usage or RequestUsage(unmeasured_requests=1))
 
 
+TOP_UP = "Admins: add a day's top-up"  # the question under the 80 % notice (test_top_up_button_for_admins)
+
+
+def spoken(tg: FakeTelegram) -> list[SentMessage]:
+    return [m for m in tg.sent_messages(GROUP_ID) if not m.plain_text.startswith(TOP_UP)]
+
+
 async def said(tg: FakeTelegram, count: int) -> list[str]:
-    """What the bot said in the group so far, without its name before each message."""
-    return [m.plain_text.removeprefix("Crew: ") for m in await tg.wait_for_messages(GROUP_ID, count, WAIT_SECONDS)]
+    """What the bot said in the group so far (its top-up question aside), without its name before each message."""
+    found = await tg.wait_until(lambda: spoken(tg) if len(spoken(tg)) >= count else None, WAIT_SECONDS)
+    return [m.plain_text.removeprefix("Crew: ") for m in found]
 
 
 async def test_budget_is_shown_to_everyone_and_changed_by_admins_only(tmp_path: Path) -> None:
@@ -125,7 +133,8 @@ async def test_eighty_percent_is_told_once_and_a_spent_chat_gets_a_notice_withou
             assert (await said(tg, 4))[-1] == "Sure."
 
             update = tg.push_message(GROUP_ID, f"@{tg.bot_username} four?")
-            refused = (await tg.wait_for_messages(GROUP_ID, 5, WAIT_SECONDS))[-1]
+            await said(tg, 5)
+            refused = spoken(tg)[-1]
             assert refused.plain_text.removeprefix("Crew: ") == (
                 "This chat's daily allowance of 1,000 tokens is used up for today; it resets at 00:00 (UTC)."
             )
@@ -148,3 +157,37 @@ async def test_a_provider_reporting_no_usage_is_estimated_and_budget_says_so(tmp
         shown = (await said(tg, 2))[-1]
     assert "it has no daily allowance." in shown
     assert "1 call(s) reported no usage: those are estimated from their size." in shown
+
+
+async def test_top_up_button_for_admins(tmp_path: Path) -> None:
+    """The 80 % notice comes with a day's top-up for the chat's admins: a member's tap is refused with an alert,
+    an admin's adds the day's allowance once (stored first), a second tap is told it was done."""
+    provider = Provider(RequestUsage(input_tokens=800, output_tokens=50))
+    async with FakeTelegram() as tg:
+        tg.set_chat_admins(GROUP_ID, [ADMIN])
+        settings = make_settings(tmp_path, tg, CHAT_DAILY_TOKENS="1000")
+        async with telegram_app(settings, model=FunctionModel(provider)) as app:
+            tg.push_message(GROUP_ID, f"@{tg.bot_username} one")  # 850 of 1,000: past 80 %
+
+            def offered() -> SentMessage | None:
+                return next((m for m in tg.sent_messages(GROUP_ID) if m.plain_text.startswith(TOP_UP)), None)
+
+            question = await tg.wait_until(offered, WAIT_SECONDS)
+            assert question.plain_text == "Admins: add a day's top-up (1,000 tokens) for today?"
+            [button] = tg.buttons(GROUP_ID, question.message_id)
+            assert button["text"] == "Add a day's top-up"
+            member = await tg.wait_for_answer(
+                tg.push_callback_query(GROUP_ID, question.message_id, button["callback_data"])
+            )
+            assert member.show_alert and member.text == "Only a chat admin can answer this."
+            assert (await app.allowances.status(GROUP_ID)).allowance == 1000
+            admin = await tg.wait_for_answer(
+                tg.push_callback_query(GROUP_ID, question.message_id, button["callback_data"], user_id=ADMIN)
+            )
+            assert admin.text is not None and admin.text.startswith("Added 1,000 tokens for today")
+            again = await tg.wait_for_answer(
+                tg.push_callback_query(GROUP_ID, question.message_id, button["callback_data"], user_id=ADMIN)
+            )
+            assert again.text is not None and again.text.startswith("Already answered by")
+            status = await app.allowances.status(GROUP_ID)
+    assert (status.allowance, status.added) == (2000, 1000)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.schedules.book import TaskAction, TaskRequestError
+from bot.schedules.book import ScheduleLimits, TaskAction, TaskBook, TaskRequestError
 from core.store.chats import ChatStore
 from core.store.runs import RunStatus, RunStore
 from core.store.schedules import FireStatus, TaskMode, TaskStatus
@@ -194,3 +194,22 @@ async def test_a_run_the_manager_rejected_for_full_caps_waits_and_starts_again(r
     current = await rig.store.get(task.id)
     assert current is not None and current.failures == 0
     assert [(f.status, f.run_id) for f in history] == [(FireStatus.RUNNING, "run2")]
+
+
+async def test_with_approval_by_admins_only_an_admin_creates_a_subagent_task(rig: Rig) -> None:
+    """SUBAGENT_APPROVAL=admins: a scheduled subagent task is approved by its creation, so a member's is refused;
+    an admin's is created (its runs are not asked about again: tests/runner/lifecycle/test_approval.py)."""
+    admins = {CREATOR}
+
+    async def is_admin(chat_id: int, user_id: int) -> bool:
+        return user_id in admins
+
+    book = TaskBook(rig.store, rig.scheduler, ScheduleLimits(300, 5, "UTC", admins_approve=lambda: True), is_admin)
+    with pytest.raises(TaskRequestError, match="only a chat admin can create one"):
+        await book.schedule(CHAT, OTHER_USER, "report the weather", "every 1h")
+    with pytest.raises(TaskRequestError, match="only a chat admin can create one"):
+        await book.schedule(CHAT, None, "report the weather", "every 1h")
+    task = await book.schedule(CHAT, CREATOR, "report the weather", "every 1h")
+    assert task.creator_id == CREATOR
+    message = await book.schedule(CHAT, OTHER_USER, "say good morning", "every 1h", mode=TaskMode.MESSAGE)
+    assert message.mode is TaskMode.MESSAGE  # no subagent, nothing to approve

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from container.protocol import FileMeta, ProgressMessage, RunResult, TaskSpec
+from container.protocol import AskAnswer, AskQuestion, FileMeta, ProgressMessage, RunResult, TaskSpec
 from core.settings import LLMProvider
 from runner.channel.conversation_limits import ConversationLimits
 from runner.channel.llm_policy import RequestPolicy
@@ -34,6 +34,7 @@ class Recorder:
     messages: list[ProgressMessage] = field(default_factory=list)
     sessions: list[bytes] = field(default_factory=list)
     results: list[RunResult] = field(default_factory=list)
+    questions: list[AskQuestion] = field(default_factory=list)
     steps: list[bytes] = field(default_factory=list)
     invalid_reasons: list[str] = field(default_factory=list)
     limits: ConversationLimits = field(default_factory=lambda: ConversationLimits.for_task(SPEC, EXTRA_MODEL_STEPS))
@@ -66,6 +67,11 @@ class Recorder:
         self._gate()
         self.messages.append(message)
         return "sent"
+
+    async def ask(self, question: AskQuestion) -> AskAnswer:
+        self._gate()
+        self.questions.append(question)
+        return AskAnswer(outcome="answered", answer=question.options[0] if question.options else "yes", by="Alice")
 
     async def session(self, history_json: bytes) -> str:
         self._gate()
