@@ -7,11 +7,12 @@ What the fake can see: the pacer (bot/channels/edit_pacer.py) spaces the *turns*
 clock; a write's request reaches the fake a little after its turn (the text rendered, the chat's address read
 from the store, PTB, HTTP), and not always by the same amount. Both are this process's time.monotonic(), so a
 gap the fake sees is the pacer's gap give or take that lag: the assertions allow LAG_SECONDS. With the fakes on
-threads of their own the lag measured up to some 0.4 s, mostly while the 20 answers begin: up to 13 writes in a
-second, 10 in 0.7 s, for 10 a second allowed (the pacer's turns: 11 and 8). With the fakes on the app's loop it
-reached 0.9 s where answers end, the address lookups queueing behind the store's writes. The outbox's final
-edit of each answer is not paced (it goes at once when the answer is complete), so the budgets are asserted on
-the writes of growing answers.
+threads of their own the lag measured up to some 0.4 s on an idle machine, mostly while the 20 answers begin (up
+to 13 writes in a second, 10 in 0.7 s, for 10 a second allowed; the pacer's turns: 11 and 8), and up to some
+0.7 s while other work used both cores (13 writes in 0.6 s). So the budget of all chats together is checked over
+windows of BUDGET_WINDOW_SECONDS, where that bunching is small against what 20 unpaced chats would write. The
+outbox's final edit of each answer is not paced (it goes at once when the answer is complete), so the budgets are
+asserted on the writes of growing answers.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from tests.fakes.llm_server import FakeLLM, StreamPace, openai_text, openai_tool
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
-LAG_SECONDS = 0.4  # how much later than its turn a write may reach the fake (see above)
-STEADY_LAG_SECONDS = 0.05  # the same, for one chat streaming alone
+LAG_SECONDS = 0.9  # how much later than its turn a write may reach the fake (see above)
+OPEN_LAG_SECONDS = 0.4  # the lag that marks when all 20 streams are open (a longer one leaves no such time)
+BUDGET_WINDOW_SECONDS = 3.0
+STEADY_LAG_SECONDS = 0.2  # the same, for one chat streaming alone (its own loop: less)
 CHATS = [-2001 - n for n in range(20)]
 INTERVAL_SECONDS = 1.0  # STREAM_EDIT_INTERVAL_SECONDS (its least)
 EDITS_PER_SECOND = 10  # STREAM_EDITS_PER_SECOND; 20 chats at one write per INTERVAL_SECONDS would want 20
@@ -102,7 +105,7 @@ async def test_twenty_chats_streaming_at_once_keep_each_chats_interval_and_the_g
         llm.openai.handle_with(_by_topic)
         for number, chat in enumerate(CHATS):  # all at once: 20 updates in one getUpdates answer
             tg.push_message(chat, f"@{tg.bot_username} tell me about topic-{number}", first_name="Ann")
-        await llm.wait_for_requests(len(CHATS))
+        await llm.wait_for_requests(len(CHATS), timeout_seconds=30)
         for number, chat in enumerate(CHATS):
             final = f"Crew: {_answer_for(number)}"
             await tg.wait_until(functools.partial(_shows, tg, chat, final), timeout_seconds=30)
@@ -123,20 +126,24 @@ async def test_twenty_chats_streaming_at_once_keep_each_chats_interval_and_the_g
     # that reached the fake at t came between t - LAG_SECONDS and t: all 20 had opened by then if t is past every
     # chat's first write by the lag, and none had closed if t is before every chat's last write of less than its
     # whole answer (its model still streaming) by the lag.
-    all_open = max(own[0].at for own in growing.values()) + LAG_SECONDS
+    all_open = max(own[0].at for own in growing.values()) + OPEN_LAG_SECONDS
     none_done = min(max(w.at for w in own if _answer_for(n) not in w.text) for n, own in enumerate(growing.values()))
     stretched = [
         b.at - a.at
         for own in growing.values()
         for a, b in itertools.pairwise(own)
-        if all_open <= a.at <= none_done - LAG_SECONDS
+        if all_open <= a.at <= none_done - OPEN_LAG_SECONDS
     ]
     assert len(stretched) >= len(CHATS) // 2, stretched
     assert min(stretched) >= len(CHATS) / EDITS_PER_SECOND - LAG_SECONDS, stretched
-    # All chats together: no second holds more than STREAM_EDITS_PER_SECOND turns, so no window of a second
-    # less the lag holds more writes.
-    busiest = _busiest([w.at for own in growing.values() for w in own], 1.0 - LAG_SECONDS)
-    assert EDITS_PER_SECOND // 2 <= busiest <= EDITS_PER_SECOND  # the budget, not the chats' wish, held them
+    # All chats together: a window of BUDGET_WINDOW_SECONDS holds the turns of that window and the lag before it,
+    # at most STREAM_EDITS_PER_SECOND a second (and one more at its edge); the 20 chats unpaced, one write per
+    # INTERVAL_SECONDS each, would put twice that in it.
+    busiest = _busiest([w.at for own in growing.values() for w in own], BUDGET_WINDOW_SECONDS)
+    most = EDITS_PER_SECOND * (BUDGET_WINDOW_SECONDS + LAG_SECONDS) + 1
+    wished = len(CHATS) * BUDGET_WINDOW_SECONDS / INTERVAL_SECONDS
+    assert most < wished
+    assert EDITS_PER_SECOND * BUDGET_WINDOW_SECONDS / 2 <= busiest <= most  # the budget, not the chats' wish, held them
 
 
 BEFORE = "Sure, I will set up a daily post of the stand-up notes for this group. One moment while I book it."
