@@ -5,9 +5,10 @@ against STT_MAX_SECONDS, that it is audio at all), its spend held in the allowan
 leaves the reason in their place; nothing is retried, not even after a restart. When it is done, `heard` is
 told (the router then starts the turn a voice reply to the bot or a "Crew, …" asks for).
 
-Spend: the audio's seconds are counted as kind `speech`, with what they cost (STT_PRICE_PER_MINUTE) as the
-main model's input tokens that money buys (LLM_PRICE_INPUT_PER_MTOK); with no prices set, as the transcript's
-own size, a token a byte, as the LLM calls count text they cannot measure.
+Spend: the audio's seconds (the longest of declared, measured and reported) are counted as kind `speech`, with
+what they cost (STT_PRICE_PER_MINUTE) as the main model's input tokens that money buys (LLM_PRICE_INPUT_PER_MTOK);
+with no prices set, as the transcript's own size, a token a byte, as the LLM calls count text they cannot measure.
+A call that failed after the upload may be billed: it is counted at what it held.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot.senses.audio_sniff import audio_format, audio_seconds
+from bot.senses.audio_sniff import audio_format, audio_seconds, most_seconds
 from bot.senses.seen_images import FileDownloader
 from bot.senses.stt_client import SttClient, SttError
 from bot.senses.window import clock
-from core.allowances import Allowances, AllowanceSpent
+from core.allowances import Allowances, AllowanceSpent, Reservation
 from core.logging import get_logger
 from core.settings import Settings
 from core.store.chat_files import ChatFile, FileUnavailable, size_text
@@ -108,9 +109,9 @@ class Transcriber:
 
     async def _transcribe(self, job: Job) -> str:
         file, limit = job.file, self._settings.stt_max_seconds
-        seconds: float | None = file.duration_seconds
-        if seconds is not None and seconds > limit:
-            raise _NotHeard(f"it is {clock(seconds)} long, over the limit of {clock(limit)}")
+        declared = file.duration_seconds
+        if declared is not None and declared > limit:
+            raise _NotHeard(f"it is {clock(declared)} long, over the limit of {clock(limit)}")
         if file.size_bytes is not None and file.size_bytes > MAX_AUDIO_BYTES:
             raise _NotHeard(
                 f"it has {size_text(file.size_bytes)}, over the {size_text(MAX_AUDIO_BYTES)} sent to be transcribed"
@@ -122,33 +123,65 @@ class Transcriber:
         kind = audio_format(data[:HEAD_BYTES])
         if kind is None:
             raise _NotHeard("it is not audio (no known audio format in its bytes)")
-        # The sender's client says the length: where the file's own container says it cheaply, the longer counts.
+        # The sender's client says a length it may lie about: the file's own container says it where that is
+        # cheap (Ogg, WAV); otherwise the most its size can play at the lowest bitrate of its format bounds it.
         measured = await asyncio.to_thread(audio_seconds, data)
-        if measured is not None:
-            seconds = max(seconds or 0.0, measured)
-            if seconds > limit:
-                raise _NotHeard(f"it is {clock(seconds)} long, over the limit of {clock(limit)}", seconds)
+        if measured is None:
+            bound = most_seconds(kind, len(data))
+            if bound > limit:
+                raise _NotHeard(
+                    f"its length cannot be read from the file, and its {size_text(len(data))} may play "
+                    f"{clock(bound)}, over the limit of {clock(limit)}"
+                )
+        else:
+            bound = max(float(declared or 0), measured)
+            if bound > limit:
+                raise _NotHeard(f"it is {clock(bound)} long, over the limit of {clock(limit)}", bound)
         held = None
         if self._allowances is not None:
             try:
-                held = await self._allowances.reserve(job.chat_id, SpendKind.SPEECH, self._estimate(seconds or limit))
+                held = await self._allowances.reserve(job.chat_id, SpendKind.SPEECH, self._estimate(bound))
             except AllowanceSpent as exc:
-                raise _NotHeard(str(exc), seconds) from None
+                raise _NotHeard(str(exc), measured) from None
+        counted = False
         try:
-            result = await self._client.transcribe(data, _upload_name(file, kind), file.mime_type or f"audio/{kind}")
-        except BaseException as exc:
-            if held is not None and self._allowances is not None:
+            try:
+                result = await self._client.transcribe(
+                    data, _upload_name(file, kind), file.mime_type or f"audio/{kind}"
+                )
+            except SttError as exc:
+                if exc.billed and held is not None:  # the audio went up: it may be billed whatever came back
+                    counted = True
+                    await asyncio.shield(self._count(held, bound, self._estimate(bound), estimated=True))
+                raise _NotHeard(str(exc), measured) from None
+            except BaseException:  # cancelled (shut down) mid-call, or a bug: the audio may have gone up
+                if held is not None:
+                    counted = True
+                    await asyncio.shield(self._count(held, bound, self._estimate(bound), estimated=True))
+                raise
+            # The longest of what was said, measured, and reported: a lie in any one of them counts no less.
+            spent = max(float(declared or 0), measured or 0.0, result.seconds or 0.0)
+            if held is not None:
+                counted = True
+                await self._count(held, spent, len(result.text.encode()), estimated=False)
+        finally:
+            if held is not None and not counted and self._allowances is not None:
                 await asyncio.shield(self._allowances.release(held))
-            if isinstance(exc, SttError):
-                raise _NotHeard(str(exc), seconds) from None
-            raise
-        spent = seconds if seconds is not None else result.seconds
-        if held is not None and self._allowances is not None:
-            tokens = self._tokens(spent, len(result.text.encode()))
-            await self._allowances.settle(held, tokens, 0, estimated=spent is None, audio_seconds=spent or 0.0)
         await self._transcripts.done(file.id, result.text, spent)
         log.info("transcribed", file=file.ref, chat_id=job.chat_id, audio_seconds=spent, chars=len(result.text))
         return result.text
+
+    async def _count(self, held: Reservation, seconds: float, unpriced: int, *, estimated: bool) -> None:
+        """Count the call, its hold released whatever happens here: the audio's price, or with no prices set
+        `unpriced` (the words' size, a token a byte; the estimate when the call failed)."""
+        assert self._allowances is not None
+        try:
+            priced = self._price_tokens(seconds)
+            tokens = priced if priced is not None else unpriced
+            await self._allowances.settle(held, tokens, 0, estimated=estimated, audio_seconds=seconds)
+        except BaseException:
+            await asyncio.shield(self._allowances.release(held))
+            raise
 
     def _price_tokens(self, seconds: float) -> int | None:
         """The tokens the audio's price buys of the main model's input; None when no prices are set."""
@@ -160,10 +193,6 @@ class Transcriber:
     def _estimate(self, seconds: float) -> int:
         priced = self._price_tokens(seconds)
         return priced if priced is not None else math.ceil(seconds * BYTES_PER_SPOKEN_SECOND)
-
-    def _tokens(self, seconds: float | None, text_bytes: int) -> int:
-        priced = self._price_tokens(seconds) if seconds is not None else None
-        return priced if priced is not None else text_bytes
 
 
 class _NotHeard(Exception):
