@@ -51,7 +51,9 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
         "Images and voice",
         {
             "LLM_VISION": "Show the main agent the images posted in its window (photos, image documents, stickers): "
-            "`auto` when the model is known to take images (`crewbot doctor` says), `on`, or `off`.",
+            "`auto` when the model is of a known vision family (GPT-4o/4.1/5, o1/o3/o4, Claude 3+, Gemini, LLaVA, "
+            "Qwen-VL, Pixtral, …; `crewbot doctor` says), `on` for any other, or `off`. A provider that refuses a "
+            "request's images gets the turn again without them, and none until the bot restarts.",
             "VISION_MAX_IMAGES": "The newest images of the window shown to the model, each downscaled to at most "
             "1,568 px on its long side (`0`: none).",
             "STT_BASE_URL": "Voice notes, audio files and video notes are transcribed by this OpenAI-compatible API "
