@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from bot.senses.audio_sniff import audio_format, audio_seconds, most_seconds
 from bot.senses.seen_images import FileDownloader
 from bot.senses.stt_client import SttClient, SttError
+from bot.senses.take_turns import TakeTurns
 from bot.senses.window import clock
 from core.allowances import Allowances, AllowanceSpent, Reservation
 from core.logging import get_logger
@@ -38,8 +39,12 @@ SECONDS_PER_MINUTE = 60.0
 TOKENS_PER_MTOK = 1_000_000
 HEAD_BYTES = 64
 # Transcriptions at once, all chats together: each holds its file's bytes (up to MAX_AUDIO_BYTES) and a call;
-# a flood of voice notes waits its turn instead of holding gigabytes.
+# a flood of voice notes waits its turn instead of holding gigabytes. Chats take the slots in turn
+# (bot/senses/take_turns.py): one chat's flood delays its own notes, not another chat's.
 MAX_CONCURRENT_TRANSCRIPTIONS = 2
+# Transcriptions of one chat waiting or running at once: past it a note is not transcribed, and its line says why.
+MAX_PENDING_PER_CHAT = 10
+BUSY_REASON = f"{MAX_PENDING_PER_CHAT} voice notes of this chat were already waiting to be transcribed"
 
 Heard = Callable[[int, int, str], Awaitable[None]]  # (chat id, message row id, the words; "" when none)
 
@@ -66,14 +71,21 @@ class Transcriber:
         self._downloader = downloader
         self._allowances = allowances
         self._jobs: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(MAX_CONCURRENT_TRANSCRIPTIONS)
+        self._slots = TakeTurns(MAX_CONCURRENT_TRANSCRIPTIONS)
+        self._pending: dict[int, int] = {}  # per chat: accepted, not yet ended
         self._closing = False
 
     def accept(self, job: Job, heard: Heard) -> None:
         """Transcribe in the background; `heard` is called when it is done, whether or not words came."""
         if self._closing:
             return
-        task = asyncio.create_task(self._run(job, heard), name=f"transcribe-{job.file.ref}")
+        pending = self._pending.get(job.chat_id, 0)
+        if pending >= MAX_PENDING_PER_CHAT:
+            run = self._refuse(job, heard, BUSY_REASON)
+        else:
+            self._pending[job.chat_id] = pending + 1
+            run = self._run(job, heard)
+        task = asyncio.create_task(run, name=f"transcribe-{job.file.ref}")
         self._jobs.add(task)
         task.add_done_callback(self._jobs.discard)
 
@@ -89,12 +101,29 @@ class Transcriber:
         await asyncio.gather(*list(self._jobs), return_exceptions=True)
         await self._client.close()
 
+    async def _refuse(self, job: Job, heard: Heard, reason: str) -> None:
+        if not await self._transcripts.begin(job.file.id, job.chat_id):
+            return
+        log.info("transcription_refused", file=job.file.ref, chat_id=job.chat_id, reason=reason)
+        await self._transcripts.failed(job.file.id, reason)
+        await self._told(job, heard, "")
+
     async def _run(self, job: Job, heard: Heard) -> None:
+        try:
+            await self._run_one(job, heard)
+        finally:
+            left = self._pending.get(job.chat_id, 1) - 1
+            if left > 0:
+                self._pending[job.chat_id] = left
+            else:
+                self._pending.pop(job.chat_id, None)
+
+    async def _run_one(self, job: Job, heard: Heard) -> None:
         if not await self._transcripts.begin(job.file.id, job.chat_id):
             return  # transcribed (or tried) before: a redelivered message
         words = ""
         try:
-            async with self._slots:
+            async with self._slots.slot(job.chat_id):
                 words = await self._transcribe(job)
         except _NotHeard as exc:
             log.info("transcription_failed", file=job.file.ref, chat_id=job.chat_id, reason=exc.reason)
@@ -102,6 +131,10 @@ class Transcriber:
         except Exception as exc:  # a bug must not leave it pending for ever
             log.exception("transcription_crashed", file=job.file.ref)
             await self._transcripts.failed(job.file.id, f"it could not be transcribed ({type(exc).__name__})")
+        await self._told(job, heard, words)
+
+    @staticmethod
+    async def _told(job: Job, heard: Heard, words: str) -> None:
         try:
             await heard(job.chat_id, job.message_id, words)
         except Exception:
