@@ -61,7 +61,9 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "or a local whisper server; none: nothing is transcribed.",
             "STT_API_KEY": "The speech-to-text service's key, sent as a bearer token; none: no `Authorization`.",
             "STT_MODEL": "The transcription model (`whisper-1`, `gpt-4o-mini-transcribe`, `whisper-large-v3`, …).",
-            "STT_MAX_SECONDS": "Longer audio is not transcribed (its line in the chat's history says so).",
+            "STT_MAX_SECONDS": "Longer audio is not transcribed (its line in the chat's history says so). Where the "
+            "file does not say its length (MP3, M4A, AAC), the most its size can play at its format's lowest bitrate "
+            "counts: 300 admits an MP3 of up to 300 KB.",
             "STT_LANGUAGE": "The language spoken (ISO-639, e.g. `en`, `pt-BR`); none: the service detects it.",
             "STT_PRICE_PER_MINUTE": "What a minute of transcribed audio costs, in the currency of the LLM prices: "
             "`/budget` and `crewbot stats` show it, and the allowances count it as the main model's input tokens "

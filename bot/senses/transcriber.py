@@ -160,7 +160,7 @@ class Transcriber:
         # cheap (Ogg, WAV); otherwise the most its size can play at the lowest bitrate of its format bounds it.
         measured = await asyncio.to_thread(audio_seconds, data)
         if measured is None:
-            bound = most_seconds(kind, len(data))
+            bound = max(float(declared or 0), most_seconds(kind, len(data)))
             if bound > limit:
                 raise _NotHeard(
                     f"its length cannot be read from the file, and its {size_text(len(data))} may play "
