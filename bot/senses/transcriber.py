@@ -192,15 +192,17 @@ class Transcriber:
                     counted = True
                     await asyncio.shield(self._count(held, bound, self._estimate(bound), estimated=True))
                 raise
-            # The longest of what was said, measured, and reported: a lie in any one of them counts no less.
-            spent = max(float(declared or 0), measured or 0.0, result.seconds or 0.0)
+            # The longest of what was said, measured, and reported: a lie in any one of them counts no less. With
+            # neither the file nor the service saying, the client's word alone is not taken: its size's bound is.
+            heard_seconds = max(float(declared or 0), measured or 0.0, result.seconds or 0.0)
+            spent = bound if measured is None and result.seconds is None else heard_seconds
             if held is not None:
                 counted = True
                 await self._count(held, spent, len(result.text.encode()), estimated=False)
         finally:
             if held is not None and not counted and self._allowances is not None:
                 await asyncio.shield(self._allowances.release(held))
-        await self._transcripts.done(file.id, result.text, spent)
+        await self._transcripts.done(file.id, result.text, heard_seconds)  # shown as its length: the best word
         log.info("transcribed", file=file.ref, chat_id=job.chat_id, audio_seconds=spent, chars=len(result.text))
         return result.text
 

@@ -158,3 +158,12 @@ async def test_an_infinite_duration_counts_what_was_measured_and_breaks_nothing(
     assert outcome.transcript.state is TranscriptState.DONE and outcome.transcript.audio_seconds == 3.0
     assert outcome.spend is not None and outcome.spend.audio_seconds == 3.0 and outcome.free_again
     assert outcome.line == '[voice 0:03, f1] "hello"'
+
+
+async def test_with_neither_the_file_nor_the_service_saying_the_size_bound_is_counted(tmp_path: Path) -> None:
+    data = mp3(100_000)  # may play 100 s; the client says 1, the service says nothing
+    async with FakeStt() as stt:
+        stt.answer("hello")
+        outcome = await _transcribe(tmp_path, stt, _voice(len(data), 1), data)
+    assert outcome.transcript.state is TranscriptState.DONE
+    assert outcome.spend is not None and outcome.spend.audio_seconds == most_seconds("mp3", len(data)) == 100.0
