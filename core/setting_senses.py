@@ -4,12 +4,15 @@ below it."""
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from pydantic import Field, SecretStr, field_validator
 
 from core.setting_stream import StreamSettings
 
+# ISO-639-1 or -2 (2 or 3 ASCII letters), a region after a dash: en, yue, pt-BR.
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(?:-[A-Za-z]{2}|-[0-9]{3})?")
 MAX_VISION_IMAGES = 10  # images one prompt may carry: each is up to ~1,600 tokens, decoded on the host
 MIN_STT_MAX_SECONDS = 1
 MAX_STT_MAX_SECONDS = 4 * 3600  # a 25 MB upload (OpenAI's limit) holds about that much speech at low bitrates
@@ -45,13 +48,26 @@ class SenseSettings(StreamSettings):
     @field_validator("stt_base_url")
     @classmethod
     def _check_stt_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://, e.g. https://api.openai.com/v1")
-        return None if value is None else value.rstrip("/")
+        if value is None:
+            return None
+        import httpx  # as the client will read it (loaded by the bot anyway)
+
+        example = "e.g. https://api.openai.com/v1"
+        try:
+            url = httpx.URL(value)
+        except (httpx.InvalidURL, ValueError):
+            raise ValueError(f"is not a URL, {example}") from None
+        if url.scheme not in ("http", "https") or not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https://, {example}")
+        if not url.host:
+            raise ValueError(f"has no host, {example}")
+        if url.query or url.fragment or "?" in value or "#" in value:
+            raise ValueError(f"must be the API base alone, no ?query or #fragment (the path is added to it), {example}")
+        return value.rstrip("/")
 
     @field_validator("stt_language")
     @classmethod
     def _check_language(cls, value: str | None) -> str | None:
-        if value is not None and not value.replace("-", "").isalpha():
-            raise ValueError("must be a language code such as en or de (ISO-639-1), or empty")
+        if value is not None and not LANGUAGE_CODE.fullmatch(value):
+            raise ValueError("must be a language code such as en, de or pt-BR (ISO-639), or empty")
         return value

@@ -60,7 +60,8 @@ async def check_stt(settings: Settings, timeout_seconds: float = CHECK_TIMEOUT_S
     try:
         heard = await probe.transcribe(silent_wav(), "silence.wav", "audio/wav")
     except SttError as exc:
-        return fail(f"POST {probe.url} with a second of silence: {exc}", STT_FIX)
+        said = f": {exc.detail}" if exc.detail else ""  # the doctor's output is redacted (secrets_of)
+        return fail(f"POST {probe.url} with a second of silence: {exc}{said}", STT_FIX)
     finally:
         await probe.close()
     words = f'heard "{heard.text[:40]}"' if heard.text else "heard nothing, as it should"

@@ -56,7 +56,12 @@ class StartupError(Exception):
 def secrets_of(settings: Settings | None) -> list[str]:
     if settings is None:
         return []
-    values = [settings.telegram_bot_token, settings.llm_api_key, settings.telegram_webhook_secret]
+    values = [
+        settings.telegram_bot_token,
+        settings.llm_api_key,
+        settings.telegram_webhook_secret,
+        settings.stt_api_key,
+    ]
     return [v.get_secret_value() for v in values if v is not None]
 
 

@@ -12,10 +12,10 @@ from bot.agent.announce import SKIP_MARKER
 from bot.agent.deps import AdminCheck, SubagentDesk, TurnDeps
 from bot.agent.live_reply import LiveReplies, LiveReply
 from bot.agent.memory import Memory
-from bot.agent.prompt import build_prompt
+from bot.agent.prompt import Prompt, build_prompt
 from bot.ports.spawner import Spawner
 from bot.schedules.book import TaskBook
-from bot.senses.vision import vision_on
+from bot.senses.vision import model_name, refuses_images, vision_on
 from bot.senses.window import WindowSenses
 from bot.turns.engine import AbortReason, Turn
 from core.allowances import Allowances, AllowanceSpent, spent_line
@@ -124,6 +124,7 @@ class MainAgent:
         self._senses = senses  # transcripts and images in the prompt; None: files show as their lines only
         self._vision = vision  # LLM_VISION, read at each turn
         self._memory = memory  # notes in the prompt, the memory tools; None: neither
+        self._refusing_images: set[str] = set()  # models whose provider refused a request's images: never again
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -213,21 +214,7 @@ class MainAgent:
             log.info("turn_refused_allowance", turn_id=turn.id, chat_id=turn.chat_id)
             return spent_line(refused) + ("" if turn.trigger_id is not None else f" {UNANNOUNCED}"), "notice"
         with_images = await self._with_images()
-        prompt = await build_prompt(
-            self._messages,
-            turn.chat_id,
-            self._history_window,
-            self._assistant_name,
-            up_to_id=turn.trigger_id,
-            senses=self._senses,
-            with_images=with_images,
-        )
-        text = prompt.text
-        if self._memory is not None:
-            notes = await self._memory.prompt_section(turn.chat_id, prompt.window)
-            text = f"{notes}\n\n{text}" if notes else text
-        if self._abilities is not None and self._spawner is not None:
-            text = f"{self._abilities()}\n\n{text}"
+        prompt, text = await self._prompt(turn, with_images)
         announced = await self._announcements(turn.chat_id) if self._announcements is not None else None
         if announced:
             text = f"{text}\n\n{announced}"
@@ -254,7 +241,19 @@ class MainAgent:
             # An announcement turn (no message asked) is counted as such; any other as the main agent's.
             kind = SpendKind.ANNOUNCE if turn.trigger_id is None else SpendKind.MAIN
             async with asyncio.timeout(self._timeout_seconds):
-                output = await self._run(agent, text, deps, kind, live, prompt.images)
+                try:
+                    output = await self._run(agent, text, deps, kind, live, prompt.images)
+                except Exception as exc:
+                    if not prompt.images or not refuses_images(exc):
+                        raise
+                    # The provider does not take images from this model: the turn again without them, once,
+                    # and none are sent to it again until the bot restarts (LLM_VISION=off says so for good).
+                    name = model_name(agent.model)
+                    self._refusing_images.add(name)
+                    log.warning("llm_refused_images", model=name, error=str(exc)[:200])
+                    prompt, text = await self._prompt(turn, False)
+                    text = f"{text}\n\n{announced}" if announced else text
+                    output = await self._run(agent, text, deps, kind, live, prompt.images)
             return output.strip() or "(no answer)", "reply"
         except AllowanceSpent as exc:  # used up during the turn (its own requests, or racing chats)
             log.info("turn_stopped_allowance", turn_id=turn.id, chat_id=turn.chat_id)
@@ -265,6 +264,24 @@ class MainAgent:
         except Exception as exc:  # any provider failure: apologise, keep the bot running
             log.error("llm_failed", error_type=type(exc).__name__, error=str(exc)[:500])
             return _cut(live, APOLOGY), "notice"
+
+    async def _prompt(self, turn: Turn, with_images: bool) -> tuple[Prompt, str]:
+        prompt = await build_prompt(
+            self._messages,
+            turn.chat_id,
+            self._history_window,
+            self._assistant_name,
+            up_to_id=turn.trigger_id,
+            senses=self._senses,
+            with_images=with_images,
+        )
+        text = prompt.text
+        if self._memory is not None:
+            notes = await self._memory.prompt_section(turn.chat_id, prompt.window)
+            text = f"{notes}\n\n{text}" if notes else text
+        if self._abilities is not None and self._spawner is not None:
+            text = f"{self._abilities()}\n\n{text}"
+        return prompt, text
 
     async def _run(
         self,
@@ -300,7 +317,7 @@ class MainAgent:
         if self._senses is None or mode is VisionMode.OFF:
             return False
         try:
-            return vision_on(mode, (await self.llm_agent()).model)
+            return vision_on(mode, (await self.llm_agent()).model, self._refusing_images)
         except Exception:  # the turn's own call reports a model that cannot be built
             return False
 

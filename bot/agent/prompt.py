@@ -22,6 +22,10 @@ MAX_MESSAGE_CHARS_IN_PROMPT = 4000  # one huge message must not crowd out the re
 MAX_HOSTS_SHOWN = 20  # of SUBAGENT_EGRESS_ALLOW, in the abilities
 
 
+# The sender name the host gives what a subagent posts (runner/runs/outcome.py's SUBAGENT_SENDER, same text).
+SUBAGENT_SENDER = "[Subagent]"
+
+
 def instructions_for(
     assistant_name: str, can_spawn: bool, can_schedule: bool = False, can_remember: bool = False
 ) -> str:
@@ -103,8 +107,8 @@ def _content(message: StoredMessage, notes: SenseNotes | None = None) -> str:
 def _line(message: StoredMessage, assistant_name: str, notes: SenseNotes | None = None) -> str:
     when = datetime.fromtimestamp(message.timestamp, UTC).strftime("%Y-%m-%d %H:%M")
     who = message.sender_name
-    if message.is_bot and message.kind != "subagent":
-        who = f"{assistant_name} (you)"
+    if message.is_bot and message.kind != "subagent" and who != SUBAGENT_SENDER:
+        who = f"{assistant_name} (you)"  # a subagent's result, progress or photo is its own, not the bot's words
     content = _content(message, notes)
     if len(content) > MAX_MESSAGE_CHARS_IN_PROMPT:
         cut = len(content) - MAX_MESSAGE_CHARS_IN_PROMPT

@@ -9,6 +9,15 @@ import struct
 OPUS_RATE_HZ = 48_000  # Ogg Opus counts granules at 48 kHz whatever it was recorded at
 OGG_TAIL_BYTES = 64 * 1024  # the last page, which holds the stream's end position, is well within this
 _OGG = b"OggS"
+BITS_PER_BYTE = 8
+# The lowest bitrate each format is encoded at (bits a second): a file whose length is not read from its container
+# plays at most its size over this. Opus goes down to 6 kbit/s, AMR-NB to 4.75, MP3 (MPEG-2.5) to 8.
+MIN_BITS_PER_SECOND = {"amr": 4_750, "ogg": 6_000, "webm": 6_000, "m4a": 6_000, "aac": 6_000}
+DEFAULT_MIN_BITS_PER_SECOND = 8_000  # mp3, and flac and wav (lossless: far more in practice)
+# An Ogg file's length is its last page's word: one that says less than its size could hold at the codec's highest
+# bitrate (Opus 510 kbit/s, Vorbis about 500) is not believed (a 25 MB file "of one second").
+MAX_OGG_BITS_PER_SECOND = 512_000
+MAX_WAV_CHUNKS = 64  # chunks walked to find the data: a real file has a handful
 
 
 def audio_format(head: bytes) -> str | None:
@@ -42,6 +51,11 @@ def audio_seconds(data: bytes) -> float | None:
     return None
 
 
+def most_seconds(kind: str, size_bytes: int) -> float:
+    """The longest a file of this format and size can play: its bits at the format's lowest bitrate."""
+    return size_bytes * BITS_PER_BYTE / MIN_BITS_PER_SECOND.get(kind, DEFAULT_MIN_BITS_PER_SECOND)
+
+
 def _ogg_seconds(data: bytes) -> float | None:
     rate: int | None = None
     head = data[:4096]
@@ -58,13 +72,18 @@ def _ogg_seconds(data: bytes) -> float | None:
     if last < 0 or len(tail) < last + 14:
         return None
     granule = struct.unpack_from("<q", tail, last + 6)[0]
-    return granule / rate if granule > 0 else None
+    if granule <= 0:
+        return None
+    seconds = granule / rate
+    return seconds if len(data) * BITS_PER_BYTE <= seconds * MAX_OGG_BITS_PER_SECOND else None
 
 
 def _wav_seconds(data: bytes) -> float | None:
     at = 12
     byte_rate: int | None = None
-    while at + 8 <= len(data):
+    for _ in range(MAX_WAV_CHUNKS):
+        if at + 8 > len(data):
+            break
         chunk, size = data[at : at + 4], struct.unpack_from("<I", data, at + 4)[0]
         if chunk == b"fmt " and at + 20 <= len(data):
             byte_rate = struct.unpack_from("<I", data, at + 16)[0]

@@ -4,7 +4,10 @@ its long side and re-encoded as a JPEG. Blocking and CPU-bound: run it in a thre
 Posted images are hostile input. Only PNG, JPEG, WebP and GIF are opened, chosen by their bytes (a ZIP named
 `photo.png` is refused unread). The size in the header decides before any pixel is decoded: a JPEG is decoded
 at a reduced scale (`draft`: the decoder's DCT scaling, up to 1/8 a side) so a 12-megapixel photo never needs its
-full 36 MB of pixels; other formats have no such scaling, so their pixels are bounded by MAX_FULL_DECODE_PIXELS.
+full 36 MB of pixels, unless it is progressive or has several scans (libjpeg then keeps every coefficient, 2
+bytes a pixel a channel, whatever the scale); those and other formats, which have no such scaling, are bounded
+by MAX_FULL_DECODE_PIXELS (WebP, whose decoder copies more, by MAX_WEBP_PIXELS). The image is reduced before
+anything else is made of it (its transparency flattened on the small copy), then turned upright by its EXIF.
 An animation gives its first frame only (the others are never decoded). A truncated file fails to decode and is
 refused, never shown half grey.
 
@@ -19,18 +22,27 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from PIL import ImageFile
+    from PIL import Image, ImageFile
 
 MAX_SIDE_PX = 1_568  # the long side sent: Anthropic's largest without its own resizing, OpenAI's high detail fits it
 JPEG_QUALITY = 85
 REDUCING_GAP = 2.0
-# A JPEG decoded at 1/8 a side from this many pixels is 1.9 MP (6 MB of RGB) at most.
-MAX_JPEG_PIXELS = 120_000_000
-# Formats decoded at full size: 16.7 MP is 64 MiB as RGBA, the most one decode may take.
-MAX_FULL_DECODE_PIXELS = 4_096 * 4_096
+# A baseline JPEG decoded at 1/8 a side from this many pixels is 1.4 MP (4 MB of RGB) at most. Pillow's own bomb
+# limit (Image.MAX_IMAGE_PIXELS, which it checks first) is the same, so neither refuses before the other.
+MAX_JPEG_PIXELS = 89_478_485
+# Formats decoded at full size (PNG, GIF, WebP) and JPEGs that keep every coefficient until the last scan
+# (progressive or multi-scan: libjpeg holds 2 bytes a pixel a channel whatever the draft scale): about 64 MiB
+# (70 measured) of a decode at most, the resized copy made before its transparency is flattened included.
+MAX_FULL_DECODE_PIXELS = 5_000_000
+# libwebp decodes into its own buffer and Pillow copies it out: about 3 times a PNG's bytes a pixel.
+MAX_WEBP_PIXELS = 2_000_000
+RGB_CHANNELS = 3  # what MAX_FULL_DECODE_PIXELS is set for: a JPEG of more channels (CMYK) gets fewer pixels
+MAX_JPEG_SEGMENTS = 256  # markers walked before the first scan (a real file has a dozen or so)
 MIN_SIDE_PX = 1
 _FORMATS = {"JPEG": "JPEG", "PNG": "PNG", "WEBP": "WebP", "GIF": "GIF"}
 _BACKGROUND = (255, 255, 255)  # transparency (stickers, screenshots with alpha) is shown on white
+_ORIENTATION_TAG = 0x0112  # EXIF: how the camera was held
+_SOS, _EOI = b"\xff\xda", b"\xff\xd9"
 
 
 class ImageRefused(Exception):
@@ -87,37 +99,107 @@ def _prepared(image: ImageFile.ImageFile, kind: str, max_side: int) -> PreparedI
     width, height = image.size
     if width < MIN_SIDE_PX or height < MIN_SIDE_PX:
         raise ImageRefused("it has no pixels")
-    limit = MAX_JPEG_PIXELS if kind == "JPEG" else MAX_FULL_DECODE_PIXELS
+    limit = _pixel_limit(image, kind)
     if width * height > limit:
         raise ImageRefused(
-            f"it has {width}×{height} pixels, over the {limit / 1e6:.0f} megapixels images are decoded at"
+            f"it has {width}×{height} pixels, over the {limit / 1e6:.1f} megapixels images like it are decoded at"
         )
     target = _fit(width, height, max_side)
     if kind == "JPEG":
         image.draft("RGB", target)  # decodes at 1/2, 1/4 or 1/8 scale while that still covers the target
+    turn = _turn(image)
     image.load()  # the first frame only, for an animation
     frame: Image.Image = image
-    if frame.mode in ("RGBA", "LA", "PA") or (frame.mode == "P" and "transparency" in frame.info):
-        rgba = frame.convert("RGBA")
-        flat = Image.new("RGB", rgba.size, _BACKGROUND)
-        flat.paste(rgba, mask=rgba.getchannel("A"))
+    alpha = frame.mode in ("RGBA", "LA", "PA") or (frame.mode == "P" and "transparency" in frame.info)
+    if alpha and frame.mode != "RGBA":
+        frame = frame.convert("RGBA")
+    elif frame.mode in ("1", "P"):
+        frame = frame.convert("RGB")  # Pillow resizes these point-sampled: their colours first
+    if frame.size != target:
+        # Reduced before anything else is made of it, so no other full-size copy is ever held (an RGBA image is
+        # resized with its colours premultiplied, as its transparency needs). Pillow's bilinear is a triangle
+        # filter widened by the scale (antialiased, not point-sampled): after the draft's halving a photo is
+        # scaled by less than 2, where it looks as bicubic does at half the time and Lanczos' third (31, 64 and
+        # 103 ms on a 12-MP photo; bench: senses). Halving first past twice the target.
+        frame = frame.resize(target, Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP)
+    if frame.mode == "RGBA":
+        flat = Image.new("RGB", frame.size, _BACKGROUND)
+        flat.paste(frame, mask=frame.getchannel("A"))
         frame = flat
     elif frame.mode != "RGB":
         frame = frame.convert("RGB")
-    if frame.size != target:
-        # Pillow's bilinear is a triangle filter widened by the scale (antialiased, not point-sampled): after the
-        # draft's halving a photo is scaled by less than 2, where it looks as bicubic does at half the time and
-        # Lanczos' third (31, 64 and 103 ms on a 12-MP photo; bench: senses). Halving first past twice the target.
-        frame = frame.resize(target, Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP)
+    if turn is not None:
+        frame = frame.transpose(turn)  # upright, as the camera's EXIF says (after the resize: a small copy)
     out = io.BytesIO()
     frame.save(out, "JPEG", quality=JPEG_QUALITY)
     return PreparedImage(
         data=out.getvalue(),
-        width=target[0],
-        height=target[1],
+        width=frame.width,
+        height=frame.height,
         source_format=_FORMATS[kind],
         source_width=width,
         source_height=height,
+    )
+
+
+def _pixel_limit(image: ImageFile.ImageFile, kind: str) -> int:
+    """The most pixels this image is decoded with: a JPEG's by how its decoder holds it, the rest by format."""
+    if kind == "WEBP":
+        return MAX_WEBP_PIXELS
+    if kind != "JPEG":
+        return MAX_FULL_DECODE_PIXELS
+    fp = getattr(image, "fp", None)
+    data = fp.getvalue() if isinstance(fp, io.BytesIO) else b""
+    if image.info.get("progressive") or image.info.get("progression") or _multi_scan(data):
+        return MAX_FULL_DECODE_PIXELS * RGB_CHANNELS // max(1, len(image.getbands()))
+    return MAX_JPEG_PIXELS
+
+
+def _multi_scan(data: bytes) -> bool:
+    """Whether a JPEG's image has more than one scan (a baseline file can: libjpeg then buffers every
+    coefficient, as for a progressive one). Its markers are walked to the first scan; a second start of scan
+    before the end of the image means more than one (what follows the end, e.g. an appended depth map, is not
+    this image)."""
+    at = 2
+    for _ in range(MAX_JPEG_SEGMENTS):
+        while at < len(data) and data[at] != 0xFF:
+            at += 1  # tolerate stray bytes between segments, as libjpeg does
+        while at + 1 < len(data) and data[at + 1] == 0xFF:
+            at += 1  # fill bytes
+        if at + 4 > len(data):
+            return False
+        marker, size = data[at + 1], int.from_bytes(data[at + 2 : at + 4], "big")
+        if marker == _SOS[1]:
+            following = data.find(_SOS, at + 2 + size)
+            end = data.find(_EOI, at + 2 + size)
+            return following >= 0 and (end < 0 or following < end)
+        if 0xD0 <= marker <= 0xD8 or marker == 0x01:
+            at += 2  # a marker without a length
+        else:
+            at += 2 + size
+    return True  # a header of more segments than any real file: held as the costlier kind
+
+
+def _turn(image: ImageFile.ImageFile) -> Image.Transpose | None:
+    """The transpose that makes the image upright by its EXIF orientation; None when it is upright already."""
+    from PIL import Image
+
+    try:
+        orientation = image.getexif().get(_ORIENTATION_TAG)
+    except Exception:  # a broken EXIF block is no orientation
+        return None
+    return (
+        {
+            2: Image.Transpose.FLIP_LEFT_RIGHT,
+            3: Image.Transpose.ROTATE_180,
+            4: Image.Transpose.FLIP_TOP_BOTTOM,
+            5: Image.Transpose.TRANSPOSE,
+            6: Image.Transpose.ROTATE_270,
+            7: Image.Transpose.TRANSVERSE,
+            8: Image.Transpose.ROTATE_90,
+        }.get(orientation)
+        if isinstance(orientation, int)
+        else None
     )
 
 

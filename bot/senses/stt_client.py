@@ -7,18 +7,31 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from dataclasses import dataclass
 
 import httpx
+
+from core.logging import get_logger
+
+log = get_logger(__name__)
 
 MAX_RESPONSE_BYTES = 256 * 1024  # about four hours of speech as JSON; more is no transcript
 DEFAULT_TIMEOUT_SECONDS = 120.0  # the whole call: upload, transcription, answer
 CONNECT_TIMEOUT_SECONDS = 10.0
 MAX_ERROR_CHARS = 200
+MAX_REPORTED_SECONDS = 24 * 3600  # a `duration` beyond a day (or not finite) is no audio's length: not believed
 
 
 class SttError(Exception):
-    """The transcription failed: the message says why, in a line for the chat's history."""
+    """The transcription failed: the message says why, in a line for the chat's history (never the service's
+    own words, which may echo what was sent, the key included). `billed`: the audio may have reached the
+    service, which may charge for it (a timeout, a 5xx, a cut connection), so it is counted."""
+
+    def __init__(self, message: str, *, billed: bool = True, detail: str = "") -> None:
+        super().__init__(message)
+        self.billed = billed
+        self.detail = detail  # the service's own words, for the operator (the doctor, logs: secrets redacted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +75,12 @@ class SttClient:
                 return await self._post(fields, data, file_name, mime_type)
         except TimeoutError:
             raise SttError(f"the speech-to-text service did not answer within {self._timeout_seconds:g} s") from None
-        except httpx.HTTPError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise SttError(
-                f"the speech-to-text service could not be reached ({_short(str(exc) or type(exc).__name__)})"
+                f"the speech-to-text service could not be reached ({type(exc).__name__})", billed=False
             ) from None
+        except httpx.HTTPError as exc:
+            raise SttError(f"the speech-to-text call failed ({type(exc).__name__})") from None
 
     async def _post(self, fields: dict[str, str], data: bytes, file_name: str, mime_type: str) -> Heard:
         files = {"file": (file_name, data, mime_type)}
@@ -78,8 +93,13 @@ class SttClient:
                         f"the speech-to-text service answered with more than {MAX_RESPONSE_BYTES // 1024} KB"
                     )
             if response.status_code != httpx.codes.OK:
+                # The service's words go to the operator (secrets redacted there), only the status to the chat.
+                detail = _short(_message(bytes(body)))
+                log.warning("stt_refused", status=response.status_code, message=detail)
                 raise SttError(
-                    f"the speech-to-text service answered {response.status_code}: {_short(_message(bytes(body)))}"
+                    f"the speech-to-text service answered {response.status_code} ({_reason(response.status_code)})",
+                    billed=response.status_code >= httpx.codes.INTERNAL_SERVER_ERROR,
+                    detail=detail,
                 )
             return _heard(bytes(body), response.headers.get("content-type", ""))
 
@@ -98,7 +118,19 @@ def _heard(body: bytes, content_type: str) -> Heard:
     usage = found.get("usage")
     if not isinstance(seconds, int | float) and isinstance(usage, dict):
         seconds = usage.get("seconds")
-    return Heard(found["text"].strip(), float(seconds) if isinstance(seconds, int | float) and seconds >= 0 else None)
+    return Heard(found["text"].strip(), _seconds(seconds))
+
+
+def _seconds(value: object) -> float | None:
+    """A reported length: a finite number of seconds up to MAX_REPORTED_SECONDS, else none said."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and 0 <= seconds <= MAX_REPORTED_SECONDS else None
+
+
+def _reason(status: int) -> str:
+    return httpx.codes.get_reason_phrase(status) or "an unknown status"
 
 
 def _message(body: bytes) -> str:

@@ -5,9 +5,10 @@ against STT_MAX_SECONDS, that it is audio at all), its spend held in the allowan
 leaves the reason in their place; nothing is retried, not even after a restart. When it is done, `heard` is
 told (the router then starts the turn a voice reply to the bot or a "Crew, …" asks for).
 
-Spend: the audio's seconds are counted as kind `speech`, with what they cost (STT_PRICE_PER_MINUTE) as the
-main model's input tokens that money buys (LLM_PRICE_INPUT_PER_MTOK); with no prices set, as the transcript's
-own size, a token a byte, as the LLM calls count text they cannot measure.
+Spend: the audio's seconds (the longest of declared, measured and reported) are counted as kind `speech`, with
+what they cost (STT_PRICE_PER_MINUTE) as the main model's input tokens that money buys (LLM_PRICE_INPUT_PER_MTOK);
+with no prices set, as the transcript's own size, a token a byte, as the LLM calls count text they cannot measure.
+A call that failed after the upload may be billed: it is counted at what it held.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot.senses.audio_sniff import audio_format, audio_seconds
+from bot.senses.audio_sniff import audio_format, audio_seconds, most_seconds
 from bot.senses.seen_images import FileDownloader
 from bot.senses.stt_client import SttClient, SttError
+from bot.senses.take_turns import TakeTurns
 from bot.senses.window import clock
-from core.allowances import Allowances, AllowanceSpent
+from core.allowances import Allowances, AllowanceSpent, Reservation
 from core.logging import get_logger
 from core.settings import Settings
 from core.store.chat_files import ChatFile, FileUnavailable, size_text
@@ -37,8 +39,12 @@ SECONDS_PER_MINUTE = 60.0
 TOKENS_PER_MTOK = 1_000_000
 HEAD_BYTES = 64
 # Transcriptions at once, all chats together: each holds its file's bytes (up to MAX_AUDIO_BYTES) and a call;
-# a flood of voice notes waits its turn instead of holding gigabytes.
+# a flood of voice notes waits its turn instead of holding gigabytes. Chats take the slots in turn
+# (bot/senses/take_turns.py): one chat's flood delays its own notes, not another chat's.
 MAX_CONCURRENT_TRANSCRIPTIONS = 2
+# Transcriptions of one chat waiting or running at once: past it a note is not transcribed, and its line says why.
+MAX_PENDING_PER_CHAT = 10
+BUSY_REASON = f"{MAX_PENDING_PER_CHAT} voice notes of this chat were already waiting to be transcribed"
 
 Heard = Callable[[int, int, str], Awaitable[None]]  # (chat id, message row id, the words; "" when none)
 
@@ -65,14 +71,21 @@ class Transcriber:
         self._downloader = downloader
         self._allowances = allowances
         self._jobs: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(MAX_CONCURRENT_TRANSCRIPTIONS)
+        self._slots = TakeTurns(MAX_CONCURRENT_TRANSCRIPTIONS)
+        self._pending: dict[int, int] = {}  # per chat: accepted, not yet ended
         self._closing = False
 
     def accept(self, job: Job, heard: Heard) -> None:
         """Transcribe in the background; `heard` is called when it is done, whether or not words came."""
         if self._closing:
             return
-        task = asyncio.create_task(self._run(job, heard), name=f"transcribe-{job.file.ref}")
+        pending = self._pending.get(job.chat_id, 0)
+        if pending >= MAX_PENDING_PER_CHAT:
+            run = self._refuse(job, heard, BUSY_REASON)
+        else:
+            self._pending[job.chat_id] = pending + 1
+            run = self._run(job, heard)
+        task = asyncio.create_task(run, name=f"transcribe-{job.file.ref}")
         self._jobs.add(task)
         task.add_done_callback(self._jobs.discard)
 
@@ -88,12 +101,29 @@ class Transcriber:
         await asyncio.gather(*list(self._jobs), return_exceptions=True)
         await self._client.close()
 
+    async def _refuse(self, job: Job, heard: Heard, reason: str) -> None:
+        if not await self._transcripts.begin(job.file.id, job.chat_id):
+            return
+        log.info("transcription_refused", file=job.file.ref, chat_id=job.chat_id, reason=reason)
+        await self._transcripts.failed(job.file.id, reason)
+        await self._told(job, heard, "")
+
     async def _run(self, job: Job, heard: Heard) -> None:
+        try:
+            await self._run_one(job, heard)
+        finally:
+            left = self._pending.get(job.chat_id, 1) - 1
+            if left > 0:
+                self._pending[job.chat_id] = left
+            else:
+                self._pending.pop(job.chat_id, None)
+
+    async def _run_one(self, job: Job, heard: Heard) -> None:
         if not await self._transcripts.begin(job.file.id, job.chat_id):
             return  # transcribed (or tried) before: a redelivered message
         words = ""
         try:
-            async with self._slots:
+            async with self._slots.slot(job.chat_id):
                 words = await self._transcribe(job)
         except _NotHeard as exc:
             log.info("transcription_failed", file=job.file.ref, chat_id=job.chat_id, reason=exc.reason)
@@ -101,6 +131,10 @@ class Transcriber:
         except Exception as exc:  # a bug must not leave it pending for ever
             log.exception("transcription_crashed", file=job.file.ref)
             await self._transcripts.failed(job.file.id, f"it could not be transcribed ({type(exc).__name__})")
+        await self._told(job, heard, words)
+
+    @staticmethod
+    async def _told(job: Job, heard: Heard, words: str) -> None:
         try:
             await heard(job.chat_id, job.message_id, words)
         except Exception:
@@ -108,9 +142,9 @@ class Transcriber:
 
     async def _transcribe(self, job: Job) -> str:
         file, limit = job.file, self._settings.stt_max_seconds
-        seconds: float | None = file.duration_seconds
-        if seconds is not None and seconds > limit:
-            raise _NotHeard(f"it is {clock(seconds)} long, over the limit of {clock(limit)}")
+        declared = file.duration_seconds
+        if declared is not None and declared > limit:
+            raise _NotHeard(f"it is {clock(declared)} long, over the limit of {clock(limit)}")
         if file.size_bytes is not None and file.size_bytes > MAX_AUDIO_BYTES:
             raise _NotHeard(
                 f"it has {size_text(file.size_bytes)}, over the {size_text(MAX_AUDIO_BYTES)} sent to be transcribed"
@@ -122,33 +156,67 @@ class Transcriber:
         kind = audio_format(data[:HEAD_BYTES])
         if kind is None:
             raise _NotHeard("it is not audio (no known audio format in its bytes)")
-        # The sender's client says the length: where the file's own container says it cheaply, the longer counts.
+        # The sender's client says a length it may lie about: the file's own container says it where that is
+        # cheap (Ogg, WAV); otherwise the most its size can play at the lowest bitrate of its format bounds it.
         measured = await asyncio.to_thread(audio_seconds, data)
-        if measured is not None:
-            seconds = max(seconds or 0.0, measured)
-            if seconds > limit:
-                raise _NotHeard(f"it is {clock(seconds)} long, over the limit of {clock(limit)}", seconds)
+        if measured is None:
+            bound = max(float(declared or 0), most_seconds(kind, len(data)))
+            if bound > limit:
+                raise _NotHeard(
+                    f"its length cannot be read from the file, and its {size_text(len(data))} may play "
+                    f"{clock(bound)}, over the limit of {clock(limit)}"
+                )
+        else:
+            bound = max(float(declared or 0), measured)
+            if bound > limit:
+                raise _NotHeard(f"it is {clock(bound)} long, over the limit of {clock(limit)}", bound)
         held = None
         if self._allowances is not None:
             try:
-                held = await self._allowances.reserve(job.chat_id, SpendKind.SPEECH, self._estimate(seconds or limit))
+                held = await self._allowances.reserve(job.chat_id, SpendKind.SPEECH, self._estimate(bound))
             except AllowanceSpent as exc:
-                raise _NotHeard(str(exc), seconds) from None
+                raise _NotHeard(str(exc), measured) from None
+        counted = False
         try:
-            result = await self._client.transcribe(data, _upload_name(file, kind), file.mime_type or f"audio/{kind}")
-        except BaseException as exc:
-            if held is not None and self._allowances is not None:
+            try:
+                result = await self._client.transcribe(
+                    data, _upload_name(file, kind), file.mime_type or f"audio/{kind}"
+                )
+            except SttError as exc:
+                if exc.billed and held is not None:  # the audio went up: it may be billed whatever came back
+                    counted = True
+                    await asyncio.shield(self._count(held, bound, self._estimate(bound), estimated=True))
+                raise _NotHeard(str(exc), measured) from None
+            except BaseException:  # cancelled (shut down) mid-call, or a bug: the audio may have gone up
+                if held is not None:
+                    counted = True
+                    await asyncio.shield(self._count(held, bound, self._estimate(bound), estimated=True))
+                raise
+            # The longest of what was said, measured, and reported: a lie in any one of them counts no less. With
+            # neither the file nor the service saying, the client's word alone is not taken: its size's bound is.
+            heard_seconds = max(float(declared or 0), measured or 0.0, result.seconds or 0.0)
+            spent = bound if measured is None and result.seconds is None else heard_seconds
+            if held is not None:
+                counted = True
+                await self._count(held, spent, len(result.text.encode()), estimated=False)
+        finally:
+            if held is not None and not counted and self._allowances is not None:
                 await asyncio.shield(self._allowances.release(held))
-            if isinstance(exc, SttError):
-                raise _NotHeard(str(exc), seconds) from None
-            raise
-        spent = seconds if seconds is not None else result.seconds
-        if held is not None and self._allowances is not None:
-            tokens = self._tokens(spent, len(result.text.encode()))
-            await self._allowances.settle(held, tokens, 0, estimated=spent is None, audio_seconds=spent or 0.0)
-        await self._transcripts.done(file.id, result.text, spent)
+        await self._transcripts.done(file.id, result.text, heard_seconds)  # shown as its length: the best word
         log.info("transcribed", file=file.ref, chat_id=job.chat_id, audio_seconds=spent, chars=len(result.text))
         return result.text
+
+    async def _count(self, held: Reservation, seconds: float, unpriced: int, *, estimated: bool) -> None:
+        """Count the call, its hold released whatever happens here: the audio's price, or with no prices set
+        `unpriced` (the words' size, a token a byte; the estimate when the call failed)."""
+        assert self._allowances is not None
+        try:
+            priced = self._price_tokens(seconds)
+            tokens = priced if priced is not None else unpriced
+            await self._allowances.settle(held, tokens, 0, estimated=estimated, audio_seconds=seconds)
+        except BaseException:
+            await asyncio.shield(self._allowances.release(held))
+            raise
 
     def _price_tokens(self, seconds: float) -> int | None:
         """The tokens the audio's price buys of the main model's input; None when no prices are set."""
@@ -160,10 +228,6 @@ class Transcriber:
     def _estimate(self, seconds: float) -> int:
         priced = self._price_tokens(seconds)
         return priced if priced is not None else math.ceil(seconds * BYTES_PER_SPOKEN_SECOND)
-
-    def _tokens(self, seconds: float | None, text_bytes: int) -> int:
-        priced = self._price_tokens(seconds) if seconds is not None else None
-        return priced if priced is not None else text_bytes
 
 
 class _NotHeard(Exception):

@@ -4,14 +4,25 @@
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Collection
 from typing import Any
 
 from core.setting_senses import VisionMode
 from core.store.chat_files import ChatFile, FileKind
 
+HTTP_BAD_REQUEST = 400
 IMAGE_MIME_TYPES = frozenset({"image/png", "image/jpeg", "image/jpg", "image/webp", "image/gif"})
-# Model families known to take no images (LLM_VISION=auto leaves them text-only); a name matching none of these
-# is trusted to what pydantic-ai's profile of it says.
+# LLM_VISION=auto shows images only to a model of a family known to take them (pydantic-ai's profile says yes to
+# any name it does not know: llama3.1:8b behind an OpenAI-compatible base would fail every turn with a photo in
+# it); LLM_VISION=on shows them to any other. Matched in the lower-cased name, after a provider's prefix.
+VISION_MODELS = re.compile(
+    r"gpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-4-turbo|gpt-4-vision|chatgpt-4o|(?:^|[/:])o[134](?:-|$)"
+    r"|claude-3|claude-(?:sonnet|opus|haiku)-4|gemini|gemma-?3|llava|qwen[0-9.]*-?vl|pixtral|llama-?3\.2-vision"
+    r"|llama-?4|minicpm-v|moondream|internvl|grok-[0-9.]*-?vision|grok-4|mistral-(?:small|medium)-3"
+    r"|crewbot-offline"  # the offline demo model, which says what it was shown
+)
+# Families known to take no images, though a name above may match them (claude-3-5-haiku, o1-mini).
 TEXT_ONLY_MODELS = (
     "gpt-3.5",
     "gpt-4-0613",
@@ -51,20 +62,34 @@ def is_image_file(file: ChatFile) -> bool:
     return file.kind is FileKind.DOCUMENT and mime in IMAGE_MIME_TYPES
 
 
+def model_name(model: Any) -> str:
+    return str(getattr(model, "model_name", "") or "")
+
+
 def model_takes_images(model: Any) -> bool:
-    """LLM_VISION=auto's answer for a pydantic-ai model: its profile's word, unless its name is known text-only.
-    The offline demo model says what it was shown, so it takes them."""
-    name = str(getattr(model, "model_name", "") or "").lower()
-    if any(family in name for family in TEXT_ONLY_MODELS):
+    """LLM_VISION=auto's answer for a pydantic-ai model: only a known vision family's (VISION_MODELS), not one
+    known text-only, and not one whose profile says no."""
+    name = model_name(model).lower()
+    if any(family in name for family in TEXT_ONLY_MODELS) or not VISION_MODELS.search(name):
         return False
     profile = getattr(model, "profile", None)
     return bool(profile.get("supports_image_input", True)) if isinstance(profile, dict) else True
 
 
-def vision_on(mode: VisionMode, model: Any) -> bool:
-    if mode is VisionMode.OFF:
+def vision_on(mode: VisionMode, model: Any, refusing: Collection[str] = ()) -> bool:
+    """`refusing`: the models a provider has refused images for since the bot started (never shown them again)."""
+    if mode is VisionMode.OFF or model_name(model) in refusing:
         return False
     return mode is VisionMode.ON or model_takes_images(model)
+
+
+def refuses_images(exc: BaseException) -> bool:
+    """Whether a provider's error is its refusal of the request's images (an HTTP 400 that speaks of them, as
+    OpenAI-compatible servers answer for a text-only model): the turn is then tried once without them."""
+    if getattr(exc, "status_code", None) != HTTP_BAD_REQUEST:
+        return False
+    said = f"{getattr(exc, 'body', '')} {exc}".lower()
+    return "image" in said or "vision" in said
 
 
 def image_tokens(system: str, model_name: str, width: int, height: int) -> int:

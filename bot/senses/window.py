@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ def is_audio_file(file: ChatFile) -> bool:
 
 def clock(seconds: float | None) -> str:
     """0:12, 3:05, 1:02:03: a length as a player shows it."""
-    if seconds is None:
+    if seconds is None or not math.isfinite(seconds):
         return "?:??"
     whole = max(0, round(seconds))
     hours, rest = divmod(whole, 3600)

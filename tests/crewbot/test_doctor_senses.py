@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.senses.audio_sniff import audio_format, audio_seconds
+from core.logging import SecretRedactor
+from crewbot.doctor_result import render
 from crewbot.doctor_senses import check_stt, check_vision, silent_wav
+from crewbot.startup import secrets_of
 from tests.fakes.stt_server import FakeStt
 from tests.harness import make_settings
 
@@ -29,9 +32,19 @@ async def test_a_failing_or_hanging_service_fails_with_its_fix(tmp_path: Path) -
         refused = await check_stt(make_settings(tmp_path, STT_BASE_URL=stt.base_url, STT_API_KEY="sk-wrong"))
         stt.hang()
         hung = await check_stt(make_settings(tmp_path, STT_BASE_URL=stt.base_url), timeout_seconds=0.5)
-    assert refused.status == "FAIL" and "answered 401: Incorrect API key provided" in refused.detail
+    assert refused.status == "FAIL" and "answered 401 (Unauthorized): Incorrect API key provided" in refused.detail
     assert refused.fix is not None and "STT_BASE_URL" in refused.fix and "sk-wrong" not in refused.detail
     assert hung.status == "FAIL" and "did not answer within 0.5 s" in hung.detail
+
+
+async def test_a_service_quoting_the_key_in_its_401_never_shows_it(tmp_path: Path) -> None:
+    key = "sk-stt-very-secret-123456"
+    async with FakeStt() as stt:
+        stt.reject_key()
+        settings = make_settings(tmp_path, STT_BASE_URL=stt.base_url, STT_API_KEY=key)
+        result = await check_stt(settings)
+    line = SecretRedactor(secrets_of(settings)).scrub(render("speech", result))
+    assert result.status == "FAIL" and "Incorrect API key provided" in line and key not in line
 
 
 async def test_without_stt_the_check_is_skipped_and_vision_follows_the_model(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ class _Script:
     body: bytes | None = None  # sent as is, instead of the JSON answer
     hang: bool = False
     delay_seconds: float = 0.0
+    echo_key: bool = False  # the error message quotes the Authorization header, as some servers' 401s do
 
 
 class FakeStt(LoopbackServer):
@@ -61,6 +62,14 @@ class FakeStt(LoopbackServer):
 
     def fail(self, status: int, message: str = "server error") -> None:
         self._script = _Script(status=status, body=json.dumps({"error": {"message": message}}).encode())
+
+    def reject_key(self) -> None:
+        """401, quoting the key it was sent in its message."""
+        self._script = _Script(status=401, echo_key=True)
+
+    def raw(self, body: bytes) -> None:
+        """200 with this body as its JSON (e.g. a `duration` no float holds)."""
+        self._script = _Script(body=body)
 
     def flood(self, size_bytes: int) -> None:
         self._script = _Script(body=json.dumps({"text": "a" * size_bytes}).encode())
@@ -114,6 +123,9 @@ class FakeStt(LoopbackServer):
         )
         async with self._called:
             self._called.notify_all()
+        if script.echo_key:
+            message = f"Incorrect API key provided: {request.headers.get('Authorization', '')}"
+            return web.json_response({"error": {"message": message}}, status=script.status)
         if script.body is not None:
             return web.Response(status=script.status, body=script.body, content_type="application/json")
         answer: dict[str, object] = {"text": script.text}

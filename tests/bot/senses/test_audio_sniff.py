@@ -3,9 +3,11 @@ from its container when the platform did not say it."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
-from bot.senses.audio_sniff import audio_format, audio_seconds
+from bot.senses.audio_sniff import MAX_WAV_CHUNKS, audio_format, audio_seconds, most_seconds
 from tests.bot.senses.media import jpeg, ogg_opus, wav, zip_file
 
 
@@ -41,3 +43,17 @@ def test_lengths_of_ogg_opus_and_wav() -> None:
     assert audio_seconds(wav(2.0)) == pytest.approx(2.0)
     assert audio_seconds(b"ID3\x04\x00" + b"\x00" * 100) is None  # mp3: not known cheaply
     assert audio_seconds(b"OggS" + b"\x00" * 60) is None  # no Opus or Vorbis head
+
+
+def test_a_wav_of_endless_empty_chunks_is_not_walked_to_its_end() -> None:
+    # 25 MB of 8-byte empty chunks is three million of them: only the first MAX_WAV_CHUNKS are read, then no
+    # length (the file is then bounded by its size, like any file whose length cannot be read).
+    empty = b"junk" + struct.pack("<I", 0)
+    data = b"RIFF" + struct.pack("<I", 0) + b"WAVE" + empty * (MAX_WAV_CHUNKS + 1) + wav(1.0)[12:]
+    assert audio_seconds(data) is None
+    assert audio_seconds(b"RIFF\x00\x00\x00\x00WAVE" + empty * (MAX_WAV_CHUNKS - 3) + wav(1.0)[12:]) == 1.0
+
+
+def test_the_most_a_file_can_play_is_its_bits_at_its_formats_lowest_bitrate() -> None:
+    assert most_seconds("mp3", 1_000) == 1.0  # 8 kbit/s
+    assert most_seconds("ogg", 750) == 1.0  # 6 kbit/s

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from bot.senses.image_prep import (
+    MAX_JPEG_PIXELS,
     MAX_SIDE_PX,
     ImageRefused,
     image_size,
@@ -69,8 +70,80 @@ def test_a_png_declaring_fifty_thousand_pixels_square_is_refused_undecoded() -> 
 
 
 def test_a_png_over_the_full_decode_limit_is_refused_by_its_header() -> None:
-    with pytest.raises(ImageRefused, match=r"5000×5000 pixels, over the 17 megapixels"):
-        prepare_image(png_bomb(5_000, 5_000))
+    with pytest.raises(ImageRefused, match=r"2300×2300 pixels, over the 5\.0 megapixels"):
+        prepare_image(png_bomb(2_300, 2_300))
+
+
+def flat(width: int, height: int, mode: str = "RGB") -> Image.Image:
+    return Image.new(mode, (width, height), (30, 90, 150, 255)[: len(mode)])
+
+
+def saved(image: Image.Image, kind: str, **options: object) -> bytes:
+    out = io.BytesIO()
+    image.save(out, kind, **options)
+    return out.getvalue()
+
+
+def test_a_progressive_jpeg_is_held_to_the_full_decode_limit() -> None:
+    # libjpeg keeps every coefficient of a progressive file until its last scan, whatever the draft scale: a
+    # 1 MB file of 9,400² took 530 MiB. Refused by its header above the full-decode limit, shown below it.
+    with pytest.raises(ImageRefused, match=r"2400×2400 pixels, over the 5\.0 megapixels"):
+        prepare_image(saved(flat(2_400, 2_400), "JPEG", progressive=True))
+    shown = prepare_image(saved(flat(2_000, 2_000), "JPEG", progressive=True))
+    assert (shown.width, shown.height) == (MAX_SIDE_PX, MAX_SIDE_PX)
+    assert prepare_image(saved(flat(2_400, 2_400), "JPEG")).source_width == 2_400  # baseline: decoded at 1/2
+
+
+def test_a_progressive_cmyk_jpeg_gets_fewer_pixels_for_its_fourth_channel() -> None:
+    data = saved(flat(2_100, 2_100, "CMYK"), "JPEG", progressive=True)  # 4.4 MP: under 5 for RGB, over 3.75
+    with pytest.raises(ImageRefused, match=r"over the 3\.8 megapixels"):
+        prepare_image(data)
+
+
+def test_a_baseline_jpeg_of_several_scans_is_held_as_a_progressive_one() -> None:
+    data = bytearray(saved(flat(2_400, 2_400), "JPEG", progressive=True))
+    sof2 = data.index(b"\xff\xc2")
+    data[sof2 + 1] = 0xC0  # its frame says baseline; its scans are still several
+    with pytest.raises(ImageRefused, match=r"over the 5\.0 megapixels"):
+        prepare_image(bytes(data))
+
+
+def test_a_jpeg_with_a_thumbnail_and_an_appended_image_is_one_scan() -> None:
+    # A phone's photo: an EXIF thumbnail (a JPEG of its own) before the image, a depth map after its end.
+    thumbnail = saved(flat(160, 120), "JPEG")
+    exif = Image.Exif()
+    exif[0x0112] = 1
+    photo = saved(flat(3_000, 2_400), "JPEG", exif=exif.tobytes() + thumbnail)
+    shown = prepare_image(photo + saved(flat(640, 480), "JPEG"))
+    assert (shown.source_width, shown.source_height) == (3_000, 2_400)
+
+
+def test_a_photo_taken_sideways_is_turned_upright_by_its_exif() -> None:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # the camera was turned a quarter clockwise: shown as 300 wide, 400 high
+    shown = prepare_image(saved(flat(400, 300), "JPEG", exif=exif))
+    assert (shown.width, shown.height) == (300, 400)
+    assert decoded(shown.data).size == (300, 400)
+
+
+def test_a_large_transparent_png_is_reduced_then_put_on_white() -> None:
+    image = Image.new("RGBA", (2_000, 1_000), (20, 120, 200, 128))
+    shown = prepare_image(saved(image, "PNG"))
+    assert (shown.width, shown.height) == (MAX_SIDE_PX, 784)
+    pixel = decoded(shown.data).getpixel((100, 100))
+    assert isinstance(pixel, tuple)
+    assert all(abs(got - want) <= 6 for got, want in zip(pixel, (137, 187, 227), strict=True))
+    palette = prepare_image(saved(Image.new("P", (1_800, 900), 0), "PNG", transparency=0))
+    assert decoded(palette.data).getpixel((50, 50)) == (255, 255, 255)  # its transparent colour: white
+
+
+def test_a_webp_is_held_to_its_own_lower_limit() -> None:
+    with pytest.raises(ImageRefused, match=r"1500×1500 pixels, over the 2\.0 megapixels"):
+        prepare_image(saved(flat(1_500, 1_500), "WEBP", lossless=True))
+
+
+def test_the_jpeg_limit_is_pillows_own_so_neither_refuses_first() -> None:
+    assert MAX_JPEG_PIXELS == Image.MAX_IMAGE_PIXELS
 
 
 def test_a_truncated_jpeg_is_refused_not_shown_half_grey() -> None:

@@ -137,7 +137,7 @@ async def test_each_providers_request_carries_the_image(tmp_path: Path, provider
             LLM_PROVIDER=provider,
             LLM_BASE_URL=base,
             LLM_API_KEY="sk-image",
-            LLM_MODEL="vision-model",
+            LLM_MODEL="gpt-4o" if provider == "openai" else "claude-3-5-sonnet-latest",  # auto: takes images
             STREAM_REPLIES=str(streamed).lower(),  # a streamed answer's request carries it too (streamed_turn.py)
         )
         with override_allow_model_requests(True):

@@ -44,15 +44,48 @@ async def test_without_a_key_no_authorization_is_sent(stt: FakeStt) -> None:
     assert stt.calls[0].authorization is None and "language" not in stt.calls[0].fields
 
 
-async def test_a_500_fails_the_call_with_the_services_message(stt: FakeStt) -> None:
+async def test_a_500_fails_the_call_with_its_status_only(stt: FakeStt) -> None:
     stt.fail(500, "the GPU caught fire")
     client = SttClient(stt.base_url, "whisper-1")
     try:
-        with pytest.raises(SttError, match="answered 500: the GPU caught fire"):
+        with pytest.raises(SttError) as failed:
             await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
     finally:
         await client.close()
     assert len(stt.calls) == 1  # no retry
+    assert str(failed.value) == "the speech-to-text service answered 500 (Internal Server Error)"
+    assert failed.value.billed  # the audio went up: it may be billed
+
+
+async def test_a_401_quoting_the_key_leaves_the_key_out_of_the_reason(stt: FakeStt) -> None:
+    stt.reject_key()
+    client = SttClient(stt.base_url, "whisper-1", api_key="sk-stt-secret")
+    try:
+        with pytest.raises(SttError) as failed:
+            await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
+    finally:
+        await client.close()
+    assert str(failed.value) == "the speech-to-text service answered 401 (Unauthorized)"
+    assert not failed.value.billed  # refused: nothing to count
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"text": "hi", "duration": 1e400}',  # no float holds it: inf
+        b'{"text": "hi", "usage": {"seconds": 1e400}}',
+        b'{"text": "hi", "duration": 86401}',  # over a day: no voice note's length
+        b'{"text": "hi", "duration": true}',
+    ],
+)
+async def test_a_duration_that_is_no_length_is_not_believed(stt: FakeStt, body: bytes) -> None:
+    stt.raw(body)
+    client = SttClient(stt.base_url, "whisper-1")
+    try:
+        heard = await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
+    finally:
+        await client.close()
+    assert (heard.text, heard.seconds) == ("hi", None)
 
 
 async def test_a_megabyte_of_text_is_refused_as_it_arrives(stt: FakeStt) -> None:
@@ -78,7 +111,8 @@ async def test_a_service_that_hangs_fails_the_call_at_its_time_limit(stt: FakeSt
 async def test_a_service_that_is_not_there_fails_the_call() -> None:
     client = SttClient("http://127.0.0.1:9/v1", "whisper-1", timeout_seconds=5)
     try:
-        with pytest.raises(SttError, match="could not be reached"):
+        with pytest.raises(SttError, match="could not be reached") as failed:
             await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
     finally:
         await client.close()
+    assert not failed.value.billed  # nothing went up

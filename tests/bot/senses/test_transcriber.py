@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.senses.stt_client import SttClient
-from bot.senses.transcriber import MAX_CONCURRENT_TRANSCRIPTIONS, Job, Transcriber
+from bot.senses.transcriber import BUSY_REASON, MAX_CONCURRENT_TRANSCRIPTIONS, MAX_PENDING_PER_CHAT, Job, Transcriber
 from core.allowances import Allowances
 from core.store.chat_files import FileKind, NewFile
 from core.store.messages import NewMessage
@@ -112,3 +112,43 @@ async def test_a_flood_of_voice_notes_is_transcribed_two_at_a_time(tmp_path: Pat
     finally:
         await stores.db.close()
     assert len(told) == 8 and most == MAX_CONCURRENT_TRANSCRIPTIONS
+
+
+async def test_past_its_bound_a_chats_flood_is_refused_with_a_reason_and_another_chat_is_not(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    stores = await Stores.open(settings)
+    other = CHAT - 1
+    told: list[tuple[int, int]] = []
+
+    async def heard(chat_id: int, message_id: int, words: str) -> None:
+        told.append((chat_id, message_id))
+
+    try:
+        await stores.chats.ensure(CHAT, "group", "t")
+        await stores.chats.ensure(other, "group", "u")
+        async with FakeStt() as stt:
+            stt.answer("hi", seconds=1.0)
+            transcriber = Transcriber(
+                settings, SttClient(stt.base_url, "whisper-1"), stores.transcripts, Files(ogg_opus(1.0)), None
+            )
+            jobs = []
+            for n, chat in enumerate([CHAT] * (MAX_PENDING_PER_CHAT + 2) + [other]):
+                voice = NewFile(FileKind.VOICE, f"v{n}", f"u{n}", "voice.ogg", "audio/ogg", 100, duration_seconds=1)
+                row = await stores.messages.add(NewMessage(chat, "Alice", "", kind="file", file=voice))
+                stored = await stores.messages.get(row or 0)
+                assert stored is not None and stored.file is not None
+                jobs.append(Job(chat, stored.id, stored.file))
+            for job in jobs:  # all at once, as a flood arrives: nothing has ended yet
+                transcriber.accept(job, heard)
+            await transcriber.idle()
+            await transcriber.close()
+            calls = len(stt.calls)
+        files = [job.file for job in jobs]
+        found = await stores.transcripts.of_files(f.id for f in files)
+    finally:
+        await stores.db.close()
+    states = [(found[f.id].state, found[f.id].reason) for f in files]
+    assert states[:MAX_PENDING_PER_CHAT] == [(TranscriptState.DONE, None)] * MAX_PENDING_PER_CHAT
+    assert states[MAX_PENDING_PER_CHAT:-1] == [(TranscriptState.FAILED, BUSY_REASON)] * 2
+    assert states[-1] == (TranscriptState.DONE, None)  # the other chat's note is transcribed
+    assert calls == MAX_PENDING_PER_CHAT + 1 and len(told) == len(files)  # every turn is told

@@ -10,7 +10,7 @@ from pydantic_ai.models.test import TestModel
 
 from bot.agent.metered import request_image_tokens
 from bot.senses.image_prep import prepare_image
-from bot.senses.vision import image_tokens, is_image_file, model_takes_images, vision_on
+from bot.senses.vision import image_tokens, is_image_file, model_takes_images, refuses_images, vision_on
 from core.setting_senses import VisionMode
 from core.store.chat_files import ChatFile, FileKind
 from tests.bot.senses.media import jpeg
@@ -46,6 +46,46 @@ def test_auto_follows_the_model_off_and_on_do_not() -> None:
     assert vision_on(VisionMode.AUTO, seeing) and not vision_on(VisionMode.AUTO, text_only)
     assert vision_on(VisionMode.ON, text_only) and not vision_on(VisionMode.OFF, seeing)
     assert model_takes_images(FunctionModel(lambda m, i: None, model_name="crewbot-offline"))  # type: ignore[arg-type,return-value]
+
+
+@pytest.mark.parametrize(
+    ("name", "takes"),
+    [
+        ("gpt-4o-mini", True),
+        ("gpt-4.1", True),
+        ("gpt-5", True),
+        ("o3", True),
+        ("o4-mini", True),
+        ("claude-3-5-sonnet-latest", True),
+        ("claude-sonnet-4-5", True),
+        ("gemini-2.0-flash", True),
+        ("llava:13b", True),
+        ("qwen2.5-vl-7b-instruct", True),
+        ("pixtral-12b", True),
+        ("llama3.1:8b", False),  # pydantic-ai's profile says yes to these: auto does not trust it
+        ("qwen2.5:7b", False),
+        ("mistral-large", False),
+        ("o3-mini", False),
+        ("claude-3-5-haiku", False),
+        ("gpt-3.5-turbo", False),
+    ],
+)
+def test_auto_shows_images_only_to_known_vision_families(name: str, takes: bool) -> None:
+    assert model_takes_images(TestModel(model_name=name)) is takes
+
+
+def test_a_model_whose_provider_refused_images_is_sent_none_again() -> None:
+    model = TestModel(model_name="gpt-4o")
+    assert not vision_on(VisionMode.AUTO, model, {"gpt-4o"}) and not vision_on(VisionMode.ON, model, {"gpt-4o"})
+
+    class Refused(Exception):
+        def __init__(self, status_code: int, body: object) -> None:
+            super().__init__(f"status_code: {status_code}")
+            self.status_code, self.body = status_code, body
+
+    assert refuses_images(Refused(400, {"error": {"message": "image input is not supported"}}))
+    assert not refuses_images(Refused(400, {"error": {"message": "context length exceeded"}}))
+    assert not refuses_images(Refused(500, {"error": {"message": "image decoder crashed"}}))
 
 
 def test_each_providers_rule_for_a_prepared_photo() -> None:
