@@ -61,6 +61,33 @@ class NoteRefused(ValueError):
     """Why a note was not kept, in words for the model (or the member) to pass on."""
 
 
+@dataclass(frozen=True, slots=True)
+class Askers:
+    """Who a turn answers, from the turn's own record: never from anything the model read."""
+
+    ids: tuple[int | None, ...]  # the senders of the messages it answers, oldest first (None: a scheduled prompt)
+    names: Mapping[int, str]
+    messages: Mapping[int | None, int]  # each one's own newest message of the turn (messages.id)
+
+    def sole(self) -> int | None:
+        """The one who asked (None: no member). Refused when several did (messages merged into one turn, or
+        a failed turn's left over): nothing tells whose message asked for the note, and a note records who
+        asked, so it must not name a member whose words merely sat beside another's."""
+        distinct = list(dict.fromkeys(self.ids))
+        if len(distinct) > 1:
+            who = ", ".join(
+                self.names.get(a, "a scheduled prompt") if a is not None else "a scheduled prompt" for a in distinct
+            )
+            raise NoteRefused(
+                f"several members asked in this turn ({who}), and a note records whose message asked for it: "
+                "ask the one who wants it to say it again in a message of their own"
+            )
+        return distinct[0] if distinct else None
+
+    def message_of(self, asker: int | None) -> int | None:
+        return self.messages.get(asker)
+
+
 def clean_text(text: str, limit: int) -> str:
     """A note on one line, without control or direction characters; refused when empty or longer than `limit`
     (never cut: half a fact is a wrong fact)."""
@@ -160,24 +187,24 @@ class Memory:
         log.info("note_kept", chat_id=chat_id, note_id=note.id, chars=len(clean))
         return f"Kept as note {note.ref} (asked by {by_name}). /memory lists the chat's notes."
 
-    async def remember_about(
-        self, chat_id: int, user: str, text: str, askers: Mapping[int, str], message_id: int | None
-    ) -> str:
-        """A note about a member, only from that member's own message in this turn."""
+    async def remember_about(self, chat_id: int, user: str, text: str, askers: Askers) -> str:
+        """A note about a member, only from that member's own message, when they alone asked in this turn."""
         if await self.notes.is_off(chat_id):
             return OFF
-        subject = _who(user, askers)
+        subject = _who(user, askers.names)
         if subject is None:
-            asked = ", ".join(askers.values()) or "nobody"
+            asked = ", ".join(askers.names.values()) or "nobody"
             return (
                 f"Not kept: a note about a member comes only from that member's own message, and {user[:64]!r} "
                 f"did not ask in this turn ({asked} did). Ask them to tell me themselves."
             )
-        name = askers[subject]
+        name = askers.names[subject]
         try:
+            if askers.sole() != subject:  # not reached: the one asker is the subject or _who found nobody
+                raise NoteRefused(f"{name} did not ask in this turn")
             clean = clean_text(text, self.limits.note_chars)
             note = await self.notes.add(
-                NewNote(chat_id, clean, subject, name, message_id, about_user_id=subject),
+                NewNote(chat_id, clean, subject, name, askers.message_of(subject), about_user_id=subject),
                 limit=self.limits.max_member_notes,
             )
         except NoteRefused as exc:
