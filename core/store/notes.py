@@ -149,15 +149,21 @@ class NoteStore:
             await self._db.flush_erased()
         return erased
 
-    async def forget_member(self, chat_id: int, user_id: int) -> int:
-        """Everything kept about a member in this chat: the notes about them and the chat notes they caused.
-        Really deleted: secure_delete zeroes the freed bytes, and the WAL that held them is checkpointed away."""
+    async def forget_member(self, chat_ids: Iterable[int], user_id: int) -> int:
+        """Everything kept about a member in these chats (a group and its forum topics), in one write: the
+        notes about them and the chat notes they caused. Really deleted: secure_delete zeroes the freed bytes,
+        and the WAL that held them is checkpointed away."""
+        ids = sorted(set(chat_ids))
+        erased = 0
         async with self._db.write() as conn:
-            cursor = await conn.execute(
-                "DELETE FROM notes WHERE chat_id = ? AND (about_user_id = ? OR caused_by_id = ?)",
-                (chat_id, user_id, user_id),
-            )
-        erased = cursor.rowcount
+            for start in range(0, len(ids), LOOKUP_BATCH_IDS):
+                chunk = ids[start : start + LOOKUP_BATCH_IDS]
+                marks = ", ".join("?" for _ in chunk)
+                cursor = await conn.execute(
+                    f"DELETE FROM notes WHERE chat_id IN ({marks}) AND (about_user_id = ? OR caused_by_id = ?)",
+                    (*chunk, user_id, user_id),
+                )
+                erased += cursor.rowcount
         if erased:
             await self._db.flush_erased()
         return erased

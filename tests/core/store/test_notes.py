@@ -83,7 +83,7 @@ async def test_forget_member_erases_their_notes_bytes_from_disk(db: Database, no
     await db.flush_erased()  # everything in the database file first: the erase must clear it there too
     assert b"Alice-secret-zebra-4471" in raw_bytes(db)
 
-    erased = await notes.forget_member(CHAT, ALICE)
+    erased = await notes.forget_member([CHAT], ALICE)
 
     assert erased == 2
     on_disk = raw_bytes(db)
@@ -95,7 +95,7 @@ async def test_forget_member_erases_their_notes_bytes_from_disk(db: Database, no
 async def test_forget_member_with_no_notes_changes_nothing(notes: NoteStore) -> None:
     await notes.add(NewNote(CHAT, "Bob keeps the keys", BOB, "Bob"), 50)
 
-    assert await notes.forget_member(CHAT, ALICE) == 0
+    assert await notes.forget_member([CHAT], ALICE) == 0
     assert len(await notes.chat_notes(CHAT, 50)) == 1
 
 
