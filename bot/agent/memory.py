@@ -236,16 +236,23 @@ class Memory:
             after = parse_since(since)
         except SearchRefused as exc:
             return f"Not searched: {exc}."
-        hits = await self._history.search(chat_id, parsed, self.limits.search_results, after, author)
+        found = await self._history.search(chat_id, parsed, self.limits.search_results, after, author)
+        hits = found.hits
+        cut = (
+            " The search stopped at the newest stored messages containing these words and did not look further "
+            "back: more distinctive words reach older ones."
+            if found.cut
+            else ""
+        )
         if not hits:
-            return "No stored message of this chat matches."
+            return "No stored message of this chat matches." + cut
         lines = [
             f"#{h.message_id} {datetime.fromtimestamp(h.timestamp, UTC):%Y-%m-%d %H:%M} {h.sender_name}: "
             f"{quoted(h.snippet)}"
             for h in hits
         ]
         head = f"{len(hits)} stored message(s), newest first (quoted; cite them by #id):"
-        return "\n".join([head, *lines])
+        return "\n".join([head, *lines]) + (f"\n({cut.strip()})" if cut else "")
 
 
 def parse_ref(text: str) -> int | None:

@@ -113,3 +113,20 @@ async def test_search_answers_bad_queries_in_words(memory: Memory, messages: Mes
     assert "No stored message" in await memory.search(CHAT, "x" * 10_000, None, None)
     found = await memory.search(CHAT, '"a" NEAR/3 OR *', None, None)
     assert found.startswith("1 stored message(s), newest first") and 'Bob: "we said \\"near\\" the lake"' in found
+
+
+async def test_a_cut_search_says_it_was_cut(db: Database, chats: ChatStore, messages: MessageStore) -> None:
+    other = -100999
+    await chats.ensure(CHAT, "supergroup", "Team")
+    await chats.ensure(other, "supergroup", "Busy")
+    memory = Memory(NoteStore(db), HistoryIndex(db, walk_postings=20), LIMITS)
+    lake = await messages.add(NewMessage(CHAT, "Bob", "the lake house, booked", sender_id=BOB))
+    for n in range(40):
+        await messages.add(NewMessage(other, "Eve", f"lake {n}", sender_id=99))
+
+    cut = await memory.search(CHAT, "lake", None, None)
+    found = await memory.search(CHAT, "lake booked", None, None)
+
+    assert cut.startswith("No stored message of this chat matches. The search stopped at the newest")
+    assert "more distinctive words reach older ones" in cut
+    assert found.startswith("1 stored message(s)") and f"#{lake} " in found and "stopped" not in found
