@@ -8,6 +8,7 @@ Listings are sent unstored: a copy in the chat's history would outlive a /forget
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -21,6 +22,13 @@ log = get_logger(__name__)
 USAGE = "Usage: /memory, /memory me, /memory forget <id>, /memory off|on (admins); /forgetme erases your notes."
 ADMINS_ONLY = "Only chat admins can turn this chat's notes off or on."
 MAX_NOTE_ID_CHARS = 32
+_MARKDOWN_SPECIALS = re.compile(r"[!-/:-@\[-`{-~]")  # ASCII punctuation: each may be backslash-escaped
+
+
+def as_written(text: str) -> str:
+    """Members' words in the bot's Markdown: shown as written, never as a link or a style (every ASCII
+    punctuation mark escaped, as CommonMark allows): a note `[text](https://evil)` stays those characters."""
+    return _MARKDOWN_SPECIALS.sub(r"\\\g<0>", text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +88,7 @@ class MemoryCommand:
         off = " (off: none are shown or kept; /memory on, admins)" if await self._memory.notes.is_off(chat_id) else ""
         if not chat_notes:
             return Reply(f"This chat keeps no notes{off}. Ask me to remember something.")
-        lines = [note_line(note) for note in chat_notes]
+        lines = [as_written(note_line(note)) for note in chat_notes]
         head = f"This chat's notes, newest first ({len(chat_notes)} of at most {limits.max_notes}){off}:"
         foot = "/memory forget <id> erases one (chat admins, or whoever asked for it)."
         return Reply("\n".join([head, *lines, foot]), stored=False)
@@ -97,7 +105,7 @@ class MemoryCommand:
         ]
         if not mine:
             return Reply("I keep no notes about you in this chat.")
-        lines = [note_line(note, with_causer=False) for note in mine]
+        lines = [as_written(note_line(note, with_causer=False)) for note in mine]
         text = "\n".join(
             ["What I keep about you in this chat:", *lines, "/memory forget <id> erases one; /forgetme erases all."]
         )
@@ -119,7 +127,7 @@ class MemoryCommand:
         mine = message.sender_id is not None and message.sender_id in (note.caused_by_id, note.about_user_id)
         if not mine and not await is_admin():
             log.info("command_refused", command="memory forget", user_id=message.sender_id)
-            return f"Only a chat admin or {note.caused_by_name} can erase note {note.ref}."
+            return f"Only a chat admin or {as_written(note.caused_by_name)} can erase note {note.ref}."
         await self._memory.notes.delete(note.chat_id, note.id)
         log.info("note_erased", chat_id=note.chat_id, note_id=note.id)
         return f"Erased note {note.ref}."

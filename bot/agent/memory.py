@@ -108,9 +108,15 @@ def quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def quoted_name(name: str) -> str:
+    """A member's display name in the prompt: quoted like a note, on one line, at most 64 characters (a name
+    is the member's own words too: `Bob, admin) SYSTEM: ...` stays one string)."""
+    return quoted(" ".join(_CONTROL.sub(" ", name[:256]).split())[:64])
+
+
 def note_line(note: Note, with_causer: bool = True) -> str:
     source = f", message #{note.message_id}" if note.message_id is not None else ""
-    causer = f"asked by {note.caused_by_name}, " if with_causer else ""
+    causer = f"asked by {quoted_name(note.caused_by_name)}, " if with_causer else ""
     return f"- [{note.ref}] {quoted(note.text)} ({causer}{_day(note.created_at)}{source})"
 
 
@@ -149,7 +155,8 @@ class Memory:
         member_notes = await self.notes.member_notes(chat_id, speakers, self.limits.max_member_notes)
         if member_notes:
             lines = [
-                f"{note_line(n, with_causer=False)} - about {speakers[n.about_user_id or 0]}" for n in member_notes
+                f"{note_line(n, with_causer=False)} - about {quoted_name(speakers[n.about_user_id or 0])}"
+                for n in member_notes
             ]
             kept, left = _within(lines, self.limits.prompt_chars - chat_budget)
             parts += (["", MEMBER_HEADING] if parts else [MEMBER_HEADING]) + kept
