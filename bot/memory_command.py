@@ -21,6 +21,10 @@ log = get_logger(__name__)
 
 USAGE = "Usage: /memory, /memory me, /memory forget <id>, /memory off|on (admins); /forgetme erases your notes."
 ADMINS_ONLY = "Only chat admins can turn this chat's notes off or on."
+START_PRIVATE = (
+    "I show your notes only in our private chat, never in the group: start one with me (open my profile, press "
+    "Start), then send /memory me here again."
+)
 MAX_NOTE_ID_CHARS = 32
 _MARKDOWN_SPECIALS = re.compile(r"[!-/:-@\[-`{-~]")  # ASCII punctuation: each may be backslash-escaped
 
@@ -109,10 +113,12 @@ class MemoryCommand:
         text = "\n".join(
             ["What I keep about you in this chat:", *lines, "/memory forget <id> erases one; /forgetme erases all."]
         )
-        private = await self._chat(message.sender_id) if message.chat_kind != "private" else None
+        if message.chat_kind in ("private", "console"):
+            return Reply(text, stored=False)
+        private = await self._chat(message.sender_id)
         if private is not None and private.kind == "private":
             return Reply(text, stored=False, private_to=private.id)
-        return Reply(text, stored=False)
+        return Reply(START_PRIVATE)  # what the bot keeps about a member is not the group's to read
 
     async def _forget(self, message: InboundMessage, ref: str, is_admin: Callable[[], Awaitable[bool]]) -> str:
         note_id, note = parse_ref(ref), None

@@ -18,6 +18,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bot.agent.memory import CHAT_HEADING, MEMBER_HEADING, OFF, PROPOSE
 from bot.agent.offline import prompt_text
+from bot.memory_command import START_PRIVATE
 from bot.channels.telegram import TelegramChannel
 from container.channel import RunChannel
 from container.task import RunResult
@@ -250,7 +251,9 @@ async def test_memory_commands_list_erase_and_turn_off(tmp_path: Path) -> None:
 
 
 async def test_forgetme_leaves_nothing_of_the_member_behind(tmp_path: Path) -> None:
-    async with rig(tmp_path) as r:
+    async with rig(tmp_path, ALLOWED_CHAT_IDS=f"{GROUP_ID},{ALICE}") as r:
+        r.tg.add_chat(ALICE)  # a positive id: a private chat
+        await r.app.stores.chats.ensure(ALICE, "private", "Alice")
         r.script.plans.append(
             [
                 ("remember_about", {"user": "me", "text": "Alice-tz-Zulu-7731 vegetarian"}),
@@ -263,8 +266,9 @@ async def test_forgetme_leaves_nothing_of_the_member_behind(tmp_path: Path) -> N
         r.say(BOB, "Bob", "remember I keep the keys")
         await r.next_reply()
         r.command(ALICE, "Alice", "/memory me")
-        mine = await r.next_reply()
-        assert "Alice-tz-Zulu-7731" in mine and "Quokka" not in mine
+        await r.next_reply()
+        (mine,) = await r.tg.wait_for_messages(ALICE, 1, WAIT_SECONDS)
+        assert "Alice-tz-Zulu-7731" in mine.plain_text and "Quokka" not in mine.plain_text
         await r.app.stores.db.flush_erased()
         assert b"Zulu-7731" in r.raw_bytes()
 
@@ -341,6 +345,18 @@ async def test_memory_me_goes_to_the_members_private_chat_when_there_is_one(tmp_
         assert "Alice takes the night shift" in private.plain_text
         assert not any("night shift" in m.plain_text for m in r.tg.sent_messages(GROUP_ID))
         assert await r.stored("SELECT id FROM messages WHERE content LIKE '%What I keep about you%'") == []
+
+
+async def test_memory_me_without_a_private_chat_shows_nothing_in_the_group(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        r.script.plans.append([("remember_about", {"user": "Alice", "text": "Alice-private-fear-of-heights"})])
+        r.say(ALICE, "Alice", "I'm afraid of heights")
+        await r.next_reply()
+
+        r.command(ALICE, "Alice", "/memory me")
+
+        assert await r.next_reply() == f"Crew: {START_PRIVATE}"
+        assert not any("fear-of-heights" in m.plain_text for m in r.tg.sent_messages())
 
 
 async def test_in_a_merged_turn_no_note_names_a_member_who_did_not_ask_for_it(tmp_path: Path) -> None:

@@ -26,8 +26,10 @@ async def in_topic(r: Rig, topic: int, user_id: int, name: str, text: str) -> st
 
 
 async def test_forgetme_and_memory_me_in_one_topic_reach_the_members_notes_in_every_topic(tmp_path: Path) -> None:
-    async with rig(tmp_path) as r:
+    async with rig(tmp_path, ALLOWED_CHAT_IDS=f"{GROUP_ID},{ALICE}") as r:
         r.tg.update_chat(GROUP_ID, type="supergroup", is_forum=True)
+        r.tg.add_chat(ALICE)  # her private chat with the bot: where /memory me answers
+        await r.app.stores.chats.ensure(ALICE, "private", "Alice")
         mention = f"@{r.tg.bot_username}"
         r.script.plans.append([("remember_about", {"user": "me", "text": "Alice-topic-A-heron-3310 on call"})])
         await in_topic(r, TOPIC_A, ALICE, "Alice", f"{mention} I'm on call this week")
@@ -37,8 +39,9 @@ async def test_forgetme_and_memory_me_in_one_topic_reach_the_members_notes_in_ev
         await in_topic(r, TOPIC_A, BOB, "Bob", f"{mention} remember I keep the keys")
         assert len({row[0] for row in await r.stored("SELECT chat_id FROM notes")}) == 2  # two conversations
 
-        mine = await in_topic(r, TOPIC_B, ALICE, "Alice", "/memory me")
-        assert "heron-3310" in mine  # kept in topic A, asked for in topic B
+        await in_topic(r, TOPIC_B, ALICE, "Alice", "/memory me")
+        (mine,) = await r.tg.wait_for_messages(ALICE, 1, WAIT_SECONDS)
+        assert "heron-3310" in mine.plain_text  # kept in topic A, asked for in topic B
         (about_alice,) = await r.stored("SELECT id FROM notes WHERE about_user_id = ?", ALICE)
         r.script.plans.append([("remember_about", {"user": "me", "text": "Alice-again-kite-1201"})])
         await in_topic(r, TOPIC_A, ALICE, "Alice", f"{mention} I like tea")
