@@ -18,8 +18,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bot.agent.memory import CHAT_HEADING, MEMBER_HEADING, OFF, PROPOSE
 from bot.agent.offline import prompt_text
-from bot.memory_command import START_PRIVATE
 from bot.channels.telegram import TelegramChannel
+from bot.memory_command import START_PRIVATE
 from container.channel import RunChannel
 from container.task import RunResult
 from core.delivery import Delivery
