@@ -63,8 +63,8 @@ async def search_history(
     ctx: RunContext[TurnDeps], query: str, since: str | None = None, author: str | None = None
 ) -> str:
     """Search every stored message of this chat, far beyond the transcript you see: for what was decided,
-    said or shared earlier. Returns the newest matches with message id, date, author and a snippet; add words
-    or `since` to reach further back.
+    said or shared earlier. Returns the newest matches with message id, date, author and a snippet; more
+    distinctive words reach further back.
 
     Args:
         query: A few distinctive words that the message contains (every word must occur; any language).
