@@ -89,7 +89,7 @@ async def _searches(ctx: BenchContext, stores: Stores, chat_id: int, vocabulary:
         for kind, text in queries.items():
             query = parse_query(text)
             t0 = time.perf_counter()
-            hits = await index.search(chat_id, query, SEARCH_LIMIT)
+            hits = (await index.search(chat_id, query, SEARCH_LIMIT)).hits
             product[kind].append(ms(time.perf_counter() - t0))
             t0 = time.perf_counter()
             scanned = await _like_scan(stores.db, chat_id, query.words)

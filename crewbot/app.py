@@ -211,7 +211,7 @@ class App:
             conversations=stores.chats.conversations_of,
             config=config,
             budget=self.budget,
-            memory=MemoryCommand(self.memory, stores.chats.get),
+            memory=MemoryCommand(self.memory, stores.chats.get, stores.chats.conversations_of),
             web=WebCommand(settings, self.questions.store),
         )
         self.router = InboundRouter(

@@ -46,6 +46,8 @@ class TurnDeps:
     is_admin: AdminCheck | None = None  # None: nobody is an admin here
     memory: Memory | None = None  # notes and history search; None: not available
     asker_names: Mapping[int, str] = field(default_factory=dict)  # the askers' names, as the window shows them
+    # Each asker's own newest message of this turn (messages.id): what a note they asked for cites.
+    asker_messages: Mapping[int | None, int] = field(default_factory=dict)
 
     async def asked_by_admins(self) -> bool:
         """Whether an admin-only action may be taken for this turn: only if everyone who asked is an admin.

@@ -235,6 +235,7 @@ class MainAgent:
             asker_names={
                 m.sender_id: m.sender_name for m in prompt.window if m.sender_id is not None and m.sender_id in askers
             },
+            asker_messages={m.sender_id: m.id for m in prompt.window if m.is_trigger and m.sender_id in askers},
         )
         try:
             agent = await self.llm_agent()

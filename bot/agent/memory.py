@@ -61,6 +61,33 @@ class NoteRefused(ValueError):
     """Why a note was not kept, in words for the model (or the member) to pass on."""
 
 
+@dataclass(frozen=True, slots=True)
+class Askers:
+    """Who a turn answers, from the turn's own record: never from anything the model read."""
+
+    ids: tuple[int | None, ...]  # the senders of the messages it answers, oldest first (None: a scheduled prompt)
+    names: Mapping[int, str]
+    messages: Mapping[int | None, int]  # each one's own newest message of the turn (messages.id)
+
+    def sole(self) -> int | None:
+        """The one who asked (None: no member). Refused when several did (messages merged into one turn, or
+        a failed turn's left over): nothing tells whose message asked for the note, and a note records who
+        asked, so it must not name a member whose words merely sat beside another's."""
+        distinct = list(dict.fromkeys(self.ids))
+        if len(distinct) > 1:
+            who = ", ".join(
+                self.names.get(a, "a scheduled prompt") if a is not None else "a scheduled prompt" for a in distinct
+            )
+            raise NoteRefused(
+                f"several members asked in this turn ({who}), and a note records whose message asked for it: "
+                "ask the one who wants it to say it again in a message of their own"
+            )
+        return distinct[0] if distinct else None
+
+    def message_of(self, asker: int | None) -> int | None:
+        return self.messages.get(asker)
+
+
 def clean_text(text: str, limit: int) -> str:
     """A note on one line, without control or direction characters; refused when empty or longer than `limit`
     (never cut: half a fact is a wrong fact)."""
@@ -81,9 +108,15 @@ def quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def quoted_name(name: str) -> str:
+    """A member's display name in the prompt: quoted like a note, on one line, at most 64 characters (a name
+    is the member's own words too: `Bob, admin) SYSTEM: ...` stays one string)."""
+    return quoted(" ".join(_CONTROL.sub(" ", name[:256]).split())[:64])
+
+
 def note_line(note: Note, with_causer: bool = True) -> str:
     source = f", message #{note.message_id}" if note.message_id is not None else ""
-    causer = f"asked by {note.caused_by_name}, " if with_causer else ""
+    causer = f"asked by {quoted_name(note.caused_by_name)}, " if with_causer else ""
     return f"- [{note.ref}] {quoted(note.text)} ({causer}{_day(note.created_at)}{source})"
 
 
@@ -122,7 +155,8 @@ class Memory:
         member_notes = await self.notes.member_notes(chat_id, speakers, self.limits.max_member_notes)
         if member_notes:
             lines = [
-                f"{note_line(n, with_causer=False)} - about {speakers[n.about_user_id or 0]}" for n in member_notes
+                f"{note_line(n, with_causer=False)} - about {quoted_name(speakers[n.about_user_id or 0])}"
+                for n in member_notes
             ]
             kept, left = _within(lines, self.limits.prompt_chars - chat_budget)
             parts += (["", MEMBER_HEADING] if parts else [MEMBER_HEADING]) + kept
@@ -160,24 +194,24 @@ class Memory:
         log.info("note_kept", chat_id=chat_id, note_id=note.id, chars=len(clean))
         return f"Kept as note {note.ref} (asked by {by_name}). /memory lists the chat's notes."
 
-    async def remember_about(
-        self, chat_id: int, user: str, text: str, askers: Mapping[int, str], message_id: int | None
-    ) -> str:
-        """A note about a member, only from that member's own message in this turn."""
+    async def remember_about(self, chat_id: int, user: str, text: str, askers: Askers) -> str:
+        """A note about a member, only from that member's own message, when they alone asked in this turn."""
         if await self.notes.is_off(chat_id):
             return OFF
-        subject = _who(user, askers)
+        subject = _who(user, askers.names)
         if subject is None:
-            asked = ", ".join(askers.values()) or "nobody"
+            asked = ", ".join(askers.names.values()) or "nobody"
             return (
                 f"Not kept: a note about a member comes only from that member's own message, and {user[:64]!r} "
                 f"did not ask in this turn ({asked} did). Ask them to tell me themselves."
             )
-        name = askers[subject]
+        name = askers.names[subject]
         try:
+            if askers.sole() != subject:  # not reached: the one asker is the subject or _who found nobody
+                raise NoteRefused(f"{name} did not ask in this turn")
             clean = clean_text(text, self.limits.note_chars)
             note = await self.notes.add(
-                NewNote(chat_id, clean, subject, name, message_id, about_user_id=subject),
+                NewNote(chat_id, clean, subject, name, askers.message_of(subject), about_user_id=subject),
                 limit=self.limits.max_member_notes,
             )
         except NoteRefused as exc:
@@ -209,16 +243,23 @@ class Memory:
             after = parse_since(since)
         except SearchRefused as exc:
             return f"Not searched: {exc}."
-        hits = await self._history.search(chat_id, parsed, self.limits.search_results, after, author)
+        found = await self._history.search(chat_id, parsed, self.limits.search_results, after, author)
+        hits = found.hits
+        cut = (
+            " The search stopped at the newest stored messages containing these words and did not look further "
+            "back: more distinctive words reach older ones."
+            if found.cut
+            else ""
+        )
         if not hits:
-            return "No stored message of this chat matches."
+            return "No stored message of this chat matches." + cut
         lines = [
             f"#{h.message_id} {datetime.fromtimestamp(h.timestamp, UTC):%Y-%m-%d %H:%M} {h.sender_name}: "
             f"{quoted(h.snippet)}"
             for h in hits
         ]
         head = f"{len(hits)} stored message(s), newest first (quoted; cite them by #id):"
-        return "\n".join([head, *lines])
+        return "\n".join([head, *lines]) + (f"\n({cut.strip()})" if cut else "")
 
 
 def parse_ref(text: str) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic_ai import RunContext
 
 from bot.agent.deps import TurnDeps
+from bot.agent.memory import Askers, NoteRefused
 
 NOT_AVAILABLE = "Memory is not available here."
 NO_MEMBER = "no member (a scheduled or subagent turn)"
@@ -21,15 +22,20 @@ async def remember(ctx: RunContext[TurnDeps], text: str) -> str:
     deps = ctx.deps
     if deps.memory is None:
         return NOT_AVAILABLE
-    by_id = deps.requester_id
+    askers = _askers(deps)
+    try:
+        by_id = askers.sole()
+    except NoteRefused as exc:
+        return f"Not kept: {exc}."
     by_name = deps.asker_names.get(by_id, f"member {by_id}") if by_id is not None else NO_MEMBER
-    return await deps.memory.remember(deps.chat_id, text, by_id, by_name, deps.turn.trigger_id)
+    return await deps.memory.remember(deps.chat_id, text, by_id, by_name, askers.message_of(by_id))
 
 
 async def remember_about(ctx: RunContext[TurnDeps], user: str, text: str) -> str:
     """Keep a note about a member, from what that member says about themselves (role, time zone,
-    preferences). Only the member who wrote the message you answer can have a note written about them; it is
-    shown when they take part, and they can list (/memory me) and erase (/forgetme) theirs.
+    preferences). Only the member who wrote the message you answer, when no one else's message is part of this
+    turn, can have a note written about them; it is shown when they take part, and they can list (/memory me)
+    and erase (/forgetme) theirs.
 
     Args:
         user: The member's name as the transcript shows it (or `me`).
@@ -38,7 +44,7 @@ async def remember_about(ctx: RunContext[TurnDeps], user: str, text: str) -> str
     deps = ctx.deps
     if deps.memory is None:
         return NOT_AVAILABLE
-    return await deps.memory.remember_about(deps.chat_id, user, text, deps.asker_names, deps.turn.trigger_id)
+    return await deps.memory.remember_about(deps.chat_id, user, text, _askers(deps))
 
 
 async def forget(ctx: RunContext[TurnDeps], note_id: str) -> str:
@@ -57,8 +63,8 @@ async def search_history(
     ctx: RunContext[TurnDeps], query: str, since: str | None = None, author: str | None = None
 ) -> str:
     """Search every stored message of this chat, far beyond the transcript you see: for what was decided,
-    said or shared earlier. Returns the newest matches with message id, date, author and a snippet; add words
-    or `since` to reach further back.
+    said or shared earlier. Returns the newest matches with message id, date, author and a snippet; more
+    distinctive words reach further back.
 
     Args:
         query: A few distinctive words that the message contains (every word must occur; any language).
@@ -69,6 +75,10 @@ async def search_history(
     if deps.memory is None:
         return NOT_AVAILABLE
     return await deps.memory.search(deps.chat_id, query, since, author)
+
+
+def _askers(deps: TurnDeps) -> Askers:
+    return Askers(deps.askers, deps.asker_names, deps.asker_messages)
 
 
 MEMORY_TOOLS = (remember, remember_about, forget, search_history)

@@ -16,6 +16,10 @@ TRIGRAM_CHARS = 3  # the index matches words of at least 3 characters; a query o
 # Words shorter than a trigram alone (`AI`, two CJK characters) cannot use the index: they are looked for with
 # LIKE in the chat's newest messages only, so such a query stays bounded in a chat of millions.
 MAX_LIKE_SCAN_MESSAGES = 20_000
+# The index is shared by every chat: a word's postings are walked newest first and the chat, `since` and
+# `author` filtered after. The walk stops after this many postings, so a search in a small chat (or for an author
+# who never wrote it) does not walk every other chat's matches while it holds the one database connection.
+MAX_WALK_POSTINGS = 20_000
 SNIPPET_CHARS = 240  # of a message's text around the first match
 INDEX_TABLES = ("messages_fts_data", "messages_fts_idx", "messages_fts_docsize", "messages_fts_config")
 _WORD = re.compile(r"\w+")
@@ -27,6 +31,12 @@ class Hit:
     timestamp: float
     sender_name: str
     snippet: str
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    hits: list[Hit]
+    cut: bool  # fewer than asked, and the walk stopped at its bound: older messages were not looked at
 
 
 class SearchRefused(ValueError):
@@ -53,7 +63,8 @@ def parse_query(text: str) -> Query:
     head = text[: MAX_QUERY_CHARS + 1]
     if len(head) > MAX_QUERY_CHARS:  # cut at a space: half a word would ask for a word nobody wrote
         head = (head[:MAX_QUERY_CHARS].rsplit(maxsplit=1) or [""])[0]
-    words = list(dict.fromkeys(word.casefold() for word in _WORD.findall(head)))[:MAX_TERMS]
+    # lower(), not casefold(): the trigram tokenizer folds case letter by letter, and never turns ß into ss.
+    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(head)))[:MAX_TERMS]
     if not words:
         raise SearchRefused("the query has no words to look for")
     indexed = tuple(w for w in words if len(w) >= TRIGRAM_CHARS)
@@ -74,14 +85,16 @@ def parse_since(text: str | None) -> float | None:
     return when.timestamp()
 
 
-def _like(word: str) -> str:
-    return "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+def _folds_in(text: object, wanted: object) -> bool:
+    """SQLite's `folds_in(text, wanted)`: `wanted` (casefolded) occurs in `text` in any case, in any script
+    (SQLite's own LIKE folds ASCII letters only: `élodie` would not find `Élodie`)."""
+    return str(wanted) in str(text).casefold()
 
 
 def snippet(content: str, words: tuple[str, ...], width: int = SNIPPET_CHARS) -> str:
     """The text around the first word found, on one line, at most `width` characters and marks of the cut."""
     flat = " ".join(content.split())
-    folded = flat.casefold()  # may differ in length from `flat` for a few letters: then the start is approximate
+    folded = flat.lower()  # may differ in length from `flat` for a few letters: then the start is approximate
     found = [i for i in (folded.find(word) for word in words) if i >= 0]
     at = min(found) if found else 0
     start = max(0, min(at - width // 3, len(flat) - width))
@@ -90,43 +103,64 @@ def snippet(content: str, words: tuple[str, ...], width: int = SNIPPET_CHARS) ->
 
 
 class HistoryIndex:
-    def __init__(self, db: Database) -> None:
+    def __init__(
+        self, db: Database, walk_postings: int = MAX_WALK_POSTINGS, like_scan: int = MAX_LIKE_SCAN_MESSAGES
+    ) -> None:
         self._db = db
+        self._walk = walk_postings
+        self._like_scan = like_scan
+        self._function_on: object = None  # the connection `folds_in` was registered on
 
     async def search(
         self, chat_id: int, query: Query, limit: int, since: float | None = None, author: str | None = None
-    ) -> list[Hit]:
-        """At most `limit` messages of the chat that contain every word, newest first."""
+    ) -> Found:
+        """At most `limit` messages of the chat that contain every word, newest first; `cut` when the walk
+        stopped at its bound before finding that many."""
+        if self._function_on is not self._db.conn:
+            await self._db.conn.create_function("folds_in", 2, _folds_in, deterministic=True)
+            self._function_on = self._db.conn
         filters, params = ["m.chat_id = ?"], list[object]([chat_id])
         if since is not None:
             filters.append("m.timestamp >= ?")
             params.append(since)
-        if author:
-            filters.append("m.sender_name LIKE ? ESCAPE '\\'")
-            params.append(_like(author.strip()[:64].casefold()))
+        if author and author.strip():
+            filters.append("folds_in(m.sender_name, ?)")
+            params.append(author.strip()[:64].casefold())
         for word in query.short:
-            filters.append("m.content LIKE ? ESCAPE '\\'")
-            params.append(_like(word))
+            filters.append("folds_in(m.content, ?)")
+            params.append(word.casefold())
         where = " AND ".join(filters)
         if query.indexed:
-            # CROSS JOIN keeps the index the outer loop, walked newest first, so LIMIT stops the walk early.
-            # Left to itself the planner may walk the chat's messages and probe the index for each (minutes
-            # in a chat of a million); bm25 order would score every match first (a second for a common word).
+            # The postings are walked newest first in a subquery of their own, bounded: its LIMIT keeps it
+            # from being flattened into the join, and CROSS JOIN keeps it the outer loop, read in its order (no
+            # ORDER BY outside: that would sort the whole bounded walk before LIMIT could stop it; the few rows
+            # are sorted below). Left to itself the planner may walk the chat's messages and probe the index for
+            # each (minutes in a chat of a million); bm25 order would score every match first (a second for a
+            # common word).
+            walk = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?"
             sql = (
-                "SELECT m.id, m.timestamp, m.sender_name, m.content FROM messages_fts AS f "
-                f"CROSS JOIN messages AS m ON m.id = f.rowid WHERE messages_fts MATCH ? AND {where} "
-                "ORDER BY f.rowid DESC LIMIT ?"
+                f"SELECT m.id, m.timestamp, m.sender_name, m.content FROM ({walk}) AS f "
+                f"CROSS JOIN messages AS m ON m.id = f.rowid WHERE {where} LIMIT ?"
             )
-            values: list[object] = [query.match_expression(), *params, limit]
+            values: list[object] = [query.match_expression(), self._walk, *params, limit]
+            beyond = "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?"
+            beyond_values: list[object] = [query.match_expression(), self._walk]
         else:
             sql = (
                 "SELECT m.id, m.timestamp, m.sender_name, m.content FROM (SELECT * FROM messages WHERE chat_id = ? "
                 f"ORDER BY id DESC LIMIT ?) AS m WHERE {where} ORDER BY m.id DESC LIMIT ?"
             )
-            values = [chat_id, MAX_LIKE_SCAN_MESSAGES, *params, limit]
+            values = [chat_id, self._like_scan, *params, limit]
+            beyond = "SELECT 1 FROM messages WHERE chat_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?"
+            beyond_values = [chat_id, self._like_scan]
         async with self._db.conn.execute(sql, values) as cursor:
-            rows = await cursor.fetchall()
-        return [Hit(int(r[0]), float(r[1]), str(r[2]), snippet(str(r[3]), query.words)) for r in rows]
+            rows = sorted(await cursor.fetchall(), key=lambda row: int(row[0]), reverse=True)
+        cut = False
+        if len(rows) < limit:  # was there more to walk than the bound let it? (as bounded a walk again)
+            async with self._db.conn.execute(beyond, beyond_values) as cursor:
+                cut = await cursor.fetchone() is not None
+        hits = [Hit(int(r[0]), float(r[1]), str(r[2]), snippet(str(r[3]), query.words)) for r in rows]
+        return Found(hits, cut)
 
     async def size_bytes(self) -> int:
         """What the index takes on disk (its shadow tables' pages)."""

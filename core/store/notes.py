@@ -8,8 +8,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import aiosqlite
+import structlog
 
 from core.store.db import Database
+
+# structlog's own, as core.logging.get_logger returns it: core.store stays below core (no import cycle).
+log: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(__name__)
 
 LOOKUP_BATCH_IDS = 500  # ids per `IN (...)`, well under SQLite's variable limit
 
@@ -69,6 +73,16 @@ class NotesFull(Exception):
 class NoteStore:
     def __init__(self, db: Database) -> None:
         self._db = db
+
+    async def _flush_erased(self) -> bool:
+        """After an erase, the WAL that held the erased text is checkpointed away. A reader mid-snapshot (another
+        process: `crewbot stats`) can keep it busy: logged, not retried at once (each try holds the one
+        connection for the busy timeout, and the same reader would most likely still be there); a later
+        checkpoint, SQLite's own or the next erase's, finishes it."""
+        if await self._db.flush_erased():
+            return True
+        log.warning("erased_notes_left_in_wal", hint="a reader kept the WAL busy; a later checkpoint clears it")
+        return False
 
     async def add(self, note: NewNote, limit: int) -> Note:
         """Store a note unless its owner (the chat, or the member it is about) already has `limit`: counted
@@ -146,20 +160,26 @@ class NoteStore:
             cursor = await conn.execute("DELETE FROM notes WHERE id = ? AND chat_id = ?", (note_id, chat_id))
         erased = cursor.rowcount == 1
         if erased:
-            await self._db.flush_erased()
+            await self._flush_erased()
         return erased
 
-    async def forget_member(self, chat_id: int, user_id: int) -> int:
-        """Everything kept about a member in this chat: the notes about them and the chat notes they caused.
-        Really deleted: secure_delete zeroes the freed bytes, and the WAL that held them is checkpointed away."""
+    async def forget_member(self, chat_ids: Iterable[int], user_id: int) -> int:
+        """Everything kept about a member in these chats (a group and its forum topics), in one write: the
+        notes about them and the chat notes they caused. Really deleted: secure_delete zeroes the freed bytes,
+        and the WAL that held them is checkpointed away."""
+        ids = sorted(set(chat_ids))
+        erased = 0
         async with self._db.write() as conn:
-            cursor = await conn.execute(
-                "DELETE FROM notes WHERE chat_id = ? AND (about_user_id = ? OR caused_by_id = ?)",
-                (chat_id, user_id, user_id),
-            )
-        erased = cursor.rowcount
+            for start in range(0, len(ids), LOOKUP_BATCH_IDS):
+                chunk = ids[start : start + LOOKUP_BATCH_IDS]
+                marks = ", ".join("?" for _ in chunk)
+                cursor = await conn.execute(
+                    f"DELETE FROM notes WHERE chat_id IN ({marks}) AND (about_user_id = ? OR caused_by_id = ?)",
+                    (*chunk, user_id, user_id),
+                )
+                erased += cursor.rowcount
         if erased:
-            await self._db.flush_erased()
+            await self._flush_erased()
         return erased
 
     async def set_off(self, chat_id: int, off: bool, by: str) -> bool:
@@ -198,5 +218,5 @@ class NoteStore:
                 "DELETE FROM notes WHERE chat_id IN (SELECT chat_id FROM memory_off WHERE off_at < ?)", (cutoff,)
             )
         if cursor.rowcount:
-            await self._db.flush_erased()
+            await self._flush_erased()
         return cursor.rowcount

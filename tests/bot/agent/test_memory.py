@@ -10,6 +10,7 @@ from bot.agent.memory import (
     CHAT_HEADING,
     PROPOSE,
     SUBAGENT_NOTES,
+    Askers,
     Memory,
     MemoryLimits,
     NoteRefused,
@@ -47,7 +48,7 @@ async def test_fifty_long_notes_stay_within_the_prompt_budget(memory: Memory) ->
     for n in range(50):
         await memory.remember(CHAT, f"{n:02d} " + "w" * 496, ALICE, "Alice", 1000 + n)
     for n in range(20):
-        await memory.remember_about(CHAT, "Bob", f"bob {n:02d} " + "b" * 480, {BOB: "Bob"}, None)
+        await memory.remember_about(CHAT, "Bob", f"bob {n:02d} " + "b" * 480, only(BOB, "Bob"))
 
     section = await memory.prompt_section(CHAT, [spoke(BOB, "Bob")])
 
@@ -59,7 +60,7 @@ async def test_fifty_long_notes_stay_within_the_prompt_budget(memory: Memory) ->
 
 
 async def test_member_notes_only_of_members_in_the_window(memory: Memory) -> None:
-    await memory.remember_about(CHAT, "me", "Alice is on call this week", {ALICE: "Alice"}, None)
+    await memory.remember_about(CHAT, "me", "Alice is on call this week", only(ALICE, "Alice"))
 
     assert "on call" not in await memory.prompt_section(CHAT, [spoke(BOB, "Bob")])
     assert "on call" in await memory.prompt_section(CHAT, [spoke(ALICE, "Alice")])
@@ -74,18 +75,27 @@ async def test_notes_are_one_clean_quoted_line() -> None:
         clean_text("x" * 1_048_576, 500)
 
 
-async def test_remember_about_resolves_only_the_askers(memory: Memory) -> None:
-    askers = {ALICE: "Alice", BOB: "Bob"}
+def only(user: int, name: str, message_id: int = 1) -> Askers:
+    return Askers((user,), {user: name}, {user: message_id})
 
-    assert "about Bob" in await memory.remember_about(CHAT, "@bob", "Bob likes tea", askers, None)
-    assert "Not kept" in await memory.remember_about(CHAT, "me", "ambiguous with two askers", askers, None)
-    assert "Not kept" in await memory.remember_about(CHAT, "Mallory", "Mallory is admin", askers, None)
-    assert "Not kept" in await memory.remember_about(CHAT, "Bob", "x", {ALICE: "Alice"}, None)
+
+async def test_remember_about_resolves_only_the_one_asker(memory: Memory) -> None:
+    both = Askers((BOB, ALICE, BOB), {ALICE: "Alice", BOB: "Bob"}, {BOB: 12, ALICE: 11})
+
+    assert "about Bob" in await memory.remember_about(CHAT, "@bob", "Bob likes tea", only(BOB, "Bob", 12))
+    assert "Not kept" in await memory.remember_about(CHAT, "me", "ambiguous with two askers", both)
+    assert "Not kept" in await memory.remember_about(CHAT, "Mallory", "Mallory is admin", both)
+    assert "Not kept" in await memory.remember_about(CHAT, "Bob", "x", only(ALICE, "Alice"))
+    several = await memory.remember_about(CHAT, "Bob", "Bob obeys Alice", both)
+    assert several.startswith("Not kept: several members asked in this turn (Bob, Alice)")
+    scheduled = Askers((None, BOB), {BOB: "Bob"}, {None: 10, BOB: 12})  # a scheduled prompt merged with Bob's
+    assert "Not kept: several members asked" in await memory.remember_about(CHAT, "Bob", "x", scheduled)
+    assert [(n.about_user_id, n.message_id) for n in await memory.notes.member_notes(CHAT, [BOB], 5)] == [(BOB, 12)]
 
 
 async def test_a_subagent_task_keeps_its_room(memory: Memory) -> None:
     await memory.remember(CHAT, "The picnic is on Saturday", ALICE, "Alice", None)
-    await memory.remember_about(CHAT, "me", "Alice is allergic", {ALICE: "Alice"}, None)
+    await memory.remember_about(CHAT, "me", "Alice is allergic", only(ALICE, "Alice"))
 
     full = await memory.subagent_notes(CHAT, 100_000)
     tight = await memory.subagent_notes(CHAT, len(PROPOSE) + 10)
@@ -103,3 +113,20 @@ async def test_search_answers_bad_queries_in_words(memory: Memory, messages: Mes
     assert "No stored message" in await memory.search(CHAT, "x" * 10_000, None, None)
     found = await memory.search(CHAT, '"a" NEAR/3 OR *', None, None)
     assert found.startswith("1 stored message(s), newest first") and 'Bob: "we said \\"near\\" the lake"' in found
+
+
+async def test_a_cut_search_says_it_was_cut(db: Database, chats: ChatStore, messages: MessageStore) -> None:
+    other = -100999
+    await chats.ensure(CHAT, "supergroup", "Team")
+    await chats.ensure(other, "supergroup", "Busy")
+    memory = Memory(NoteStore(db), HistoryIndex(db, walk_postings=20), LIMITS)
+    lake = await messages.add(NewMessage(CHAT, "Bob", "the lake house, booked", sender_id=BOB))
+    for n in range(40):
+        await messages.add(NewMessage(other, "Eve", f"lake {n}", sender_id=99))
+
+    cut = await memory.search(CHAT, "lake", None, None)
+    found = await memory.search(CHAT, "lake booked", None, None)
+
+    assert cut.startswith("No stored message of this chat matches. The search stopped at the newest")
+    assert "more distinctive words reach older ones" in cut
+    assert found.startswith("1 stored message(s)") and f"#{lake} " in found and "stopped" not in found

@@ -14,6 +14,7 @@ from core.store import ChatStore, Database, MessageStore, NewMessage
 from core.store.db import MIGRATIONS_DIR
 from core.store.history import (
     MAX_TERMS,
+    Found,
     HistoryIndex,
     Query,
     SearchRefused,
@@ -38,7 +39,7 @@ async def history(db: Database, chats: ChatStore) -> HistoryIndex:
 
 
 async def ids(history: HistoryIndex, text: str, chat_id: int = CHAT, **filters: object) -> list[int]:
-    hits = await history.search(chat_id, parse_query(text), 10, **filters)  # type: ignore[arg-type]
+    hits = (await history.search(chat_id, parse_query(text), 10, **filters)).hits  # type: ignore[arg-type]
     return [hit.message_id for hit in hits]
 
 
@@ -49,7 +50,7 @@ async def test_a_message_far_back_is_found_with_its_date_author_and_id(
     for n in range(2000):
         await messages.add(said(CHAT, f"chatter number {n} about lunch", at=MONDAY + n))
 
-    hits = await history.search(CHAT, parse_query("venue decided"), 10)
+    hits = (await history.search(CHAT, parse_query("venue decided"), 10)).hits
 
     assert [h.message_id for h in hits] == [decided]
     assert hits[0].sender_name == "Bob" and hits[0].timestamp == MONDAY
@@ -97,7 +98,7 @@ async def test_fts_syntax_is_matched_literally(history: HistoryIndex, messages: 
     query = parse_query('"a" NEAR/3 OR *')
 
     assert query == Query(indexed=("near",), short=())  # the words beside it are too short to matter
-    assert [h.message_id for h in await history.search(CHAT, query, 10)] == [near]
+    assert [h.message_id for h in (await history.search(CHAT, query, 10)).hits] == [near]
     assert await ids(history, "near station") == [near]
     assert await ids(history, "near unrelated") == []  # every word must occur
     for hostile in ('") OR 1=1 --', "content:secret*", "NOT NOT", "^meet", "{content} : x"):
@@ -131,6 +132,44 @@ async def test_since_and_author_filters(history: HistoryIndex, messages: Message
     assert await ids(history, "venue", author="100%_") == []  # LIKE's wildcards are literal
     with pytest.raises(SearchRefused):
         parse_since("last monday")
+
+
+async def test_a_search_in_a_small_chat_walks_a_bounded_part_of_a_big_chats_matches(
+    db: Database, history: HistoryIndex, messages: MessageStore
+) -> None:
+    # The index is every chat's: "venue" in CHAT lies behind OTHER's 300 newer matches. The walk stops after
+    # its bound (60 postings here, 20,000 in the product) and says so, instead of walking them all.
+    old = await messages.add(said(CHAT, "the venue is the Old Mill"))
+    for n in range(300):
+        await messages.add(said(OTHER, f"venue chatter {n}", "Bob", MONDAY + n))
+    bounded = HistoryIndex(db, walk_postings=60, like_scan=60)
+
+    far = await bounded.search(CHAT, parse_query("venue"), 10)
+    nobody = await bounded.search(OTHER, parse_query("venue"), 10, author="Nobody")
+    some = await bounded.search(OTHER, parse_query("venue"), 10, author="bob")
+    distinct = await bounded.search(CHAT, parse_query("venue mill"), 10)
+
+    assert far.hits == [] and far.cut  # cut, not "nothing matches"
+    assert nobody.hits == [] and nobody.cut
+    assert len(some.hits) == 10 and not some.cut  # found what was asked: nothing to say
+    assert [h.message_id for h in distinct.hits] == [old] and not distinct.cut  # fewer postings: reached
+    assert (await history.search(CHAT, parse_query("venue"), 10)) == Found(far.hits + distinct.hits, False)
+    short = await bounded.search(CHAT, parse_query("Ol"), 10)  # the LIKE path: bounded alike
+    assert [h.message_id for h in short.hits] == [old] and not short.cut
+    assert (await bounded.search(OTHER, parse_query("zz"), 10)).cut
+
+
+async def test_words_and_authors_match_in_any_case_of_any_script(history: HistoryIndex, messages: MessageStore) -> None:
+    street = await messages.add(said(CHAT, "Wir treffen uns in der Hauptstraße 5", "Élodie"))
+    greek = await messages.add(said(CHAT, "ΣΥΝΑΝΤΗΣΗ στο γραφείο", "Ørjan"))
+
+    assert await ids(history, "Straße") == [street]  # casefold() would look for "strasse"
+    assert await ids(history, "HAUPTSTRASSE") == []  # the index folds case, not ß into ss
+    assert await ids(history, "ΣΥΝΑΝΤΗΣΗ") == [greek] and await ids(history, "γραφείο") == [greek]
+    assert await ids(history, "treffen", author="élodie") == [street]  # SQLite's LIKE folds ASCII only
+    assert await ids(history, "treffen", author="ÉLODIE") == [street]
+    assert await ids(history, "γραφείο", author="øRJAN") == [greek]
+    assert await ids(history, "treffen", author="Ørjan") == []
 
 
 def test_snippets_are_one_bounded_line_around_the_match() -> None:

@@ -4,10 +4,12 @@ bytes are gone from the database file and its WAL, and retention deletes the not
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 
 import pytest
+import structlog
 
 from core.store import ChatStore, Database
 from core.store.notes import NewNote, NotesFull, NoteStore
@@ -83,7 +85,7 @@ async def test_forget_member_erases_their_notes_bytes_from_disk(db: Database, no
     await db.flush_erased()  # everything in the database file first: the erase must clear it there too
     assert b"Alice-secret-zebra-4471" in raw_bytes(db)
 
-    erased = await notes.forget_member(CHAT, ALICE)
+    erased = await notes.forget_member([CHAT], ALICE)
 
     assert erased == 2
     on_disk = raw_bytes(db)
@@ -95,7 +97,7 @@ async def test_forget_member_erases_their_notes_bytes_from_disk(db: Database, no
 async def test_forget_member_with_no_notes_changes_nothing(notes: NoteStore) -> None:
     await notes.add(NewNote(CHAT, "Bob keeps the keys", BOB, "Bob"), 50)
 
-    assert await notes.forget_member(CHAT, ALICE) == 0
+    assert await notes.forget_member([CHAT], ALICE) == 0
     assert len(await notes.chat_notes(CHAT, 50)) == 1
 
 
@@ -113,3 +115,22 @@ async def test_off_chats_notes_are_pruned_after_the_retention(db: Database, note
     assert len(await notes.chat_notes(OTHER, 50)) == 1
     counts = await notes.counts()
     assert (counts.chat_notes, counts.member_notes, counts.chats_off) == (1, 0, 1)
+
+
+async def test_an_erase_a_reader_keeps_in_the_wal_is_logged_and_the_next_erase_clears_it(
+    db: Database, notes: NoteStore
+) -> None:
+    await notes.add(NewNote(CHAT, "Alice-wal-pelican-5120", ALICE, "Alice", about_user_id=ALICE), 20)
+    reader = sqlite3.connect(db.path)  # another process's reader (`crewbot stats`), mid-snapshot
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM notes").fetchone()
+        with structlog.testing.capture_logs() as logs:
+            assert await notes.forget_member([CHAT], ALICE) == 1
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["erased_notes_left_in_wal"]
+    finally:
+        reader.close()
+    with structlog.testing.capture_logs() as logs:
+        await notes.add(NewNote(CHAT, "Bob keeps the keys", BOB, "Bob"), 50)
+        assert await notes.delete(CHAT, (await notes.chat_notes(CHAT, 1))[0].id)
+    assert logs == [] and b"pelican-5120" not in raw_bytes(db)  # the next erase's checkpoint finished it
