@@ -90,8 +90,13 @@ async def test_second_subagent_continues_the_first_ones_session(tmp_path: Path) 
             assert "Remember the number 7." in conversation(script.second_request)
             assert "the deploy is on Friday" in conversation(script.second_request)  # include_context
 
+            # A run is recorded final before the outbox has sent its result: wait for the result to reach the chat.
+            await tg.wait_until(lambda: _sent_starting(tg, "Crew: [Task: two]\nThe first run noted 7.") or None)
             texts = [m.plain_text for m in tg.sent_messages(CHAT)]
             assert "Crew: working on it" in texts  # the progress message reached the chat
-            assert any(t.startswith("Crew: [Task: two]\nThe first run noted 7.") for t in texts)
             stored = await store.recent(CHAT, 20)
             assert [m.sender_name for m in stored if m.kind == "progress"] == ["[Subagent]"]
+
+
+def _sent_starting(tg: FakeTelegram, prefix: str) -> bool:
+    return any(m.plain_text.startswith(prefix) for m in tg.sent_messages(CHAT))
