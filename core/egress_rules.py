@@ -114,6 +114,16 @@ def parse_entry(text: str) -> AllowEntry:
     return AllowEntry(name=name, address=None, wildcard=wildcard, ports=ports)
 
 
+def entry_for(host: str, port: int) -> AllowEntry:
+    """The entry that allows exactly what a client asked for (a name or a literal address, and its port; one of
+    the web's ports: both): its `str` is the canonical form, which parse_entry reads back as the same entry."""
+    address = literal_address(host)
+    ports = DEFAULT_PORTS if port in DEFAULT_PORTS else (port,)
+    if address is not None:
+        return AllowEntry(name=None, address=address, wildcard=False, ports=ports)
+    return AllowEntry(name=host.lower().rstrip("."), address=None, wildcard=False, ports=ports)
+
+
 def _split_port(raw: str) -> tuple[str, tuple[int, ...]]:
     if raw.startswith("["):  # [::1]:8080
         host, bracket, rest = raw[1:].partition("]")
@@ -208,7 +218,8 @@ class AddressRefusal:
 def address_refusal(
     address: IpAddress, port: int, allow: tuple[AllowEntry, ...], own: frozenset[IpAddress] = frozenset()
 ) -> AddressRefusal | None:
-    """Why connecting to this resolved address is refused; None: it is public, or listed with its port."""
+    """Why connecting to this resolved address is refused; None: it is public, or listed with its port. `allow` is
+    the operator's list only: a chat's own list (ask mode) skips a question, never this check."""
     if getattr(address, "scope_id", None) is not None:
         return AddressRefusal("an address with a zone", f"{address} has a zone: a standard address is needed")
     plain = unwrapped(address)

@@ -248,7 +248,7 @@ class EgressDoor:
                 own=self._own,
                 seconds=self._resolve_seconds,
             )
-            if self._rules.mode is EgressMode.ASK and not listed(self._rules.allow, request.host, request.port):
+            if self._rules.mode is EgressMode.ASK and not self._listed(request.host, request.port):
                 # Held (its slot too) while the chat decides; then connected only to the addresses checked above.
                 await self._decided(request.host, request.port)
             address, server_reader, server_writer = await connect(
@@ -326,6 +326,10 @@ class EgressDoor:
             raise Refused(FORBIDDEN, budget_reason(self._rules.max_bytes))
         self._lookups += 1
         attempt.lookups = 1
+
+    def _listed(self, host: str, port: int) -> bool:
+        """In ask mode: on the operator's list or the chat's own, so no question (the address check came first)."""
+        return listed(self._rules.allow, host, port) or listed(self._rules.chat_allow, host, port)
 
     async def _decided(self, host: str, port: int) -> None:
         """An unlisted public host in ask mode: refused unless the chat allows it. Asked once per host and port

@@ -36,6 +36,9 @@ class EgressRules:
     max_bytes: int  # SUBAGENT_EGRESS_MAX_MB * 1 MiB, both directions together
     max_connections: int  # SUBAGENT_EGRESS_MAX_CONNECTIONS, held at once
     max_lookups: int = MAX_LOOKUPS_PER_RUN  # names looked up, in the run's whole life
+    # Ask mode: the chat's own list ("Allow in this chat"). It only spares a question: an address the operator's
+    # list does not name stays refused if it is loopback, private, link-local, metadata or the host's own.
+    chat_allow: tuple[AllowEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

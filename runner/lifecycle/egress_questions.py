@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from core.egress_rules import DEFAULT_PORTS
+from core.egress_rules import entry_for
 from core.logging import get_logger
 from core.questions import Questions
 from core.settings import Settings
@@ -30,8 +30,9 @@ COUNTED_KINDS = (QuestionKind.ASK, QuestionKind.EGRESS)
 
 
 def chat_entry(host: str, port: int) -> str:
-    """The chat's list entry for an allowed host: the name, with its port unless it is one of the web's."""
-    return host if port in DEFAULT_PORTS else f"{host}:{port}"
+    """The chat's list entry for an allowed host, in the canonical form (`[2a01::5]:8080`, `pypi.org`): what
+    parse_entry reads back as the same host and port, never another address."""
+    return str(entry_for(host, port))
 
 
 class EgressQuestions:

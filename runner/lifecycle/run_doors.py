@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import Literal
 
-from container.protocol import EGRESS_SOCKET_FILE, EgressOffer
+from container.protocol import EGRESS_SOCKET_FILE, MAX_EGRESS_ENTRIES, EgressOffer
 from core.egress_rules import AllowEntry, EgressMode, EntryInvalid, IpAddress, parse_entry
 from core.logging import get_logger
 from core.questions import Questions
@@ -55,14 +55,17 @@ class RunDoors:
         s = self._settings
         if s.subagent_egress is EgressMode.NONE:
             return None
-        entries = list(s.subagent_egress_allow)
+        allow = _entries(list(s.subagent_egress_allow))
+        chat: list[AllowEntry] = []
         if s.subagent_egress is EgressMode.ASK and self._questions is not None and chat_id is not None:
-            entries += [allowed.entry for allowed in await self._questions.store.chat_allowlist(chat_id)]
+            own = [allowed.entry for allowed in await self._questions.store.chat_allowlist(chat_id)]
+            chat = [entry for entry in _entries(own) if entry not in allow]
         return EgressRules(
             mode=s.subagent_egress,
-            allow=tuple(_entries(entries)),
+            allow=tuple(allow),
             max_bytes=s.subagent_egress_max_mb * BYTES_PER_MB,
             max_connections=s.subagent_egress_max_connections,
+            chat_allow=tuple(chat),  # spares a question only: never an address the door refuses
         )
 
     async def open(self, run_id: str, chat_id: int, channel_dir: Path) -> EgressOffer | None:
@@ -83,10 +86,17 @@ class RunDoors:
         )
         await door.start()
         self._doors[run_id] = door
-        log.info("egress_door_opened", run_id=run_id, mode=rules.mode.value, allow=len(rules.allow))
+        log.info(
+            "egress_door_opened",
+            run_id=run_id,
+            mode=rules.mode.value,
+            allow=len(rules.allow),
+            chat_allow=len(rules.chat_allow),
+        )
+        offered = [str(entry) for entry in (*rules.allow, *rules.chat_allow)]
         return EgressOffer(
             mode=OFFERED_MODES[rules.mode],
-            allow=[str(entry) for entry in rules.allow],
+            allow=offered[:MAX_EGRESS_ENTRIES],  # what the task is told; the door checks every list whole
             max_bytes=rules.max_bytes,
         )
 

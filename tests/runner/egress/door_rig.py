@@ -31,6 +31,7 @@ def rules(
     max_bytes: int = PLENTY_BYTES,
     max_connections: int = 16,
     max_lookups: int = MAX_LOOKUPS_PER_RUN,
+    chat_allow: Iterable[str] = (),
 ) -> EgressRules:
     return EgressRules(
         mode=mode,
@@ -38,6 +39,7 @@ def rules(
         max_bytes=max_bytes,
         max_connections=max_connections,
         max_lookups=max_lookups,
+        chat_allow=tuple(parse_entry(entry) for entry in chat_allow),
     )
 
 

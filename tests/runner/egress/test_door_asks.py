@@ -99,6 +99,17 @@ async def test_deny_or_no_answer_refuses_and_concurrent_connections_share_one_qu
     assert all("not allowed by the chat" in reason for reason in reasons)
 
 
+async def test_a_host_on_the_chats_list_goes_through_unasked(tmp_path: Path) -> None:
+    events, chat = Events(), Chat()
+    async with echo_server() as echo:
+        resolver = FakeResolver({"pypi.test": [LOOPBACK]})
+        door_rules = rules(EgressMode.ASK, allow=[f"{LOOPBACK}:{echo.port}"], chat_allow=[f"pypi.test:{echo.port}"])
+        path = tmp_path / "egress.sock"
+        async with open_door(path, door_rules, events, resolver=resolver, asker=chat):
+            answer = await ask(path, f"CONNECT pypi.test:{echo.port} HTTP/1.1\r\n\r\n".encode(), close_after=True)
+    assert status(answer) == 200 and chat.asked == []
+
+
 @pytest.mark.parametrize(
     ("target", "answer"),
     [
@@ -112,15 +123,18 @@ async def test_deny_or_no_answer_refuses_and_concurrent_connections_share_one_qu
         ("self.test:443", [PUBLIC_ADDRESS]),  # the host's own public address
     ],
 )
+@pytest.mark.parametrize("in_chats_list", [False, True])
 async def test_what_the_door_refuses_anyway_is_refused_without_asking(
-    tmp_path: Path, target: str, answer: list[str] | None
+    tmp_path: Path, target: str, answer: list[str] | None, in_chats_list: bool
 ) -> None:
+    # The chat's own list ("Allow in this chat") naming the target changes nothing: it spares questions only.
     events, chat = Events(), Chat()
     host = target.rsplit(":", 1)[0]
     resolver = FakeResolver({} if answer is None else {host: answer})
     own: frozenset[IpAddress] = frozenset({ipaddress.ip_address(PUBLIC_ADDRESS)})
     path = tmp_path / "egress.sock"
-    async with open_door(path, rules(EgressMode.ASK), events, resolver=resolver, asker=chat, own_addresses=own):
+    door_rules = rules(EgressMode.ASK, chat_allow=[target] if in_chats_list else [])
+    async with open_door(path, door_rules, events, resolver=resolver, asker=chat, own_addresses=own):
         refused = await ask(path, f"CONNECT {target} HTTP/1.1\r\n\r\n".encode(), close_after=True)
     assert status(refused) == 403
     assert chat.asked == []
