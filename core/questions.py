@@ -47,7 +47,8 @@ class Questions:
         self.store = store
         self._board: QuestionBoard | None = None
         self._on_run_changed = on_run_changed  # the status card shows a run that waits for an answer
-        self._closed: dict[str, asyncio.Event] = {}
+        self._closed: dict[str, asyncio.Event] = {}  # question id -> set when it closes, while anyone waits
+        self._waiters: dict[str, int] = {}  # question id -> waits on it now
         self._settles: set[asyncio.Task[None]] = set()
 
     def show_on(self, board: QuestionBoard) -> None:
@@ -91,6 +92,7 @@ class Questions:
             await self.close(question.id, QuestionStatus.ENDED, "too many questions wait at once")
             return await self._reload(question.id)
         closed = self._closed.setdefault(question.id, asyncio.Event())
+        self._waiters[question.id] = self._waiters.get(question.id, 0) + 1  # a retry may wait beside the first
         waits = [asyncio.ensure_future(closed.wait())]
         if stop is not None:
             waits.append(asyncio.ensure_future(stop.wait()))
@@ -100,18 +102,24 @@ class Questions:
             if current.is_open:
                 timeout = max(0.0, question.expires_at - time.time())
                 await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            current = await self._reload(question.id)
+            if current.is_open:
+                stopped = stop is not None and stop.is_set()
+                if stopped:
+                    await self.close(question.id, QuestionStatus.ENDED, "its run ended")
+                else:
+                    await self.close(question.id, QuestionStatus.EXPIRED, "no answer in time")
+                current = await self._reload(question.id)
         finally:
+            # A cancelled waiter (its door closed, a shutdown) leaves no entry behind: MAX_WAITERS counts live ones.
+            # Its question stays open in the store: a shutdown's is waited for again after the restart, and a run
+            # that ended has its questions ended by the manager (end_run).
             for waiting in waits:
                 waiting.cancel()
-        current = await self._reload(question.id)
-        if current.is_open:
-            stopped = stop is not None and stop.is_set()
-            if stopped:
-                await self.close(question.id, QuestionStatus.ENDED, "its run ended")
-            else:
-                await self.close(question.id, QuestionStatus.EXPIRED, "no answer in time")
-            current = await self._reload(question.id)
-        self._closed.pop(question.id, None)
+            self._waiters[question.id] -= 1
+            if not self._waiters[question.id]:
+                del self._waiters[question.id]
+                self._closed.pop(question.id, None)
         return current
 
     async def answer(self, question_id: str, answer: str, option: int | None, by: int, by_name: str) -> AnswerOutcome:

@@ -65,7 +65,7 @@ class TaskManager:
         self._settings = settings
         self._runs = stores.runs
         self._chats = stores.chats
-        self._messages = stores.messages
+        self._questions = stores.questions  # a run's open questions end with it (_cleanup)
         self._admission = admission
         self._runtime = runtime
         self._channels = channels
@@ -289,6 +289,8 @@ class TaskManager:
         await self._close_channel(live.id)
         if self._closing:
             return
+        if self._questions is not None:  # nobody is left to take their answers (a door's cancelled waits among them)
+            await self._questions.end_run(live.id, "its run ended")
         if live.container_id is not None:
             await self._supervisor.remove(live, self._files.keep_logs, lambda: self._stopping)
         await self._files.remove_channel(live.id)
