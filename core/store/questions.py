@@ -227,13 +227,15 @@ class QuestionStore:
 
     # -- the chat's own web allowlist ------------------------------------------------------------
 
-    async def allow_in_chat(self, chat_id: int, entry: str, by: int, by_name: str) -> None:
+    async def allow_in_chat(self, chat_id: int, entry: str, by: int, by_name: str, *, limit: int) -> bool:
+        """Keep the entry (once); False when the chat's list has `limit` entries already (counted in the write)."""
         async with self._db.write() as conn:
-            await conn.execute(
+            cursor = await conn.execute(
                 "INSERT OR IGNORE INTO chat_egress_allow (chat_id, entry, added_by, added_by_name, added_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (chat_id, entry, by, by_name, time.time()),
+                "SELECT ?, ?, ?, ?, ? WHERE (SELECT COUNT(*) FROM chat_egress_allow WHERE chat_id = ?) < ?",
+                (chat_id, entry, by, by_name, time.time(), chat_id, limit),
             )
+            return cursor.rowcount == 1
 
     async def chat_allowlist(self, chat_id: int) -> list[ChatAllowEntry]:
         async with self._db.conn.execute(
