@@ -53,4 +53,3 @@ async def test_a_retry_waiting_beside_a_cancelled_waiter_gets_the_answer(db: Dat
     await desk.answer(question.id, "no", 1, 42, "Ada")
 
     assert (await asyncio.wait_for(retry, 5)).answer == "no"  # woken, not left to wait out its 300 s
-
