@@ -36,6 +36,7 @@ ANSWER_WAIT_SECONDS = 30.0  # a new card waits this long for its turn's answer t
 MAX_EDIT_ATTEMPTS = 3  # a card edit refused this often (429s, network) waits for the next change
 MAX_REMEMBERED_ANSWERS = 200  # answers of recent turns kept for their cards to reply to (most turns spawn none)
 MAX_BUTTON_LABEL_CHARS = 40  # "Cancel <label>": a phone shows about this much of a full-width button
+MAX_APPROVAL_TASK_CHARS = 120  # of a run awaiting approval's task, on its card: enough to know what is approved
 
 
 def _elapsed(seconds: float) -> str:
@@ -64,6 +65,8 @@ def render(
             state = "awaiting approval"
         web = f", web {size_text(run.egress_bytes)}" if run.egress_connections else ""
         lines.append(f"• {run.label}: {state}, {_elapsed(end - started)}, {_tokens(run):,} tokens{web}")
+        if state == "awaiting approval":  # what the admin approves, not only its label
+            lines.append(f"  task: {_shortened(' '.join(run.task.split()), MAX_APPROVAL_TASK_CHARS)}")
     ended = [r for r in runs if r.status in FINAL_STATUSES]
     total = sum(_tokens(r) for r in runs)
     first = min(r.created_at for r in runs)

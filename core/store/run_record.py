@@ -55,6 +55,7 @@ class RunRecord:
     files: tuple[str, ...] = ()  # the chat files its request named (`f3`)
     egress_bytes: int = 0  # through the door, both ways
     egress_connections: int = 0
+    needs_approval: bool = False  # SUBAGENT_APPROVAL=admins: it starts only once an admin approved it
 
 
 def run_from_row(row: aiosqlite.Row) -> RunRecord:
@@ -85,4 +86,5 @@ def run_from_row(row: aiosqlite.Row) -> RunRecord:
         files=stored_refs(row["files"]),
         egress_bytes=row["egress_bytes_up"] + row["egress_bytes_down"],
         egress_connections=row["egress_connections"],
+        needs_approval=bool(row["needs_approval"]),
     )

@@ -74,7 +74,9 @@ class RunStore:
         status: RunStatus,
         error: str | None = None,
         files: Sequence[str] = (),
+        needs_approval: bool = False,
     ) -> None:
+        """Record a run; `needs_approval` marks it, in the same write, as one that starts only once approved."""
         now = time.time()
         finished = now if status in FINAL_STATUSES else None
         notified = 0 if status == RunStatus.REJECTED else 1
@@ -82,7 +84,8 @@ class RunStore:
             async with self._db.write() as conn:
                 await conn.execute(
                     "INSERT INTO subagent_runs (id, chat_id, turn_id, task, label, include_context, status, "
-                    "created_at, finished_at, error, notified, files) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "created_at, finished_at, error, notified, files, needs_approval) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run_id,
                         chat_id,
@@ -96,6 +99,7 @@ class RunStore:
                         error,
                         notified,
                         json.dumps(list(files)),
+                        int(needs_approval),
                     ),
                 )
         except sqlite3.IntegrityError as exc:

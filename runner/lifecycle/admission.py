@@ -17,6 +17,12 @@ from core.store.turns import TurnStatus, TurnStore
 from runner.runs.live_runs import LiveRuns
 
 
+def chat_share(queue_limit: int) -> int:
+    """A chat's share of SUBAGENT_QUEUE_LIMIT (half, rounded up; at least one): its runs waiting in the queue, or
+    awaiting approval, never fill the queue for every other chat."""
+    return max(1, -(-queue_limit // 2))
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     status: RunStatus | None  # None: start it; else the final status it is recorded with
@@ -31,6 +37,7 @@ async def record_request(
     status: RunStatus,
     *,
     reason: str | None = None,
+    needs_approval: bool = False,
 ) -> None:
     """Every picked-up request becomes one run record, with the status admission gave it."""
     await runs.create(
@@ -43,6 +50,7 @@ async def record_request(
         status=status,
         error=reason,
         files=request.files,
+        needs_approval=needs_approval,
     )
 
 

@@ -95,10 +95,7 @@ class TaskManager:
         )
         self._live = live
         self._rejections = Refusals(stores.runs, delivery, admission.reject_text)
-        self.approvals = Approvals(
-            settings, stores.runs, stores.questions, delivery, queued=lambda: len(self.waiting), start=self._approved
-        )
-        self.approvals.on_refused(self._rejections.add, accounting.not_started)
+        self.approvals = Approvals(settings, stores.runs, stores.questions, delivery, start=self._approved)
         self.waiting = WaitingRuns(
             lambda: settings.subagent_queue_limit,
             approvals=self.approvals,  # a cancel or a merge also ends the runs awaiting approval
@@ -108,6 +105,7 @@ class TaskManager:
             start=self._leave_queue,
             on_cancelled=accounting.not_started,
         )
+        self.approvals.beside(self.waiting.count, tell=self._rejections.add, count=accounting.not_started)
         self._closing = False
         self._stopping = False
         self._recovered = False

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.runs import RunRecord, RunStatus, RunStore
+from runner.lifecycle.admission import chat_share
 from runner.lifecycle.approvals import Approvals
 from runner.lifecycle.rejections import RejectionNotices
 
@@ -52,8 +53,11 @@ class RunQueue:
         """Room for one more of this chat: within the limit, and within the chat's share of it (half,
         rounded up), so one chat's burst cannot fill the queue and lock every other chat out."""
         limit = self._limit()
-        share = max(1, -(-limit // 2))
-        return len(self) < limit and len(self._chats.get(chat_id, ())) < share
+        return len(self) < limit and self.count(chat_id) < chat_share(limit)
+
+    def count(self, chat_id: int | None = None) -> int:
+        """Runs waiting, of a chat (None: all chats)."""
+        return len(self) if chat_id is None else len(self._chats.get(chat_id, ()))
 
     def all(self) -> list[Waiting]:
         return sorted((w for q in self._chats.values() for w in q), key=lambda w: w.arrival)
@@ -120,6 +124,9 @@ class WaitingRuns:
 
     def has_room(self, chat_id: int) -> bool:
         return self._queue.has_room(chat_id)
+
+    def count(self, chat_id: int | None = None) -> int:
+        return self._queue.count(chat_id)
 
     def __len__(self) -> int:
         return len(self._queue)

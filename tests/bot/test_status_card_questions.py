@@ -4,6 +4,7 @@ the chat's answer says so; once decided, the buttons go."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from bot.channels.buttons import CardAction
@@ -32,9 +33,14 @@ def approval(run_id: str) -> Question:
 
 def test_a_run_awaiting_approval_and_one_waiting_for_an_answer() -> None:
     held, asking = run("run-held", "deploy", RunStatus.QUEUED), run("run-ask", "pick", RunStatus.RUNNING)
-    text = render([held, asking], time.time(), frozenset({"run-ask"}), frozenset({"run-held"}))
+    held_ids = frozenset({"run-held"})
+    text = render([held, asking], time.time(), frozenset({"run-ask"}), held_ids)
     assert "• deploy: awaiting approval," in text
     assert "• pick: running, waiting for an answer," in text
+    assert "\n  task: t\n" in text  # what the admin approves; a running run's task is not repeated
+    long = render([dataclasses.replace(held, task="drop\nthe  tables " + "x" * 1_000)], time.time(), approving=held_ids)
+    [line] = [line for line in long.splitlines() if line.startswith("  task: ")]
+    assert line.startswith("  task: drop the tables xx") and line.endswith("…") and len(line) <= 8 + 120
     shown = buttons([held, asking], {"run-held": approval("run-held")})
     assert [(b.action, b.run_id, b.option, b.label) for b in shown[:2]] == [
         (CardAction.ANSWER, "q-approve-1", 0, "Approve deploy"),

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from container.protocol import SpawnRequest
-from core.store.questions import QuestionKind, QuestionStatus
+from core.store.questions import Question, QuestionKind, QuestionStatus
 from core.store.runs import RunStatus
 from runner.ipc.batch import RequestOutcome
-from tests.runner.lifecycle_helpers import CHAT_ID, Rig, completing, rig
+from runner.lifecycle.approvals import MAX_TASK_SHOWN_CHARS
+from tests.runner.lifecycle_helpers import CHAT_ID, OTHER_CHAT_ID, Rig, completing, rig
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -113,3 +114,81 @@ async def test_a_restart_keeps_the_wait_and_a_decision_taken_before_it(tmp_path:
         question = await approval_of(r, waiting_id)
         await r.service.questions.answer(question.id, "Approve", 0, ADMIN, "Root")
         assert await r.until_status(waiting_id, RunStatus.COMPLETED) == RunStatus.COMPLETED
+
+
+class Crash(BaseException):
+    """The process dies here (a kill, a power cut): nothing after this point of the request runs."""
+
+
+async def test_a_crash_before_the_question_is_asked_never_lets_the_run_start_unapproved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = secrets.token_hex(6)
+    async with rig(tmp_path, completing(), SUBAGENT_APPROVAL="admins") as before:
+
+        async def crash(*args: object, **kwargs: object) -> None:
+            raise Crash
+
+        monkeypatch.setattr(before.service.questions, "ask", crash)
+        with pytest.raises(Crash):
+            await before.service.manager.on_request(CHAT_ID, SpawnRequest(request_id=run_id, task="rm -rf things"))
+        monkeypatch.undo()
+        assert await before.status(run_id) == RunStatus.QUEUED  # recorded, and no question was stored
+        assert await before.service.questions.store.for_run(run_id) == []
+    async with rig(tmp_path, completing("done"), SUBAGENT_APPROVAL="admins") as r:
+        await asyncio.sleep(0.3)
+        assert await r.status(run_id) == RunStatus.QUEUED and not r.runtime.started_specs
+        question = await approval_of(r, run_id)  # asked again at the start
+        assert question.is_open and "rm -rf things" in question.text
+        await r.service.questions.answer(question.id, "Approve", 0, ADMIN, "Root")
+        assert await r.until_status(run_id, RunStatus.COMPLETED) == RunStatus.COMPLETED
+
+
+class UnshowableBoard:
+    """A chat that cannot show the question (Telegram refuses, the chat is gone)."""
+
+    async def show(self, question: Question, reply_to: int | None) -> int | None:
+        raise RuntimeError("Too Many Requests: retry after 5")
+
+    async def settle(self, question: Question) -> None:
+        return None
+
+
+async def test_an_approval_question_that_ends_unanswered_refuses_the_run(tmp_path: Path) -> None:
+    async with rig(tmp_path, completing(), SUBAGENT_APPROVAL="admins", STATUS_CARD="false") as r:
+        r.service.questions.show_on(UnshowableBoard())
+        run_id = await r.spawn("risky work", turn_id="turn-1")
+        assert await r.until_status(run_id, RunStatus.REJECTED) == RunStatus.REJECTED
+        assert (await approval_of(r, run_id)).status is QuestionStatus.ENDED
+        await r.until(lambda: any("did not start: its approval question was closed" in t for t in r.texts()))
+        assert not r.runtime.started_specs and r.service.manager.approvals.pending() == 0
+
+
+async def test_one_chat_cannot_fill_the_queue_with_runs_awaiting_approval(tmp_path: Path) -> None:
+    async with rig(tmp_path, completing(), SUBAGENT_APPROVAL="admins", SUBAGENT_QUEUE_LIMIT=4) as r:
+        mine = [await r.spawn(f"a{i}", turn_id=f"turn-{i}") for i in range(4)]
+        other = await r.spawn("the other chat's work", chat_id=OTHER_CHAT_ID, turn_id="turn-x")
+        assert [await r.status(run_id) for run_id in mine] == [RunStatus.QUEUED] * 2 + [RunStatus.REJECTED] * 2
+        record = await r.service.runs.get(mine[2])
+        assert record is not None and "share of the queue" in (record.error or "")
+        assert await r.status(other) == RunStatus.QUEUED
+        assert await r.service.manager.approvals.awaiting(OTHER_CHAT_ID) == [other]
+
+
+async def test_a_cancel_right_after_the_approve_still_ends_the_run(tmp_path: Path) -> None:
+    async with rig(tmp_path, completing("done"), SUBAGENT_APPROVAL="admins") as r:
+        run_id = await r.spawn("x", turn_id="turn-1")
+        question = await approval_of(r, run_id)
+        await r.service.questions.answer(question.id, "Approve", 0, ADMIN, "Root")
+        assert await r.service.manager.cancel_turn("turn-1", "turn aborted (stop)") == 1
+        assert await r.status(run_id) == RunStatus.CANCELLED
+        await asyncio.sleep(0.3)
+        assert await r.status(run_id) == RunStatus.CANCELLED and not r.runtime.started_specs
+
+
+async def test_the_question_shows_the_task_bounded(tmp_path: Path) -> None:
+    async with rig(tmp_path, completing(), SUBAGENT_APPROVAL="admins") as r:
+        run_id = await r.spawn("delete\nthe  old builds " + "x" * 5_000)
+        question = await approval_of(r, run_id)
+        assert "Task: delete the old builds xxx" in question.text
+        assert len(question.text) < MAX_TASK_SHOWN_CHARS + 100 and question.text.endswith("…")
