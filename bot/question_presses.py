@@ -4,8 +4,9 @@ the button or the message, so a forged, replayed, cross-chat or stale one change
 The question must be of the chat the press came from, open, and the option one it has (an approval's buttons
 are on its run's status card, so the message pressed is not what decides). Who may answer: for a subagent's
 question, who asked for the run, the chat's admins and ADMIN_USER_IDS; for a web host, an approval or a top-up,
-the admins only. Anyone else gets an alert saying who may. The first answer counts (the store writes it only
-while the question is open); a second presser is told whose answer counted. What an answer does is done by
+the admins only (`decides`: in a private chat, ADMIN_USER_IDS only, never the chat's own user). Anyone else
+gets an alert saying who may. The first answer counts (the store writes it only while the question is open); a
+second presser is told whose answer counted. What an answer does is done by
 whoever waits for it (the run's ask_chat, its door, its approval), after the store has it; a top-up's is done
 here, after the store has it.
 """
@@ -42,11 +43,14 @@ class QuestionPresses:
         turns: TurnStore,
         is_admin: AdminCheck,
         top_up: TopUp | None = None,
+        decides: AdminCheck | None = None,
     ) -> None:
         self._desk = desk
         self._runs = runs
         self._turns = turns
-        self._is_admin = is_admin
+        self._is_admin = is_admin  # a subagent's question: besides who asked for the run
+        # An admins' question (an approval, a web host, a top-up): in a private chat only ADMIN_USER_IDS, not its user.
+        self._decides = decides or is_admin
         self._top_up = top_up
 
     async def press(self, press: CardPress) -> CardAnswer:
@@ -108,7 +112,8 @@ class QuestionPresses:
             run = await self._runs.get(question.run_id)
             if run is not None and run.turn_id is not None:
                 askers = await self._turns.askers(run.turn_id)
-        if user_id in dict(askers) or await self._is_admin(chat_id, user_id):
+        admin = self._is_admin if question.audience is Audience.ASKERS else self._decides
+        if user_id in dict(askers) or await admin(chat_id, user_id):
             return None
         if not askers:
             return "Only a chat admin can answer this."

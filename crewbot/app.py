@@ -231,7 +231,12 @@ class App:
                 stop=self._stop_pressed,
                 writing=self.live.writing_into if self.live is not None else None,
                 questions=QuestionPresses(
-                    self.questions, RunStore(stores.db), stores.turns, self._is_admin, top_up=self._top_up
+                    self.questions,
+                    RunStore(stores.db),
+                    stores.turns,
+                    self._is_admin,
+                    top_up=self._top_up,
+                    decides=functools.partial(self._is_admin, private_chats=False),
                 ),
             ),
             transcriber=self.senses.transcriber,
@@ -278,14 +283,16 @@ class App:
         """As the router decides for a message: the console, or any of the conversation's ids listed."""
         return await self.stores.chats.allowed(chat_id, self.settings.chat_allowed)
 
-    async def _is_admin(self, chat_id: int, user_id: int) -> bool:
+    async def _is_admin(self, chat_id: int, user_id: int, *, private_chats: bool = True) -> bool:
         """May manage every scheduled task of the chat and cancel its runs through the main agent:
-        ADMIN_USER_IDS, the chat's own admins, or anyone in a private chat or the console (as /cancel)."""
+        ADMIN_USER_IDS, the chat's own admins, or anyone in a private chat or the console (as /cancel).
+        `private_chats` off, for what the operator's admins decide (an approval, a web host, a top-up): a private
+        chat's user is no admin of the operator's bot, so there only ADMIN_USER_IDS (and the console) decide."""
         if user_id in self.settings.admin_user_ids:
             return True
         chat = await self.stores.chats.get(chat_id)
         if chat is not None and chat.kind in ("private", "console"):
-            return True
+            return private_chats or chat.kind == "console"
         try:
             return await self.channel.is_chat_admin(chat_id, user_id)
         except Exception as exc:

@@ -152,7 +152,7 @@ async def rig(tmp_path: Path, **settings: Any) -> AsyncIterator[Rig]:
         config = make_settings(
             tmp_path / "data",
             tg,
-            ALLOWED_CHAT_IDS=f"{GROUP_ID},{OTHER_GROUP}",
+            ALLOWED_CHAT_IDS=f"{GROUP_ID},{OTHER_GROUP},{ASKER}",  # the asker's private chat too
             ADMIN_USER_IDS=str(OPERATOR),
             STATUS_CARD="true",
             **settings,

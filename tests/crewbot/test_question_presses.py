@@ -77,3 +77,26 @@ async def test_only_an_admin_approves_and_the_first_tap_counts(tmp_path: Path) -
             )
         replayed = await r.press(ADMIN, approve, card, name="Ada")
         assert replayed.text is not None and replayed.text.startswith("Already answered by")
+
+
+async def test_in_a_private_chat_its_user_does_not_approve_their_own_run(tmp_path: Path) -> None:
+    # Telegram names no admins of a private chat; its user is no admin of the operator's bot.
+    async with rig(tmp_path, SUBAGENT_APPROVAL="admins") as r:
+        r.tg.push_message(ASKER, "work on alpha", user_id=ASKER, first_name="Alice")
+
+        def shown() -> tuple[int, str] | None:
+            for sent in reversed(r.tg.sent_messages(ASKER)):
+                found = {b["text"]: b["callback_data"] for b in r.tg.buttons(ASKER, sent.message_id)}
+                if "Approve alpha" in found:
+                    return sent.message_id, found["Approve alpha"]
+            return None
+
+        card, approve = await r.tg.wait_until(shown, 10.0)
+        refused = await r.press(ASKER, approve, card, chat_id=ASKER, name="Alice")
+
+        assert refused.show_alert and refused.text == "Only a chat admin can answer this."
+        [record] = [run for run in await r.service.runs.for_chat(ASKER, 10) if run.label == "alpha"]
+        [question] = await r.app.questions.store.for_run(record.id, QuestionKind.APPROVAL)
+        assert question.is_open and record.status == RunStatus.QUEUED
+        await asyncio.sleep(0.3)
+        assert not r.runtime.started_specs
