@@ -16,7 +16,7 @@ from bot.channels.base import ChatDirectory, DeliveryError, InboundHandler, Memb
 from bot.channels.buttons import CardAction, CardButton, CardPress, PressHandler
 from bot.channels.console_files import FILE_COMMAND, AttachError, attach, read_local, save_copy
 from bot.channels.inbound import InboundMessage
-from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain
+from bot.channels.terminal import CANONICAL_LINE_LIMIT_CHARS, TerminalLines, plain, printable
 from core.logging import get_logger
 from core.store.outbox import OutgoingFile
 
@@ -245,12 +245,12 @@ class ConsoleChannel:
 
 def card_text(text: str, buttons: Sequence[CardButton]) -> str:
     """The card with its buttons as the commands that do the same: a terminal has nothing to press."""
-    lines = [text]
+    lines = [printable(text)]  # a run's label and task, a subagent's question and options: hostile text
     for button in buttons:
         if button.action is CardAction.ANSWER and button.option is not None:
-            lines.append(f"  {ANSWER_COMMAND} {button.run_id} {button.option + 1} – {button.label}")
+            lines.append(f"  {ANSWER_COMMAND} {button.run_id} {button.option + 1} – {printable(button.label)}")
         elif button.action is CardAction.CANCEL:
-            lines.append(f"  /cancel {button.run_id} – {button.label}")
+            lines.append(f"  /cancel {button.run_id} – {printable(button.label)}")
         else:  # the console is one chat: its runs are this card's and those of any other turn
             lines.append("  /cancel all – cancel every run of this chat")
     return "\n".join(lines)

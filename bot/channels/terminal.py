@@ -25,11 +25,17 @@ _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 _BOLD = re.compile(r"\*\*([^*\n]+)\*\*")
 
 
+def printable(text: str) -> str:
+    """Text without what a terminal could take as a command (newline and tab stay): a card or a question shows a
+    task, a label or a question a subagent wrote."""
+    return _CONTROL_CHARS.sub("", text.replace("\r\n", "\n"))
+
+
 def plain(text: str) -> str:
     """Markdown as a terminal shows it: inline `code` and **bold** lose their marks, fenced blocks stay."""
     lines = []
     fenced = False
-    for line in _CONTROL_CHARS.sub("", text.replace("\r\n", "\n")).split("\n"):
+    for line in printable(text).split("\n"):
         if line.lstrip().startswith("```"):
             fenced = not fenced
         elif not fenced:

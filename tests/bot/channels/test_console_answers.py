@@ -23,6 +23,23 @@ def test_a_questions_buttons_print_as_answer_commands() -> None:
     ]
 
 
+def test_a_subagents_question_cannot_send_the_terminal_escapes() -> None:
+    # A question, its options and a run's label are a subagent's words: no escape sequence reaches the terminal.
+    evil = "\x1b]0;owned\x07\x1b[2J\x1b[1A"
+    buttons = [
+        CardButton(CardAction.ANSWER, "q1w2e3r4t5y6", f"yes{evil}", option=0),
+        CardButton(CardAction.CANCEL, "run1", f"Cancel build{evil}"),
+    ]
+    shown = card_text(f"Which{evil}?\nline two", buttons)
+    assert not any((ord(c) < 32 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F for c in shown)
+    assert shown.splitlines() == [
+        "Which]0;owned[2J[1A?",
+        "line two",
+        "  /answer q1w2e3r4t5y6 1 – yes]0;owned[2J[1A",
+        "  /cancel run1 – Cancel build]0;owned[2J[1A",
+    ]
+
+
 async def test_an_answer_line_is_that_buttons_press() -> None:
     out = io.StringIO()
     channel = ConsoleChannel(
