@@ -131,6 +131,13 @@ class Commands:
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
 
+    async def _sees_operators(self, message: InboundMessage) -> bool:
+        """The operator's settings (the web allowlist): ADMIN_USER_IDS, the console, a group's admins; never
+        anyone just because the chat is private."""
+        if message.sender_id in self._admin_user_ids or message.chat_kind == "console":
+            return True
+        return message.chat_kind != "private" and await self._is_admin(message)
+
     async def _is_admin(self, message: InboundMessage) -> bool:
         if message.sent_as_chat:
             return True  # an anonymous admin: Telegram lets only a group's admins speak as the group
@@ -184,7 +191,12 @@ class Commands:
         elif command == "web":
             text = "Subagents are not enabled."
             if self._web is not None:
-                text = await self._web.reply(message.chat_id, message.command_args, lambda: self._is_admin(message))
+                text = await self._web.reply(
+                    message.chat_id,
+                    message.command_args,
+                    lambda: self._is_admin(message),
+                    lambda: self._sees_operators(message),
+                )
             await self._reply(message, text)
 
     async def _remembered(self, message: InboundMessage) -> None:

@@ -1,6 +1,7 @@
-"""`/web`: where this chat's subagents may go on the web. Lists the mode, the operator's allowlist and the hosts
-the chat's admins allowed "in this chat" (SUBAGENT_EGRESS=ask: who added each, when); `/web remove <entry>` takes
-one off the chat's own list (admins). The next run of the chat reads the list anew."""
+"""`/web`: where this chat's subagents may go on the web. Lists the mode, the operator's allowlist (to admins;
+others see how many entries it has) and the hosts the chat's admins allowed "in this chat" (SUBAGENT_EGRESS=ask:
+who added each, when); `/web remove <entry>` takes one off the chat's own list (admins). The next run of the chat
+reads the list anew."""
 
 from __future__ import annotations
 
@@ -22,9 +23,16 @@ class WebCommand:
         self._settings = settings
         self._questions = questions
 
-    async def reply(self, chat_id: int, args: Sequence[str], may_change: Callable[[], Awaitable[bool]]) -> str:
+    async def reply(
+        self,
+        chat_id: int,
+        args: Sequence[str],
+        may_change: Callable[[], Awaitable[bool]],
+        sees_operators: Callable[[], Awaitable[bool]] | None = None,
+    ) -> str:
+        """`sees_operators`: whether the asker may see the operator's allowlist (the host's configuration)."""
         if not args:
-            return await self.show(chat_id)
+            return await self.show(chat_id, operators=await (sees_operators or may_change)())
         if args[0].lower() != "remove" or len(args) != 2:
             return USAGE
         if not await may_change():
@@ -34,9 +42,12 @@ class WebCommand:
             return f"Removed {shown_host(entry)} from this chat's web list; the next run of the chat has it no more."
         return f"{shown_host(entry)} is not on this chat's web list. /web lists it."
 
-    async def show(self, chat_id: int) -> str:
+    async def show(self, chat_id: int, *, operators: bool = False) -> str:
         mode = self._settings.subagent_egress
-        operator = ", ".join(self._settings.subagent_egress_allow) or "none"
+        listed = self._settings.subagent_egress_allow
+        operator = ", ".join(listed) or "none"
+        if not operators and listed:  # what the host may reach is the operator's to know, not every member's
+            operator = f"{len(listed)} entries (shown to admins)"
         lines = [
             f"Web for subagents: {mode.value}." + ("" if mode is EgressMode.NONE else f" Operator's list: {operator}.")
         ]
