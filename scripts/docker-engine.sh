@@ -146,7 +146,15 @@ fi
 
 log_dir=${DOCKERD_LOG_DIR:-/var/log}
 say "starting dockerd --bridge=none --iptables=false (log: $log_dir/crewbot-dockerd.log)"
-nohup dockerd --bridge=none --iptables=false >"$log_dir/crewbot-dockerd.log" 2>&1 &
+# The engine outlives this script: it must not inherit a descriptor it was started with (e.g. a lock a
+# caller holds with `flock FILE make test`, which would then stay held for the engine's life).
+(
+  for fd_path in /proc/self/fd/*; do
+    fd=${fd_path##*/}
+    if [ "$fd" -gt 2 ] && [ "$fd" -lt 255 ]; then eval "exec $fd>&-"; fi
+  done
+  exec nohup dockerd --bridge=none --iptables=false >"$log_dir/crewbot-dockerd.log" 2>&1
+) &
 echo $! >"$our_pid_file"
 for _ in $(seq 1 60); do
   if docker info >/dev/null 2>&1; then
