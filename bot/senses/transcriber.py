@@ -53,9 +53,16 @@ Heard = Callable[[int, int, str], Awaitable[None]]  # (chat id, message row id, 
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    chat_id: int
+    chat_id: int  # the conversation (a forum topic has its own)
     message_id: int  # the stored message's row id
     file: ChatFile
+    platform_chat_id: int | None = None  # the platform's chat, when not `chat_id` (a forum topic's group)
+
+    @property
+    def group(self) -> int:
+        """Whose bound and turn in the slots it counts against: the platform's chat, so a forum's topics share
+        one (a flood spread over its topics is still one chat's flood)."""
+        return self.chat_id if self.platform_chat_id is None else self.platform_chat_id
 
 
 class Transcriber:
@@ -74,18 +81,18 @@ class Transcriber:
         self._allowances = allowances
         self._jobs: set[asyncio.Task[None]] = set()
         self._slots = TakeTurns(MAX_CONCURRENT_TRANSCRIPTIONS)
-        self._pending: dict[int, int] = {}  # per chat: accepted, not yet ended
+        self._pending: dict[int, int] = {}  # per platform chat: accepted, not yet ended
         self._closing = False
 
     def accept(self, job: Job, heard: Heard) -> None:
         """Transcribe in the background; `heard` is called when it is done, whether or not words came."""
         if self._closing:
             return
-        pending = self._pending.get(job.chat_id, 0)
+        pending = self._pending.get(job.group, 0)
         if pending >= MAX_PENDING_PER_CHAT:
             run = self._refuse(job, heard, BUSY_REASON)
         else:
-            self._pending[job.chat_id] = pending + 1
+            self._pending[job.group] = pending + 1
             run = self._run(job, heard)
         task = asyncio.create_task(run, name=f"transcribe-{job.file.ref}")
         self._jobs.add(task)
@@ -114,18 +121,18 @@ class Transcriber:
         try:
             await self._run_one(job, heard)
         finally:
-            left = self._pending.get(job.chat_id, 1) - 1
+            left = self._pending.get(job.group, 1) - 1
             if left > 0:
-                self._pending[job.chat_id] = left
+                self._pending[job.group] = left
             else:
-                self._pending.pop(job.chat_id, None)
+                self._pending.pop(job.group, None)
 
     async def _run_one(self, job: Job, heard: Heard) -> None:
         if not await self._transcripts.begin(job.file.id, job.chat_id):
             return  # transcribed (or tried) before: a redelivered message
         words = ""
         try:
-            async with self._slots.slot(job.chat_id):
+            async with self._slots.slot(job.group):
                 words = await self._transcribe(job)
         except _NotHeard as exc:
             log.info("transcription_failed", file=job.file.ref, chat_id=job.chat_id, reason=exc.reason)
