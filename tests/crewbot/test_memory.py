@@ -13,10 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from bot.agent.memory import CHAT_HEADING, MEMBER_HEADING, OFF, PROPOSE
+from bot.agent.memory import CHAT_HEADING, MEMBER_HEADING, OFF, PROPOSE, Memory, MemoryLimits
 from bot.agent.offline import prompt_text
 from bot.channels.telegram import TelegramChannel
 from bot.memory_command import START_PRIVATE
@@ -97,7 +106,11 @@ class Rig:
 async def proposes_a_note(container: MemoryContainer, tasks: list[str]) -> int:
     async with RunChannel(socket_of(container)) as channel:
         task = await channel.task()
-        tasks.append(task.task)
+        tasks.append(f"{task.task}\n\n{task.notes}")
+        # Its session, as the in-container agent hands it back: the task and the notes, each a prompt part.
+        asked = ModelRequest(parts=[UserPromptPart(task.task), UserPromptPart(task.notes)])
+        answered = ModelResponse(parts=[TextPart("Picnic planned.")])
+        await channel.save_session(ModelMessagesTypeAdapter.dump_json([asked, answered]))
         await channel.report(RunResult(status="completed", result="Picnic planned.\n[remember] picnic moved to Sunday"))
     return 0
 
@@ -114,7 +127,9 @@ async def rig(tmp_path: Path, **settings: Any) -> AsyncIterator[Rig]:
         runtime = MemoryRuntime(on_start=lambda container: proposes_a_note(container, tasks))
 
         def factory(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
-            return unguarded(config, stores, SubagentService(config, stores, delivery, typing, runtime))
+            memory = Memory(stores.notes, stores.history, MemoryLimits.from_settings(config))
+            service = SubagentService(config, stores, delivery, typing, runtime, chat_notes=memory.subagent_notes)
+            return unguarded(config, stores, service)
 
         assert config.telegram_bot_token is not None
         channel = TelegramChannel(
@@ -282,6 +297,31 @@ async def test_forgetme_leaves_nothing_of_the_member_behind(tmp_path: Path) -> N
         assert b"Zulu-7731" not in on_disk and b"Quokka-5520" not in on_disk
 
 
+async def test_forgetme_leaves_no_copy_in_the_runs_that_were_handed_the_members_note(tmp_path: Path) -> None:
+    secret = b"Alice-private-fact-7f3a"
+    async with rig(tmp_path) as r:
+        r.script.plans.append([("remember", {"text": "Alice-private-fact-7f3a: her new address is 12 Elm St"})])
+        r.say(ALICE, "Alice", "remember my new address")
+        await r.next_reply()
+        r.script.plans.append([("spawn_subagent", {"task": "summarise the thread", "label": "summary"})])
+        r.say(BOB, "Bob", "summarise the thread please")
+        await r.next_reply()
+        await r.next_reply()  # the run's result
+        (handed,) = r.tasks
+        assert secret.decode() in handed  # the run was handed the note
+        data = Path(r.app.stores.db.path).parent
+
+        r.command(ALICE, "Alice", "/forgetme")
+        assert "Erased 1 note(s)" in await r.next_reply()
+        await r.app.stores.db.flush_erased()
+        assert secret not in r.raw_bytes()  # neither `notes` nor the run's stored task holds it
+        (task,) = await r.stored("SELECT task FROM subagent_runs")
+        assert task == ("summarise the thread",)
+        files = [p for p in data.rglob("*") if p.is_file() and p.suffix == ".json"]
+        assert any("sessions" in p.parts for p in files) and any(p.name == "task.json" for p in files)
+        assert not [p for p in files if secret in p.read_bytes()]  # its record and its saved session neither
+
+
 async def test_subagents_get_the_chats_notes_and_only_propose_new_ones(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
         r.script.plans.append(
@@ -300,6 +340,8 @@ async def test_subagents_get_the_chats_notes_and_only_propose_new_ones(tmp_path:
 
         (task,) = r.tasks
         assert task.startswith("plan the picnic") and '"The picnic is on Saturday"' in task and PROPOSE in task
+        (stored,) = await r.stored("SELECT task FROM subagent_runs")
+        assert stored == ("plan the picnic",)  # the notes are handed to the run, never stored with it
         assert "peanuts" not in task  # a member's notes are for the main agent only
         assert "[remember] picnic moved to Sunday" in result
         assert ("picnic moved to Sunday",) not in await r.stored("SELECT text FROM notes")
