@@ -17,8 +17,9 @@ TRIGRAM_CHARS = 3  # the index matches words of at least 3 characters; a query o
 # LIKE in the chat's newest messages only, so such a query stays bounded in a chat of millions.
 MAX_LIKE_SCAN_MESSAGES = 20_000
 # The index is shared by every chat: a word's postings are walked newest first and the chat, `since` and
-# `author` filtered after. The walk stops after this many postings, so a search in a small chat (or for an author
-# who never wrote it) does not walk every other chat's matches while it holds the one database connection.
+# `author` filtered after. The walk stops after this many matches, and reaches no further back than the rarest
+# word's this-many-th posting, so a search in a small chat (or for an author who never wrote it, or for common
+# words that never occur together) does not walk the whole index while it holds the one database connection.
 MAX_WALK_POSTINGS = 20_000
 SNIPPET_CHARS = 240  # of a message's text around the first match
 INDEX_TABLES = ("messages_fts_data", "messages_fts_idx", "messages_fts_docsize", "messages_fts_config")
@@ -131,20 +132,26 @@ class HistoryIndex:
             params.append(word.casefold())
         where = " AND ".join(filters)
         if query.indexed:
+            floor = await self._floor(query)
             # The postings are walked newest first in a subquery of their own, bounded: its LIMIT keeps it
             # from being flattened into the join, and CROSS JOIN keeps it the outer loop, read in its order (no
             # ORDER BY outside: that would sort the whole bounded walk before LIMIT could stop it; the few rows
             # are sorted below). Left to itself the planner may walk the chat's messages and probe the index for
             # each (minutes in a chat of a million); bm25 order would score every match first (a second for a
             # common word).
-            walk = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?"
+            walk = (
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ? ORDER BY rowid DESC LIMIT ?"
+            )
             sql = (
                 f"SELECT m.id, m.timestamp, m.sender_name, m.content FROM ({walk}) AS f "
                 f"CROSS JOIN messages AS m ON m.id = f.rowid WHERE {where} LIMIT ?"
             )
-            values: list[object] = [query.match_expression(), self._walk, *params, limit]
-            beyond = "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?"
-            beyond_values: list[object] = [query.match_expression(), self._walk]
+            values: list[object] = [query.match_expression(), floor, self._walk, *params, limit]
+            beyond = (
+                "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ? "
+                "ORDER BY rowid DESC LIMIT 1 OFFSET ?"
+            )
+            beyond_values: list[object] = [query.match_expression(), floor, self._walk]
         else:
             sql = (
                 "SELECT m.id, m.timestamp, m.sender_name, m.content FROM (SELECT * FROM messages WHERE chat_id = ? "
@@ -158,9 +165,26 @@ class HistoryIndex:
         cut = False
         if len(rows) < limit:  # was there more to walk than the bound let it? (as bounded a walk again)
             async with self._db.conn.execute(beyond, beyond_values) as cursor:
-                cut = await cursor.fetchone() is not None
+                cut = await cursor.fetchone() is not None or bool(query.indexed and floor > 1)
         hits = [Hit(int(r[0]), float(r[1]), str(r[2]), snippet(str(r[3]), query.words)) for r in rows]
         return Found(hits, cut)
+
+    async def _floor(self, query: Query) -> int:
+        """The oldest row a search walks to: 1 (all) when a word has at most as many postings as the bound (the
+        walk of all words together is then driven by that word's few), else the rarest word's Nth newest.
+        Without it, two common words that never occur together are intersected over the whole index to find
+        nothing; with it, each word's probe and the walk read about N postings of a word, whatever the store's
+        size."""
+        floor = 0
+        probe = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?"
+        for word in query.indexed:
+            async with self._db.conn.execute(probe, (f'"{word}"', self._walk)) as cursor:
+                row = await cursor.fetchone()
+            if row is None:
+                return 1
+            # Past its N newest: the walk stops above it (a floor over 1 then says older ones were not read).
+            floor = int(row[0]) + 1 if floor == 0 else min(floor, int(row[0]) + 1)
+        return floor
 
     async def size_bytes(self) -> int:
         """What the index takes on disk (its shadow tables' pages)."""
