@@ -131,7 +131,7 @@ class InboundRouter:
                 await self._messages.mark_trigger(message_id)
             await self._trigger(chat_id, message_id, platform_id)
 
-        self._transcriber.accept(Job(message.chat_id, row_id, stored.file), heard)
+        self._transcriber.accept(Job(message.chat_id, row_id, stored.file, message.platform_id), heard)
         return True
 
     async def _trigger(self, chat_id: int, row_id: int, platform_id: int | None) -> None:

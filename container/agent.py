@@ -138,7 +138,8 @@ async def run_agent(
     tools = [spec.as_json() for spec in specs.values()]
     network = NO_NETWORK if task.egress is None else SOME_NETWORK
     instructions = INSTRUCTIONS.format(workspace=toolbox.workspace_dir, network=network)
-    conversation = Conversation(messages=[*history, _request([_user_prompt(build_prompt(task, inbox))], instructions)])
+    prompt = [_user_prompt(build_prompt(task, inbox))] + ([_user_prompt(task.notes)] if task.notes else [])
+    conversation = Conversation(messages=[*history, _request(prompt, instructions)])
     retries: dict[str, int] = {}
     for _ in range(task.max_steps):
         response = await steps.model_step({"messages": conversation.messages, "tools": tools})

@@ -31,6 +31,9 @@ RUN_API_PREFIX = "/run/"
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{6,64}$"
 MAX_TASK_CHARS = 100_000
+# The chat's notes a run is handed beside its task (kept out of its stored task and its saved session, so a note
+# erased later, e.g. by /forgetme, leaves no copy behind).
+MAX_NOTES_CHARS = 20_000
 MAX_LABEL_CHARS = 200
 MAX_PROGRESS_CHARS = 4_000  # one progress message: about one Telegram message
 MAX_QUESTION_CHARS = 1_000  # ask_chat's question: a few lines in the chat

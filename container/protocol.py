@@ -43,6 +43,7 @@ from container.contract import (
     MAX_FILE_NOTE_CHARS,
     MAX_FILE_NOTES,
     MAX_LABEL_CHARS,
+    MAX_NOTES_CHARS,
     MAX_OFFERED_FILES,
     MAX_OPTION_CHARS,
     MAX_PROGRESS_CHARS,
@@ -87,6 +88,7 @@ __all__ = [
     "MAX_FILE_NOTES",
     "MAX_FILE_NOTE_CHARS",
     "MAX_LABEL_CHARS",
+    "MAX_NOTES_CHARS",
     "MAX_OFFERED_FILES",
     "MAX_OPTION_CHARS",
     "MAX_PROGRESS_CHARS",
@@ -200,6 +202,7 @@ class TaskSpec(_Strict):
     task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
     label: str
     context: list[str] = Field(default_factory=list)  # recent chat lines when include_context=True
+    notes: str = Field(default="", max_length=MAX_NOTES_CHARS)  # the chat's notes, current at hand-off
     history: list[Any] = Field(default_factory=list)  # the prior session: pydantic-ai messages as JSON
     provider_kind: Literal["openai", "anthropic"] = "openai"  # wire format the LLM proxy speaks
     model: str = "offline-subagent"

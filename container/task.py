@@ -82,6 +82,7 @@ class Task:
     label: str
     context: list[str] = field(default_factory=list)
     history: list[Any] = field(default_factory=list)  # the prior session: pydantic-ai messages as JSON
+    notes: str = ""  # the chat's notes: a prompt part of their own, which the host drops from the saved session
     max_steps: int = 50
     bash_timeout_seconds: float = 120.0
     output_cap_chars: int = 16_000
@@ -105,6 +106,7 @@ class Task:
             label=_typed(raw, "label", str),
             context=[str(line) for line in _typed(raw, "context", list, [])],
             history=_typed(raw, "history", list, []),
+            notes=_typed(raw, "notes", str, ""),
             max_steps=_typed(raw, "max_steps", int, 50),
             bash_timeout_seconds=float(_typed(raw, "bash_timeout_seconds", (int, float), 120.0)),
             output_cap_chars=_typed(raw, "output_cap_chars", int, 16_000),

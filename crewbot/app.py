@@ -14,7 +14,6 @@ from bot.agent.live_reply import LiveReplies
 from bot.agent.live_restart import LiveRestart
 from bot.agent.main_agent import MainAgent, build_main_model
 from bot.agent.memory import Memory, MemoryLimits
-from bot.agent.notes_spawner import NotesInTaskSpawner
 from bot.agent.prompt import subagent_abilities
 from bot.agent.spawn_guard import AllowanceCheckedSpawner
 from bot.budget_command import BudgetCommand
@@ -126,13 +125,11 @@ class App:
         if isinstance(channel, CardChannel):
             self.questions.show_on(QuestionBoard(channel))
         self.memory = Memory(stores.notes, stores.history, MemoryLimits.from_settings(settings))
-        # A scheduled subagent goes through the same spawner as the main agent's: caps, allowances, typing and
-        # the chat's notes in its task apply.
+        # A scheduled subagent goes through the same spawner as the main agent's: caps, allowances and typing
+        # apply. The chat's notes are not in its stored task: the runner hands them to the run as it starts.
         spawner: Spawner | None = None
         if subagents is not None:
-            spawner = NotesInTaskSpawner(
-                AllowanceCheckedSpawner(subagents.spawner, self.allowances.left_for), self.memory
-            )
+            spawner = AllowanceCheckedSpawner(subagents.spawner, self.allowances.left_for)
         self.schedules = Schedules(
             settings,
             stores.db,

@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from bot.agent.memory import Memory, MemoryLimits
 from bot.agent.spawn_guard import CapCheckedSpawner
 from bot.channels.base import Channel, WatchedChannel
 from bot.channels.console import CONSOLE_CHAT_ID, ConsoleChannel
@@ -150,8 +151,18 @@ def subagent_factory(
     from runner.service import SubagentService
 
     def build(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
+        # Each run is handed the chat's notes as they are when it starts (never stored with the run).
+        memory = Memory(stores.notes, stores.history, MemoryLimits.from_settings(settings))
         service = SubagentService(
-            settings, stores, delivery, typing, runtime, metrics, file_source, allowances=allowances
+            settings,
+            stores,
+            delivery,
+            typing,
+            runtime,
+            metrics,
+            file_source,
+            allowances=allowances,
+            chat_notes=memory.subagent_notes,
         )
         spawner = CapCheckedSpawner(
             service.spawner,

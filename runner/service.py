@@ -40,7 +40,7 @@ from runner.runtimes.runtime import ContainerRuntime, RuntimeUnavailable
 from runner.storage.chat_file_cache import ChatFileCache
 from runner.storage.paths import DataPaths
 from runner.storage.retention import Retention
-from runner.storage.run_files import RunFiles
+from runner.storage.run_files import ChatNotes, RunFiles
 from runner.storage.run_inputs import RunInputsBuilder
 from runner.storage.workspace_archive import WorkspaceArchives
 from runner.storage.workspaces import Workspaces
@@ -65,6 +65,7 @@ class SubagentService:
         file_source: FileSource | None = None,
         *,
         allowances: Allowances | None = None,
+        chat_notes: ChatNotes | None = None,
     ) -> None:
         self._settings = settings
         self._allowances = allowances  # the daily allowances every subagent call reserves against
@@ -130,7 +131,7 @@ class SubagentService:
             delivery=delivery,
             typing=typing,
             paths=self.paths,
-            files=RunFiles(settings, self.paths),
+            files=RunFiles(settings, self.paths, chat_notes),  # a run's notes are read as it is handed its task
             workspaces=self.workspaces,
             accounting=accounting,
             doors=RunDoors(settings, self.egress_log, self.questions, self.runs),

@@ -15,7 +15,7 @@ from bot.agent.memory import Memory
 from bot.agent.prompt import Prompt, build_prompt
 from bot.ports.spawner import Spawner
 from bot.schedules.book import TaskBook
-from bot.senses.vision import model_name, refuses_images, vision_on
+from bot.senses.vision import ImageRefusals, model_name, refuses_images, vision_on
 from bot.senses.window import WindowSenses
 from bot.turns.engine import AbortReason, Turn
 from core.allowances import Allowances, AllowanceSpent, spent_line
@@ -124,7 +124,7 @@ class MainAgent:
         self._senses = senses  # transcripts and images in the prompt; None: files show as their lines only
         self._vision = vision  # LLM_VISION, read at each turn
         self._memory = memory  # notes in the prompt, the memory tools; None: neither
-        self._refusing_images: set[str] = set()  # models whose provider refused a request's images: never again
+        self._image_refusals = ImageRefusals()  # models shown no images again until the bot restarts
         self._assistant_name = assistant_name
         self._history_window = history_window
         self._timeout_seconds = timeout_seconds
@@ -247,11 +247,12 @@ class MainAgent:
                 except Exception as exc:
                     if not prompt.images or not refuses_images(exc):
                         raise
-                    # The provider does not take images from this model: the turn again without them, once,
-                    # and none are sent to it again until the bot restarts (LLM_VISION=off says so for good).
+                    # The provider refused the images: the turn again without them, once. Only a model that
+                    # takes no images (said so, or refused them in two chats) is shown none again until the
+                    # bot restarts (LLM_VISION=off says so for good); a content policy costs only this turn.
                     name = model_name(agent.model)
-                    self._refusing_images.add(name)
-                    log.warning("llm_refused_images", model=name, error=str(exc)[:200])
+                    marked = self._image_refusals.refused(name, turn.chat_id, exc)
+                    log.warning("llm_refused_images", model=name, marked=marked, error=str(exc)[:200])
                     prompt, text = await self._prompt(turn, False)
                     text = f"{text}\n\n{announced}" if announced else text
                     output = await self._run(agent, text, deps, kind, live, prompt.images)
@@ -318,7 +319,7 @@ class MainAgent:
         if self._senses is None or mode is VisionMode.OFF:
             return False
         try:
-            return vision_on(mode, (await self.llm_agent()).model, self._refusing_images)
+            return vision_on(mode, (await self.llm_agent()).model, self._image_refusals.refusing)
         except Exception:  # the turn's own call reports a model that cannot be built
             return False
 

@@ -1,23 +1,26 @@
-"""What a file said to be audio really is, by its first bytes, and how long it plays when its container says so
-cheaply (Ogg and WAV: the voice notes and recordings people post), so a file that is not audio, or audio over
-STT_MAX_SECONDS, is refused before it costs a call. Blocking only on the bytes in hand: pure functions."""
+"""What a file said to be audio really is, by its first bytes, and how long it plays by its own bytes (Ogg by
+its packets, WAV by its samples: the voice notes and recordings people post; MP3 bounded by its size), so a file
+that is not audio, audio over STT_MAX_SECONDS, or audio whose length cannot be known is refused before it costs
+a call. Never a header's claimed length alone: a sender writes it. Blocking only on the bytes in hand."""
 
 from __future__ import annotations
 
+import math
 import struct
+from dataclasses import dataclass
 
-OPUS_RATE_HZ = 48_000  # Ogg Opus counts granules at 48 kHz whatever it was recorded at
-OGG_TAIL_BYTES = 64 * 1024  # the last page, which holds the stream's end position, is well within this
+from bot.senses.ogg_length import LengthRefused, ogg_length
+
 _OGG = b"OggS"
 BITS_PER_BYTE = 8
-# The lowest bitrate each format is encoded at (bits a second): a file whose length is not read from its container
-# plays at most its size over this. Opus goes down to 6 kbit/s, AMR-NB to 4.75, MP3 (MPEG-2.5) to 8.
-MIN_BITS_PER_SECOND = {"amr": 4_750, "ogg": 6_000, "webm": 6_000, "m4a": 6_000, "aac": 6_000}
-DEFAULT_MIN_BITS_PER_SECOND = 8_000  # mp3, and flac and wav (lossless: far more in practice)
-# An Ogg file's length is its last page's word: one that says less than its size could hold at the codec's highest
-# bitrate (Opus 510 kbit/s, Vorbis about 500) is not believed (a 25 MB file "of one second").
-MAX_OGG_BITS_PER_SECOND = 512_000
+# The lowest bitrate a format's frames can declare (bits a second), for the formats whose length is bounded by
+# their size rather than computed: an MP3 frame's bitrate is in its header, 8 kbit/s at the least (MPEG-2.5).
+MIN_BITS_PER_SECOND = {"mp3": 8_000}
 MAX_WAV_CHUNKS = 64  # chunks walked to find the data: a real file has a handful
+WAV_FMT_BYTES = 16  # a WAV format chunk's fields: code, channels, rate, byte rate, block align, bits
+WAV_FMT_MAX_BYTES = 40  # WAVE_FORMAT_EXTENSIBLE's, the longest read
+WAV_EXTENSIBLE, WAV_SUBFORMAT_AT = 0xFFFE, 24  # its real format code is the sub-format GUID's first two bytes
+WAV_PCM_CODES = frozenset({0x0001, 0x0003, 0x0006, 0x0007})  # integer and float PCM, A-law, µ-law: a byte rate
 
 
 def audio_format(head: bytes) -> str | None:
@@ -41,54 +44,69 @@ def audio_format(head: bytes) -> str | None:
     return None
 
 
-def audio_seconds(data: bytes) -> float | None:
-    """How long it plays, from its container (Ogg Opus or Vorbis, WAV); None when that is not known cheaply."""
+@dataclass(frozen=True, slots=True)
+class AudioLength:
+    seconds: float
+    complete: bool  # False: measuring stopped past `enough`; the file plays at least this long
+
+
+def measure_audio(data: bytes, enough: float = math.inf) -> AudioLength | None:
+    """How long it plays, computed from its own bytes (Ogg Opus or Vorbis by its packets, PCM WAV by its
+    samples); None for MP3, which most_seconds bounds by its size; LengthRefused for every other format, whose
+    length a sender can fake in a way neither its header nor its size betrays (a WebM or MP4 of tiny laced or
+    aliased frames, a FLAC at 1 Hz). Stops once past `enough` seconds. CPU-bound: run it in a thread."""
     kind = audio_format(data[:16])
     if kind == "ogg":
-        return _ogg_seconds(data)
+        found = ogg_length(data, enough)
+        return AudioLength(found.seconds, found.complete)
     if kind == "wav":
-        return _wav_seconds(data)
-    return None
+        return AudioLength(_wav_seconds(data), complete=True)
+    if kind in MIN_BITS_PER_SECOND:
+        return None
+    name = kind.upper() if kind else "this"
+    raise LengthRefused(f"the length of {name} audio cannot be computed from its bytes (send Ogg, WAV or MP3)")
+
+
+def audio_seconds(data: bytes) -> float | None:
+    """measure_audio's seconds, walked to the end."""
+    found = measure_audio(data)
+    return found.seconds if found is not None else None
 
 
 def most_seconds(kind: str, size_bytes: int) -> float:
-    """The longest a file of this format and size can play: its bits at the format's lowest bitrate."""
-    return size_bytes * BITS_PER_BYTE / MIN_BITS_PER_SECOND.get(kind, DEFAULT_MIN_BITS_PER_SECOND)
+    """The longest an MP3 of this size can play: its bits at the lowest bitrate its frames can declare."""
+    return size_bytes * BITS_PER_BYTE / MIN_BITS_PER_SECOND[kind]
 
 
-def _ogg_seconds(data: bytes) -> float | None:
-    rate: int | None = None
-    head = data[:4096]
-    if b"OpusHead" in head:
-        rate = OPUS_RATE_HZ
-    else:
-        at = head.find(b"\x01vorbis")
-        if at >= 0 and len(head) >= at + 16:
-            rate = struct.unpack_from("<I", head, at + 12)[0]
-    if not rate:
-        return None
-    tail = data[-OGG_TAIL_BYTES:]
-    last = tail.rfind(_OGG)
-    if last < 0 or len(tail) < last + 14:
-        return None
-    granule = struct.unpack_from("<q", tail, last + 6)[0]
-    if granule <= 0:
-        return None
-    seconds = granule / rate
-    return seconds if len(data) * BITS_PER_BYTE <= seconds * MAX_OGG_BITS_PER_SECOND else None
-
-
-def _wav_seconds(data: bytes) -> float | None:
+def _wav_seconds(data: bytes) -> float:
+    """Samples by their size, never the declared byte rate (which no decoder uses for PCM): the bytes to the
+    file's end (trailing chunks counted too) over the rate times the smaller of the frame sizes it states."""
     at = 12
-    byte_rate: int | None = None
+    frame_rate: int | None = None
     for _ in range(MAX_WAV_CHUNKS):
         if at + 8 > len(data):
             break
         chunk, size = data[at : at + 4], struct.unpack_from("<I", data, at + 4)[0]
-        if chunk == b"fmt " and at + 20 <= len(data):
-            byte_rate = struct.unpack_from("<I", data, at + 16)[0]
+        if chunk == b"fmt " and frame_rate is None:
+            frame_rate = _wav_frame_rate(data[at + 8 : at + 8 + min(size, WAV_FMT_MAX_BYTES)])
         elif chunk == b"data":
-            size = min(size, len(data) - at - 8)
-            return size / byte_rate if byte_rate else None
+            if frame_rate is None:
+                raise LengthRefused("its WAV data comes before its format")
+            return (len(data) - at - 8) / frame_rate
         at += 8 + size + (size & 1)
-    return None
+    raise LengthRefused("its WAV chunks do not lead to its audio")
+
+
+def _wav_frame_rate(fmt: bytes) -> int:
+    """Bytes a second of PCM (integer, float, A-law, µ-law): the sample rate times a frame's bytes."""
+    if len(fmt) < WAV_FMT_BYTES:
+        raise LengthRefused("its WAV format is cut short")
+    code, channels, rate, _byte_rate, block_align, bits = struct.unpack_from("<HHIIHH", fmt)
+    if code == WAV_EXTENSIBLE and len(fmt) >= WAV_SUBFORMAT_AT + 2:
+        code = struct.unpack_from("<H", fmt, WAV_SUBFORMAT_AT)[0]
+    if code not in WAV_PCM_CODES:
+        raise LengthRefused(f"its WAV audio is compressed (format 0x{code:04x}), whose length is not computed")
+    frame = min(block_align, channels * -(-bits // BITS_PER_BYTE))  # a lie in either only makes it longer
+    if rate <= 0 or frame <= 0:
+        raise LengthRefused("its WAV format declares no samples")
+    return int(rate * frame)

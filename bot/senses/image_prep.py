@@ -17,6 +17,7 @@ Pillow is imported on the first image, not at start (75 ms and 3 MiB a bot with 
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -37,12 +38,14 @@ MAX_FULL_DECODE_PIXELS = 5_000_000
 # libwebp decodes into its own buffer and Pillow copies it out: about 3 times a PNG's bytes a pixel.
 MAX_WEBP_PIXELS = 2_000_000
 RGB_CHANNELS = 3  # what MAX_FULL_DECODE_PIXELS is set for: a JPEG of more channels (CMYK) gets fewer pixels
-MAX_JPEG_SEGMENTS = 256  # markers walked before the first scan (a real file has a dozen or so)
+MAX_JPEG_SEGMENTS = 256  # markers walked to the image's end (a real file has a dozen or so, and one scan)
 MIN_SIDE_PX = 1
 _FORMATS = {"JPEG": "JPEG", "PNG": "PNG", "WEBP": "WebP", "GIF": "GIF"}
 _BACKGROUND = (255, 255, 255)  # transparency (stickers, screenshots with alpha) is shown on white
 _ORIENTATION_TAG = 0x0112  # EXIF: how the camera was held
-_SOS, _EOI = b"\xff\xda", b"\xff\xd9"
+_SOS, _EOI, _SOI, _RST0, _TEM = 0xDA, 0xD9, 0xD8, 0xD0, 0x01  # JPEG markers (the byte after FF)
+# In entropy-coded data a marker is FF followed by neither 00 (a stuffed FF), a restart (D0-D7), nor FF (fill).
+_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 
 
 class ImageRefused(Exception):
@@ -157,27 +160,36 @@ def _pixel_limit(image: ImageFile.ImageFile, kind: str) -> int:
 
 def _multi_scan(data: bytes) -> bool:
     """Whether a JPEG's image has more than one scan (a baseline file can: libjpeg then buffers every
-    coefficient, as for a progressive one). Its markers are walked to the first scan; a second start of scan
-    before the end of the image means more than one (what follows the end, e.g. an appended depth map, is not
-    this image)."""
-    at = 2
+    coefficient, as for a progressive one). Its segments are walked by their lengths as a decoder walks them
+    (a comment holding the bytes FF D9 is no end); after each start of scan the entropy-coded data is skipped to
+    the next real marker; the scans are counted until the end of the image (what follows it, e.g. an appended
+    depth map, is not this image)."""
+    at, scans = 2, 0
     for _ in range(MAX_JPEG_SEGMENTS):
         while at < len(data) and data[at] != 0xFF:
             at += 1  # tolerate stray bytes between segments, as libjpeg does
         while at + 1 < len(data) and data[at + 1] == 0xFF:
             at += 1  # fill bytes
+        if at + 2 > len(data):
+            return False  # cut short before its end: what was seen
+        marker = data[at + 1]
+        if marker == _EOI:
+            return False
+        if _RST0 <= marker <= _SOI or marker == _TEM:
+            at += 2  # a marker without a length
+            continue
         if at + 4 > len(data):
             return False
-        marker, size = data[at + 1], int.from_bytes(data[at + 2 : at + 4], "big")
-        if marker == _SOS[1]:
-            following = data.find(_SOS, at + 2 + size)
-            end = data.find(_EOI, at + 2 + size)
-            return following >= 0 and (end < 0 or following < end)
-        if 0xD0 <= marker <= 0xD8 or marker == 0x01:
-            at += 2  # a marker without a length
-        else:
-            at += 2 + size
-    return True  # a header of more segments than any real file: held as the costlier kind
+        at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+        if marker == _SOS:
+            scans += 1
+            if scans > 1:
+                return True
+            found = _NEXT_MARKER.search(data, at)  # past the scan's data: FF 00 is a data byte, FF D0-D7 a restart
+            if found is None:
+                return False
+            at = found.start()
+    return True  # more segments than any real file: held as the costlier kind
 
 
 def _turn(image: ImageFile.ImageFile) -> Image.Transpose | None:

@@ -20,7 +20,9 @@ MAX_RESPONSE_BYTES = 256 * 1024  # about four hours of speech as JSON; more is n
 DEFAULT_TIMEOUT_SECONDS = 120.0  # the whole call: upload, transcription, answer
 CONNECT_TIMEOUT_SECONDS = 10.0
 MAX_ERROR_CHARS = 200
-MAX_REPORTED_SECONDS = 24 * 3600  # a `duration` beyond a day (or not finite) is no audio's length: not believed
+# A `duration` beyond a day (or not finite) is no voice note's: the service may bill it, so it is counted as this
+# much, the most a call is counted, and its words are not kept (bot/senses/transcriber.py).
+MAX_REPORTED_SECONDS = 24 * 3600
 
 
 class SttError(Exception):
@@ -38,6 +40,7 @@ class SttError(Exception):
 class Heard:
     text: str
     seconds: float | None  # the audio's length, when the service said (`duration`, or `usage.seconds`)
+    over_a_day: bool = False  # it said more than MAX_REPORTED_SECONDS (`seconds` is then that)
 
 
 class SttClient:
@@ -118,15 +121,20 @@ def _heard(body: bytes, content_type: str) -> Heard:
     usage = found.get("usage")
     if not isinstance(seconds, int | float) and isinstance(usage, dict):
         seconds = usage.get("seconds")
-    return Heard(found["text"].strip(), _seconds(seconds))
+    said = _seconds(seconds)
+    if said is not None and said > MAX_REPORTED_SECONDS:
+        return Heard(found["text"].strip(), MAX_REPORTED_SECONDS, over_a_day=True)
+    return Heard(found["text"].strip(), said)
 
 
 def _seconds(value: object) -> float | None:
-    """A reported length: a finite number of seconds up to MAX_REPORTED_SECONDS, else none said."""
+    """A reported length: a number of seconds (infinite or NaN: more than any), none said for anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     seconds = float(value)
-    return seconds if math.isfinite(seconds) and 0 <= seconds <= MAX_REPORTED_SECONDS else None
+    if not math.isfinite(seconds):
+        return math.inf
+    return seconds if seconds >= 0 else None
 
 
 def _reason(status: int) -> str:

@@ -5,7 +5,8 @@ against STT_MAX_SECONDS, that it is audio at all), its spend held in the allowan
 leaves the reason in their place; nothing is retried, not even after a restart. When it is done, `heard` is
 told (the router then starts the turn a voice reply to the bot or a "Crew, …" asks for).
 
-Spend: the audio's seconds (the longest of declared, measured and reported) are counted as kind `speech`, with
+Spend: the audio's seconds (the longest of declared, measured and reported; a report over a day as a day, its
+words then not kept) are counted as kind `speech`, with
 what they cost (STT_PRICE_PER_MINUTE) as the main model's input tokens that money buys (LLM_PRICE_INPUT_PER_MTOK);
 with no prices set, as the transcript's own size, a token a byte, as the LLM calls count text they cannot measure.
 A call that failed after the upload may be billed: it is counted at what it held.
@@ -18,7 +19,8 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot.senses.audio_sniff import audio_format, audio_seconds, most_seconds
+from bot.senses.audio_sniff import audio_format, measure_audio, most_seconds
+from bot.senses.ogg_length import LengthRefused
 from bot.senses.seen_images import FileDownloader
 from bot.senses.stt_client import SttClient, SttError
 from bot.senses.take_turns import TakeTurns
@@ -51,9 +53,16 @@ Heard = Callable[[int, int, str], Awaitable[None]]  # (chat id, message row id, 
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    chat_id: int
+    chat_id: int  # the conversation (a forum topic has its own)
     message_id: int  # the stored message's row id
     file: ChatFile
+    platform_chat_id: int | None = None  # the platform's chat, when not `chat_id` (a forum topic's group)
+
+    @property
+    def group(self) -> int:
+        """Whose bound and turn in the slots it counts against: the platform's chat, so a forum's topics share
+        one (a flood spread over its topics is still one chat's flood)."""
+        return self.chat_id if self.platform_chat_id is None else self.platform_chat_id
 
 
 class Transcriber:
@@ -72,18 +81,18 @@ class Transcriber:
         self._allowances = allowances
         self._jobs: set[asyncio.Task[None]] = set()
         self._slots = TakeTurns(MAX_CONCURRENT_TRANSCRIPTIONS)
-        self._pending: dict[int, int] = {}  # per chat: accepted, not yet ended
+        self._pending: dict[int, int] = {}  # per platform chat: accepted, not yet ended
         self._closing = False
 
     def accept(self, job: Job, heard: Heard) -> None:
         """Transcribe in the background; `heard` is called when it is done, whether or not words came."""
         if self._closing:
             return
-        pending = self._pending.get(job.chat_id, 0)
+        pending = self._pending.get(job.group, 0)
         if pending >= MAX_PENDING_PER_CHAT:
             run = self._refuse(job, heard, BUSY_REASON)
         else:
-            self._pending[job.chat_id] = pending + 1
+            self._pending[job.group] = pending + 1
             run = self._run(job, heard)
         task = asyncio.create_task(run, name=f"transcribe-{job.file.ref}")
         self._jobs.add(task)
@@ -112,18 +121,18 @@ class Transcriber:
         try:
             await self._run_one(job, heard)
         finally:
-            left = self._pending.get(job.chat_id, 1) - 1
+            left = self._pending.get(job.group, 1) - 1
             if left > 0:
-                self._pending[job.chat_id] = left
+                self._pending[job.group] = left
             else:
-                self._pending.pop(job.chat_id, None)
+                self._pending.pop(job.group, None)
 
     async def _run_one(self, job: Job, heard: Heard) -> None:
         if not await self._transcripts.begin(job.file.id, job.chat_id):
             return  # transcribed (or tried) before: a redelivered message
         words = ""
         try:
-            async with self._slots.slot(job.chat_id):
+            async with self._slots.slot(job.group):
                 words = await self._transcribe(job)
         except _NotHeard as exc:
             log.info("transcription_failed", file=job.file.ref, chat_id=job.chat_id, reason=exc.reason)
@@ -156,9 +165,13 @@ class Transcriber:
         kind = audio_format(data[:HEAD_BYTES])
         if kind is None:
             raise _NotHeard("it is not audio (no known audio format in its bytes)")
-        # The sender's client says a length it may lie about: the file's own container says it where that is
-        # cheap (Ogg, WAV); otherwise the most its size can play at the lowest bitrate of its format bounds it.
-        measured = await asyncio.to_thread(audio_seconds, data)
+        # The sender's client says a length it may lie about, and so may the file's header: the length is
+        # computed from the file's own bytes (Ogg's packets, WAV's samples), an MP3's bounded by its size, and any
+        # other format refused. The walk stops just past the limit: a file far over it costs no more.
+        try:
+            measured = await asyncio.to_thread(measure_audio, data, limit)
+        except LengthRefused as exc:
+            raise _NotHeard(str(exc)) from None
         if measured is None:
             bound = max(float(declared or 0), most_seconds(kind, len(data)))
             if bound > limit:
@@ -167,15 +180,17 @@ class Transcriber:
                     f"{clock(bound)}, over the limit of {clock(limit)}"
                 )
         else:
-            bound = max(float(declared or 0), measured)
+            bound = max(float(declared or 0), measured.seconds)
             if bound > limit:
-                raise _NotHeard(f"it is {clock(bound)} long, over the limit of {clock(limit)}", bound)
+                least = "" if measured.complete else "at least "
+                raise _NotHeard(f"it is {least}{clock(bound)} long, over the limit of {clock(limit)}", bound)
+        measured_seconds = measured.seconds if measured is not None else None
         held = None
         if self._allowances is not None:
             try:
                 held = await self._allowances.reserve(job.chat_id, SpendKind.SPEECH, self._estimate(bound))
             except AllowanceSpent as exc:
-                raise _NotHeard(str(exc), measured) from None
+                raise _NotHeard(str(exc), measured_seconds) from None
         counted = False
         try:
             try:
@@ -186,7 +201,7 @@ class Transcriber:
                 if exc.billed and held is not None:  # the audio went up: it may be billed whatever came back
                     counted = True
                     await asyncio.shield(self._count(held, bound, self._estimate(bound), estimated=True))
-                raise _NotHeard(str(exc), measured) from None
+                raise _NotHeard(str(exc), measured_seconds) from None
             except BaseException:  # cancelled (shut down) mid-call, or a bug: the audio may have gone up
                 if held is not None:
                     counted = True
@@ -194,7 +209,7 @@ class Transcriber:
                 raise
             # The longest of what was said, measured, and reported: a lie in any one of them counts no less. With
             # neither the file nor the service saying, the client's word alone is not taken: its size's bound is.
-            heard_seconds = max(float(declared or 0), measured or 0.0, result.seconds or 0.0)
+            heard_seconds = max(float(declared or 0), measured_seconds or 0.0, result.seconds or 0.0)
             spent = bound if measured is None and result.seconds is None else heard_seconds
             if held is not None:
                 counted = True
@@ -202,6 +217,8 @@ class Transcriber:
         finally:
             if held is not None and not counted and self._allowances is not None:
                 await asyncio.shield(self._allowances.release(held))
+        if result.over_a_day:  # counted at the most a call counts (above); words of such a file are not kept
+            raise _NotHeard(f"the speech-to-text service said it is over {clock(spent)} long", spent)
         await self._transcripts.done(file.id, result.text, heard_seconds)  # shown as its length: the best word
         log.info("transcribed", file=file.ref, chat_id=job.chat_id, audio_seconds=spent, chars=len(result.text))
         return result.text

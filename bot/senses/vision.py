@@ -12,6 +12,14 @@ from core.setting_senses import VisionMode
 from core.store.chat_files import ChatFile, FileKind
 
 HTTP_BAD_REQUEST = 400
+# How providers say a model takes no images at all (OpenAI-compatible servers, vLLM, Ollama, LiteLLM), as opposed
+# to refusing one image (a content policy, a size, a format): that marks the model at once.
+TEXT_ONLY_SAYING = re.compile(
+    r"(?:does not|doesn't|do not|don't|cannot|can't|not) (?:support|accept|take|handle)s? (?:image|vision|multimodal)"
+    r"|(?:image|vision|multimodal)(?: input)?s? (?:is|are) not supported|not a (?:vision|multimodal) model"
+    r"|image_url is only supported by certain models|unsupported content type:? ?'?image"
+)
+CHATS_TO_MARK = 2  # different chats whose images a model refused before it is shown none
 IMAGE_MIME_TYPES = frozenset({"image/png", "image/jpeg", "image/jpg", "image/webp", "image/gif"})
 # LLM_VISION=auto shows images only to a model of a family known to take them (pydantic-ai's profile says yes to
 # any name it does not know: llama3.1:8b behind an OpenAI-compatible base would fail every turn with a photo in
@@ -84,12 +92,36 @@ def vision_on(mode: VisionMode, model: Any, refusing: Collection[str] = ()) -> b
 
 
 def refuses_images(exc: BaseException) -> bool:
-    """Whether a provider's error is its refusal of the request's images (an HTTP 400 that speaks of them, as
-    OpenAI-compatible servers answer for a text-only model): the turn is then tried once without them."""
+    """Whether a provider's error is its refusal of the request's images (an HTTP 400 that speaks of them: a
+    text-only model, or a content policy, a size, a format): the turn is then tried once without them."""
     if getattr(exc, "status_code", None) != HTTP_BAD_REQUEST:
         return False
     said = f"{getattr(exc, 'body', '')} {exc}".lower()
     return "image" in said or "vision" in said
+
+
+def takes_no_images(exc: BaseException) -> bool:
+    """Whether the refusal says the model takes no images at all (not that this image was refused)."""
+    return refuses_images(exc) and bool(TEXT_ONLY_SAYING.search(f"{getattr(exc, 'body', '')} {exc}".lower()))
+
+
+class ImageRefusals:
+    """Which models are no longer shown images until the bot restarts. One refusal that may be about the image
+    (a content policy, its size) costs only its turn, which is tried again without images: a model is marked
+    only when the provider says it takes no images, or refuses images in CHATS_TO_MARK different chats."""
+
+    def __init__(self) -> None:
+        self.refusing: set[str] = set()
+        self._chats: dict[str, set[int]] = {}  # model -> chats whose images it refused (at most CHATS_TO_MARK)
+
+    def refused(self, model: str, chat_id: int, exc: BaseException) -> bool:
+        """Record a refusal; True when the model is now marked as taking no images."""
+        chats = self._chats.setdefault(model, set())
+        chats.add(chat_id)
+        if takes_no_images(exc) or len(chats) >= CHATS_TO_MARK:
+            self.refusing.add(model)
+            self._chats.pop(model, None)
+        return model in self.refusing
 
 
 def image_tokens(system: str, model_name: str, width: int, height: int) -> int:

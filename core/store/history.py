@@ -17,8 +17,9 @@ TRIGRAM_CHARS = 3  # the index matches words of at least 3 characters; a query o
 # LIKE in the chat's newest messages only, so such a query stays bounded in a chat of millions.
 MAX_LIKE_SCAN_MESSAGES = 20_000
 # The index is shared by every chat: a word's postings are walked newest first and the chat, `since` and
-# `author` filtered after. The walk stops after this many postings, so a search in a small chat (or for an author
-# who never wrote it) does not walk every other chat's matches while it holds the one database connection.
+# `author` filtered after. The walk reads at most this many postings of the query's rarest word (each other word
+# looked up at those rows), so a search in a small chat (or for an author who never wrote it, or for common words
+# that never occur together) does not walk the whole index while it holds the one database connection.
 MAX_WALK_POSTINGS = 20_000
 SNIPPET_CHARS = 240  # of a message's text around the first match
 INDEX_TABLES = ("messages_fts_data", "messages_fts_idx", "messages_fts_docsize", "messages_fts_config")
@@ -55,8 +56,12 @@ class Query:
         return self.indexed + self.short
 
     def match_expression(self) -> str:
-        # Only \w characters reach here, so no quote can end the string: every word is a literal phrase.
-        return " ".join(f'"{word}"' for word in self.indexed)
+        return " ".join(_phrase(word) for word in self.indexed)
+
+
+def _phrase(word: str) -> str:
+    """A word as an FTS5 literal phrase: only \\w characters reach here, so no quote can end the string."""
+    return f'"{word}"'
 
 
 def parse_query(text: str) -> Query:
@@ -91,6 +96,12 @@ def _folds_in(text: object, wanted: object) -> bool:
     return str(wanted) in str(text).casefold()
 
 
+def _lowered_in(text: object, word: object) -> bool:
+    """SQLite's `lowered_in(text, word)`: `word` (lower-cased) occurs in `text` as the trigram index matches it,
+    case folded letter by letter (`case_sensitive 0`)."""
+    return str(word) in str(text).lower()
+
+
 def snippet(content: str, words: tuple[str, ...], width: int = SNIPPET_CHARS) -> str:
     """The text around the first word found, on one line, at most `width` characters and marks of the cut."""
     flat = " ".join(content.split())
@@ -118,6 +129,7 @@ class HistoryIndex:
         stopped at its bound before finding that many."""
         if self._function_on is not self._db.conn:
             await self._db.conn.create_function("folds_in", 2, _folds_in, deterministic=True)
+            await self._db.conn.create_function("lowered_in", 2, _lowered_in, deterministic=True)
             self._function_on = self._db.conn
         filters, params = ["m.chat_id = ?"], list[object]([chat_id])
         if since is not None:
@@ -131,36 +143,58 @@ class HistoryIndex:
             params.append(word.casefold())
         where = " AND ".join(filters)
         if query.indexed:
-            # The postings are walked newest first in a subquery of their own, bounded: its LIMIT keeps it
-            # from being flattened into the join, and CROSS JOIN keeps it the outer loop, read in its order (no
-            # ORDER BY outside: that would sort the whole bounded walk before LIMIT could stop it; the few rows
-            # are sorted below). Left to itself the planner may walk the chat's messages and probe the index for
-            # each (minutes in a chat of a million); bm25 order would score every match first (a second for a
-            # common word).
+            driver, more = await self._driver(query)
+            # The rarest word's postings are walked newest first in a subquery of their own, bounded: its LIMIT
+            # keeps it from being flattened into the join, and CROSS JOIN keeps it the outer loop, read in its
+            # order (no ORDER BY outside: that would sort the whole bounded walk before LIMIT could stop it; the
+            # few rows are sorted below). The other words are checked in each row's text, as the index matches
+            # them (a case-folded substring). FTS5's own AND would walk every word's postings until they meet (the
+            # whole index, for two common words that never occur together: a rowid bound does not stop it), and
+            # a lookup in the index per row costs a third of a millisecond; the planner, left to itself, may walk
+            # the chat's messages and probe the index for each; bm25 order would score every match first.
             walk = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?"
+            also = [w for w in query.indexed if w != driver]
+            lookups = "".join(" AND lowered_in(m.content, ?)" for _ in also)
             sql = (
                 f"SELECT m.id, m.timestamp, m.sender_name, m.content FROM ({walk}) AS f "
-                f"CROSS JOIN messages AS m ON m.id = f.rowid WHERE {where} LIMIT ?"
+                f"CROSS JOIN messages AS m ON m.id = f.rowid WHERE {where}{lookups} LIMIT ?"
             )
-            values: list[object] = [query.match_expression(), self._walk, *params, limit]
-            beyond = "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?"
-            beyond_values: list[object] = [query.match_expression(), self._walk]
+            values: list[object] = [_phrase(driver), self._walk, *params, *also, limit]
+            async with self._db.conn.execute(sql, values) as cursor:
+                rows = sorted(await cursor.fetchall(), key=lambda row: int(row[0]), reverse=True)
+            # Cut when fewer were found than asked and the rarest word has older postings than the walk read.
+            cut = len(rows) < limit and more
         else:
             sql = (
                 "SELECT m.id, m.timestamp, m.sender_name, m.content FROM (SELECT * FROM messages WHERE chat_id = ? "
                 f"ORDER BY id DESC LIMIT ?) AS m WHERE {where} ORDER BY m.id DESC LIMIT ?"
             )
             values = [chat_id, self._like_scan, *params, limit]
-            beyond = "SELECT 1 FROM messages WHERE chat_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?"
-            beyond_values = [chat_id, self._like_scan]
-        async with self._db.conn.execute(sql, values) as cursor:
-            rows = sorted(await cursor.fetchall(), key=lambda row: int(row[0]), reverse=True)
-        cut = False
-        if len(rows) < limit:  # was there more to walk than the bound let it? (as bounded a walk again)
-            async with self._db.conn.execute(beyond, beyond_values) as cursor:
-                cut = await cursor.fetchone() is not None
+            async with self._db.conn.execute(sql, values) as cursor:
+                rows = sorted(await cursor.fetchall(), key=lambda row: int(row[0]), reverse=True)
+            cut = False
+            if len(rows) < limit:  # was there more to walk than the bound let it? (as bounded a walk again)
+                beyond = "SELECT 1 FROM messages WHERE chat_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?"
+                async with self._db.conn.execute(beyond, (chat_id, self._like_scan)) as cursor:
+                    cut = await cursor.fetchone() is not None
         hits = [Hit(int(r[0]), float(r[1]), str(r[2]), snippet(str(r[3]), query.words)) for r in rows]
         return Found(hits, cut)
+
+    async def _driver(self, query: Query) -> tuple[str, bool]:
+        """The word with the fewest postings (each counted up to the bound + 1, a bounded walk of its own), and
+        whether it has more than the bound: the walk reads at most that many of its postings."""
+        count = (
+            "SELECT COUNT(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+            "ORDER BY rowid DESC LIMIT ?)"
+        )
+        fewest, driver = self._walk + 2, query.indexed[0]
+        for word in query.indexed:
+            async with self._db.conn.execute(count, (_phrase(word), self._walk + 1)) as cursor:
+                row = await cursor.fetchone()
+            found = int(row[0]) if row else 0
+            if found < fewest:
+                fewest, driver = found, word
+        return driver, fewest > self._walk
 
     async def size_bytes(self) -> int:
         """What the index takes on disk (its shadow tables' pages)."""

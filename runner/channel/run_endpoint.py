@@ -203,7 +203,9 @@ class RunInbox:
             raise ChannelRefused(429, f"this run has handed its session back {MAX_SESSION_UPLOADS} times already")
         try:
             # Validating a few MB of JSON takes milliseconds to seconds: never on the event loop.
-            self.session_json = await asyncio.to_thread(clean, history_json, self._session_max_messages, self.limits)
+            self.session_json = await asyncio.to_thread(
+                clean, history_json, self._session_max_messages, self.limits, self._spec.notes
+            )
         except SessionRejected as exc:
             self.invalid(400, f"session not kept: {exc}")
             raise ChannelRefused(400, f"session not kept: {exc}") from None

@@ -36,13 +36,20 @@ def trim(messages: list[ModelMessage], max_messages: int) -> list[ModelMessage]:
     return []
 
 
-def without_instructions(messages: list[ModelMessage]) -> list[ModelMessage]:
+def without_instructions(messages: list[ModelMessage], notes: str = "") -> list[ModelMessage]:
     """The history minus system prompts and instructions: the next run gets ours, never ones a run wrote
-    into its own session (that would turn a one-off prompt injection into a standing one)."""
+    into its own session (that would turn a one-off prompt injection into a standing one). Minus the chat's
+    `notes` the run was handed as a prompt part of their own too: the next run gets them as they are then, and
+    one erased since leaves no copy in a saved session."""
     kept: list[ModelMessage] = []
     for message in messages:
         if isinstance(message, ModelRequest):
-            parts = [part for part in message.parts if not isinstance(part, SystemPromptPart)]
+            parts = [
+                part
+                for part in message.parts
+                if not isinstance(part, SystemPromptPart)
+                and not (notes and isinstance(part, UserPromptPart) and part.content == notes)
+            ]
             if not parts:
                 continue
             message = replace(message, parts=parts, instructions=None)
@@ -50,7 +57,7 @@ def without_instructions(messages: list[ModelMessage]) -> list[ModelMessage]:
     return kept
 
 
-def clean_history(data: bytes, max_messages: int, limits: ConversationLimits) -> bytes:
+def clean_history(data: bytes, max_messages: int, limits: ConversationLimits, notes: str = "") -> bytes:
     """`data` validated as a history, re-encoded without instructions and trimmed. Its shape and size are
     checked against `limits` first, so a hostile upload costs milliseconds, not seconds."""
     try:
@@ -61,4 +68,4 @@ def clean_history(data: bytes, max_messages: int, limits: ConversationLimits) ->
         messages = ModelMessagesTypeAdapter.validate_json(data)
     except ValidationError as exc:
         raise HistoryInvalid(f"not a message history ({exc.error_count()} errors)") from None
-    return ModelMessagesTypeAdapter.dump_json(trim(without_instructions(messages), max_messages))
+    return ModelMessagesTypeAdapter.dump_json(trim(without_instructions(messages, notes), max_messages))

@@ -22,15 +22,15 @@ class SessionRejected(Exception):
     """The uploaded history is not usable; the message says why."""
 
 
-def clean(data: bytes, max_messages: int, limits: ConversationLimits) -> bytes:
-    """Validate an uploaded history (within `limits`) and return it trimmed, re-encoded by us. Blocking: run
-    in a thread."""
+def clean(data: bytes, max_messages: int, limits: ConversationLimits, notes: str = "") -> bytes:
+    """Validate an uploaded history (within `limits`) and return it trimmed, re-encoded by us, without the
+    chat's `notes` the run was handed. Blocking: run in a thread."""
     if len(data) > MAX_SESSION_BYTES:
         raise SessionRejected(f"the session is over {MAX_SESSION_BYTES} bytes")
     from runner.channel.session_history import HistoryInvalid, clean_history  # pydantic-ai: on first use
 
     try:
-        return clean_history(data, max_messages, limits)
+        return clean_history(data, max_messages, limits, notes)
     except HistoryInvalid as exc:
         raise SessionRejected(str(exc)) from None
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from container.protocol import MAX_TASK_CHARS, TaskSpec, write_bytes_atomic, write_json_atomic
+from container.protocol import MAX_NOTES_CHARS, MAX_TASK_CHARS, TaskSpec, write_bytes_atomic, write_json_atomic
 from core.settings import LLMProvider, Settings
 from core.store.chats import Chat
 from runner.channel.sessions import SessionFiles
@@ -25,18 +26,23 @@ RUN_DIR_MODE = 0o700
 # beside it; other local users cannot reach it at all.
 CHANNEL_DIR_MODE = 0o750
 
+# (chat id, room in characters) -> the chat's notes as a run is handed them ("" for none): the chat side's memory.
+ChatNotes = Callable[[int, int], Awaitable[str]]
+
 
 class RunFiles:
-    def __init__(self, settings: Settings, paths: DataPaths) -> None:
+    def __init__(self, settings: Settings, paths: DataPaths, notes: ChatNotes | None = None) -> None:
         self._settings = settings
         self._paths = paths
         self._sessions = SessionFiles(paths.sessions_dir)
+        self._notes = notes
 
     async def prepare(
         self, live: LiveRun, chat: Chat, task: str, context: list[str], session_in: str | None, inputs: RunInputs
     ) -> TaskSpec:
-        """The run's task (with the chat's prior session, if usable, and the files it is given), its record
-        and its folders."""
+        """The run's task (with the chat's prior session, if usable, the files it is given and the chat's notes as
+        they are now), its record and its folders. The notes are read at each hand-off, never stored with the run:
+        its record on disk leaves them out, and its session drops them (runner/channel/session_history.py)."""
         history: list[Any] = []
         if session_in is not None:
             loaded = await asyncio.to_thread(
@@ -49,6 +55,7 @@ class RunFiles:
             task=inputs.task_with_transcripts(task, MAX_TASK_CHARS),
             label=live.label,
             context=context,
+            notes=await self._notes(chat.id, MAX_NOTES_CHARS) if self._notes is not None else "",
             history=history,
             provider_kind="anthropic" if s.llm_provider is LLMProvider.ANTHROPIC else "openai",
             model=s.effective_subagent_model or "offline-subagent",
@@ -64,7 +71,7 @@ class RunFiles:
     def _make_folders(self, run_id: str, chat: Chat, spec: TaskSpec) -> None:
         run_dir = self._paths.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True, mode=RUN_DIR_MODE)
-        write_json_atomic(run_dir / TASK_RECORD_FILE, spec.model_copy(update={"history": []}))
+        write_json_atomic(run_dir / TASK_RECORD_FILE, spec.model_copy(update={"history": [], "notes": ""}))
         channel = self._paths.channel_dir(run_id)
         channel.mkdir(parents=True, exist_ok=True)
         if host_is_root():

@@ -5,128 +5,17 @@ calls the memory tools the test plans, as a member's words would get a real mode
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from bot.agent.memory import CHAT_HEADING, MEMBER_HEADING, OFF, PROPOSE
-from bot.agent.offline import prompt_text
-from bot.channels.telegram import TelegramChannel
+from bot.agent.memory import CHAT_HEADING, MEMBER_HEADING, OFF
 from bot.memory_command import START_PRIVATE
-from container.channel import RunChannel
-from container.task import RunResult
-from core.delivery import Delivery
 from core.store.messages import NewMessage
-from core.stores import Stores
-from core.typing_indicator import TypingIndicator
-from crewbot.app import App
-from crewbot.serve import ObservedSubagents, unguarded
-from runner.service import SubagentService
-from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
-from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import GROUP_ID, POLL_TIMEOUT_SECONDS, make_settings
-from tests.runner.lifecycle_helpers import socket_of
+from tests.crewbot.memory_rig import ADMIN, ALICE, BOB, MALLORY, MONDAY, WAIT_SECONDS, rig
+from tests.harness import GROUP_ID
 
 pytestmark = pytest.mark.timeout(90)
-
-ADMIN, ALICE, BOB, MALLORY = 7001, 7002, 7003, 7004
-WAIT_SECONDS = 10.0
-MONDAY = datetime(2026, 11, 23, 18, 5, tzinfo=UTC).timestamp()
-
-
-@dataclass
-class Script:
-    """Each turn makes the calls the test planned (all at once), then answers with what the tools returned."""
-
-    plans: list[list[tuple[str, dict[str, Any]]]] = field(default_factory=list)
-    returned: list[str] = field(default_factory=list)
-    prompts: list[str] = field(default_factory=list)
-    held: asyncio.Event | None = None  # set: the first request is set aside (thinking) until cancelled
-
-    async def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if self.held is not None and not self.held.is_set():
-            self.held.set()
-            await asyncio.Event().wait()  # only a cancel (the merge) ends it
-        results = [str(p.content) for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
-        if results:
-            self.returned.extend(results)
-            return ModelResponse(parts=[TextPart(" | ".join(results))])
-        self.prompts.append(prompt_text(messages))
-        calls = self.plans.pop(0) if self.plans else []
-        if not calls:
-            return ModelResponse(parts=[TextPart("noted")])
-        return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=f"c{i}") for i, (n, a) in enumerate(calls)])
-
-
-@dataclass
-class Rig:
-    app: App
-    tg: FakeTelegram
-    script: Script
-    tasks: list[str]  # what subagents were given
-    sent: int = 0
-
-    def say(self, user_id: int, name: str, text: str) -> None:
-        self.tg.push_message(GROUP_ID, f"@{self.tg.bot_username} {text}", user_id=user_id, first_name=name)
-
-    def command(self, user_id: int, name: str, text: str) -> None:
-        self.tg.push_message(GROUP_ID, text, user_id=user_id, first_name=name)
-
-    async def next_reply(self) -> str:
-        self.sent += 1
-        sent = await self.tg.wait_for_messages(GROUP_ID, self.sent, WAIT_SECONDS)
-        return sent[self.sent - 1].plain_text
-
-    async def stored(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
-        async with self.app.stores.db.conn.execute(sql, params) as cursor:
-            return [tuple(row) for row in await cursor.fetchall()]
-
-    def raw_bytes(self) -> bytes:
-        path = self.app.stores.db.path
-        wal = Path(f"{path}-wal")
-        return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
-
-
-async def proposes_a_note(container: MemoryContainer, tasks: list[str]) -> int:
-    async with RunChannel(socket_of(container)) as channel:
-        task = await channel.task()
-        tasks.append(task.task)
-        await channel.report(RunResult(status="completed", result="Picnic planned.\n[remember] picnic moved to Sunday"))
-    return 0
-
-
-@asynccontextmanager
-async def rig(tmp_path: Path, **settings: Any) -> AsyncIterator[Rig]:
-    script, tasks = Script(), list[str]()
-    async with FakeTelegram() as tg:
-        tg.add_chat(GROUP_ID, title="crew")
-        tg.set_chat_admins(GROUP_ID, [ADMIN])
-        config = make_settings(tmp_path / "data", tg, **settings)
-        stores = await Stores.open(config)
-        await stores.chats.ensure(GROUP_ID, "group", "crew")
-        runtime = MemoryRuntime(on_start=lambda container: proposes_a_note(container, tasks))
-
-        def factory(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
-            return unguarded(config, stores, SubagentService(config, stores, delivery, typing, runtime))
-
-        assert config.telegram_bot_token is not None
-        channel = TelegramChannel(
-            config.telegram_bot_token.get_secret_value(), tg.base_url, poll_timeout_seconds=POLL_TIMEOUT_SECONDS
-        )
-        app = App(config, channel, stores, factory, model=FunctionModel(script.respond))
-        await app.start()
-        try:
-            yield Rig(app, tg, script, tasks)
-        finally:
-            await app.stop()
-            await runtime.stop_behaviours()
 
 
 async def test_what_did_we_decide_on_monday_is_found_far_outside_the_window(tmp_path: Path) -> None:
@@ -280,33 +169,6 @@ async def test_forgetme_leaves_nothing_of_the_member_behind(tmp_path: Path) -> N
         assert await r.stored("SELECT text FROM notes") == [("Bob keeps the keys",)]
         on_disk = r.raw_bytes()
         assert b"Zulu-7731" not in on_disk and b"Quokka-5520" not in on_disk
-
-
-async def test_subagents_get_the_chats_notes_and_only_propose_new_ones(tmp_path: Path) -> None:
-    async with rig(tmp_path) as r:
-        r.script.plans.append(
-            [
-                ("remember", {"text": "The picnic is on Saturday"}),
-                ("remember_about", {"user": "Alice", "text": "Alice-private-allergy-peanuts"}),
-            ]
-        )
-        r.say(ALICE, "Alice", "picnic Saturday; I'm allergic to peanuts")
-        await r.next_reply()
-        r.script.plans.append([("spawn_subagent", {"task": "plan the picnic", "label": "picnic"})])
-
-        r.say(ALICE, "Alice", "plan the picnic please")
-        await r.next_reply()
-        result = await r.next_reply()
-
-        (task,) = r.tasks
-        assert task.startswith("plan the picnic") and '"The picnic is on Saturday"' in task and PROPOSE in task
-        assert "peanuts" not in task  # a member's notes are for the main agent only
-        assert "[remember] picnic moved to Sunday" in result
-        assert ("picnic moved to Sunday",) not in await r.stored("SELECT text FROM notes")
-        r.say(BOB, "Bob", "so when is it?")
-        await r.next_reply()
-        assert "[remember] picnic moved to Sunday" in r.script.prompts[-1]  # the main agent decides
-        assert len(await r.stored("SELECT id FROM notes")) == 2
 
 
 async def test_notes_never_cross_chats(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.crewbot.test_memory import ALICE, BOB, MALLORY, rig
+from tests.crewbot.memory_rig import ALICE, BOB, MALLORY, rig
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.crewbot.test_memory import ALICE, BOB, WAIT_SECONDS, Rig, rig
+from tests.crewbot.memory_rig import ALICE, BOB, WAIT_SECONDS, Rig, rig
 from tests.harness import GROUP_ID
 
 pytestmark = pytest.mark.timeout(90)

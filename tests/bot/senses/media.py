@@ -60,28 +60,39 @@ def zip_file() -> bytes:
     return out.getvalue()
 
 
-def _ogg_page(granule: int, serial: int, sequence: int, payload: bytes, flags: int = 0) -> bytes:
+def _ogg_crc(data: bytes) -> int:
+    """Ogg's CRC-32 (polynomial 0x04C11DB7, not reflected), bit by bit as its specification has it."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7 if crc & 0x80000000 else crc << 1) & 0xFFFFFFFF
+    return crc
+
+
+def ogg_page(granule: int, sequence: int, packets: list[bytes], flags: int = 0, serial: int = 7) -> bytes:
+    """One page holding these whole packets, its checksum right (a demuxer skips a page whose checksum is not)."""
     segments = []
-    rest = len(payload)
-    while rest >= 255:
-        segments.append(255)
-        rest -= 255
-    segments.append(rest)
+    for packet in packets:
+        segments += [255] * (len(packet) // 255) + [len(packet) % 255]
     header = struct.pack("<4sBBqIIIB", b"OggS", 0, flags, granule, serial, sequence, 0, len(segments))
-    return header + bytes(segments) + payload  # the checksum is left 0: nothing here checks it
+    page = header + bytes(segments) + b"".join(packets)
+    return page[:22] + struct.pack("<I", _ogg_crc(page)) + page[26:]
 
 
-def ogg_opus(seconds: float) -> bytes:
+OPUS_HEAD = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, 312, 16_000, 0, 0)
+OPUS_TAGS = b"OpusTags" + struct.pack("<I", 4) + b"test" + struct.pack("<I", 0)
+
+
+def ogg_opus(seconds: float, packet: bytes = b"\xfc" * 40, packets_a_page: int = 1, pages: int = 4) -> bytes:
     """An Ogg Opus stream's pages as a voice note has them (head, tags, then audio pages), `seconds` long by its
-    last granule position; the packets are not real Opus, which only the service would notice."""
-    head = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, 312, 16_000, 0, 0)
-    tags = b"OpusTags" + struct.pack("<I", 4) + b"test" + struct.pack("<I", 0)
-    pages = [_ogg_page(0, 7, 0, head, flags=2), _ogg_page(0, 7, 1, tags)]
+    last granule position; the packets (20 ms CELT ones by their TOC byte, 0xfc) are not real Opus, which only
+    the service would notice."""
+    out = [ogg_page(0, 0, [OPUS_HEAD], flags=2), ogg_page(0, 1, [OPUS_TAGS])]
     total = int(seconds * OPUS_RATE_HZ)
-    steps = 4
-    for n in range(1, steps + 1):
-        pages.append(_ogg_page(total * n // steps, 7, 1 + n, b"\xfc" * 40, flags=4 if n == steps else 0))
-    return b"".join(pages)
+    for n in range(1, pages + 1):
+        out.append(ogg_page(total * n // pages, 1 + n, [packet] * packets_a_page, flags=4 if n == pages else 0))
+    return b"".join(out)
 
 
 def wav(seconds: float, rate: int = 8_000) -> bytes:

@@ -108,6 +108,26 @@ def test_a_baseline_jpeg_of_several_scans_is_held_as_a_progressive_one() -> None
         prepare_image(bytes(data))
 
 
+def test_a_comment_holding_the_bytes_of_an_end_between_its_scans_does_not_hide_them() -> None:
+    # A comment segment whose payload is FF D9 before the second scan: a search for the bytes of the end of the
+    # image stops there and sees one scan; a decoder skips the comment by its length and buffers every scan.
+    data = bytearray(saved(flat(2_400, 2_400), "JPEG", progressive=True))
+    data[data.index(b"\xff\xc2") + 1] = 0xC0  # its frame says baseline
+    second = data.index(b"\xff\xda", data.index(b"\xff\xda") + 2)
+    data[second:second] = b"\xff\xfe\x00\x04\xff\xd9"
+    with pytest.raises(ImageRefused, match=r"over the 5\.0 megapixels"):
+        prepare_image(bytes(data))
+
+
+def test_a_baseline_jpeg_with_restarts_stuffed_bytes_and_fill_is_one_scan() -> None:
+    # Restart markers and stuffed FF 00 bytes are part of one scan's data, fill bytes lead to the end: one scan,
+    # decoded at 1/2 however many pixels it has.
+    photo = saved(Image.effect_noise((2_400, 2_400), 80).convert("RGB"), "JPEG", restart_marker_blocks=4)
+    assert b"\xff\xd0" in photo and b"\xff\x00" in photo
+    filled = photo[:-2] + b"\xff\xff\xff\xd9"
+    assert prepare_image(filled).source_width == 2_400
+
+
 def test_a_jpeg_with_a_thumbnail_and_an_appended_image_is_one_scan() -> None:
     # A phone's photo: an EXIF thumbnail (a JPEG of its own) before the image, a depth map after its end.
     thumbnail = saved(flat(160, 120), "JPEG")

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.senses.stt_client import MAX_RESPONSE_BYTES, SttClient, SttError
+from bot.senses.stt_client import MAX_REPORTED_SECONDS, MAX_RESPONSE_BYTES, SttClient, SttError
 from tests.bot.senses.media import ogg_opus
 from tests.fakes.stt_server import FakeStt
 
@@ -74,18 +74,29 @@ async def test_a_401_quoting_the_key_leaves_the_key_out_of_the_reason(stt: FakeS
     [
         b'{"text": "hi", "duration": 1e400}',  # no float holds it: inf
         b'{"text": "hi", "usage": {"seconds": 1e400}}',
+        b'{"text": "hi", "duration": NaN}',
         b'{"text": "hi", "duration": 86401}',  # over a day: no voice note's length
-        b'{"text": "hi", "duration": true}',
     ],
 )
-async def test_a_duration_that_is_no_length_is_not_believed(stt: FakeStt, body: bytes) -> None:
+async def test_a_duration_over_a_day_is_the_most_a_call_counts_never_unknown(stt: FakeStt, body: bytes) -> None:
     stt.raw(body)
     client = SttClient(stt.base_url, "whisper-1")
     try:
         heard = await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
     finally:
         await client.close()
-    assert (heard.text, heard.seconds) == ("hi", None)
+    assert (heard.text, heard.seconds, heard.over_a_day) == ("hi", MAX_REPORTED_SECONDS, True)
+
+
+@pytest.mark.parametrize("body", [b'{"text": "hi", "duration": true}', b'{"text": "hi", "duration": -5}'])
+async def test_a_duration_that_is_no_number_of_seconds_is_none_said(stt: FakeStt, body: bytes) -> None:
+    stt.raw(body)
+    client = SttClient(stt.base_url, "whisper-1")
+    try:
+        heard = await client.transcribe(VOICE, "audio.ogg", "audio/ogg")
+    finally:
+        await client.close()
+    assert (heard.text, heard.seconds, heard.over_a_day) == ("hi", None, False)
 
 
 async def test_a_megabyte_of_text_is_refused_as_it_arrives(stt: FakeStt) -> None:

@@ -152,3 +152,36 @@ async def test_past_its_bound_a_chats_flood_is_refused_with_a_reason_and_another
     assert states[MAX_PENDING_PER_CHAT:-1] == [(TranscriptState.FAILED, BUSY_REASON)] * 2
     assert states[-1] == (TranscriptState.DONE, None)  # the other chat's note is transcribed
     assert calls == MAX_PENDING_PER_CHAT + 1 and len(told) == len(files)  # every turn is told
+
+
+async def test_a_flood_spread_over_a_forums_topics_is_one_chats_flood(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    stores = await Stores.open(settings)
+
+    async def heard(chat_id: int, message_id: int, words: str) -> None:
+        pass
+
+    try:
+        await stores.chats.ensure(CHAT, "supergroup", "forum")
+        jobs = []
+        for n in range(MAX_PENDING_PER_CHAT + 2):  # one note in each of 12 topics of one group
+            topic = await stores.chats.resolve(CHAT, 100 + n, "supergroup", f"topic {n}")
+            voice = NewFile(FileKind.VOICE, f"v{n}", f"u{n}", "voice.ogg", "audio/ogg", 100, duration_seconds=1)
+            row = await stores.messages.add(NewMessage(topic, "Alice", "", kind="file", file=voice))
+            stored = await stores.messages.get(row or 0)
+            assert stored is not None and stored.file is not None and topic != CHAT
+            jobs.append(Job(topic, stored.id, stored.file, platform_chat_id=CHAT))
+        async with FakeStt() as stt:
+            stt.answer("hi", seconds=1.0)
+            transcriber = Transcriber(
+                settings, SttClient(stt.base_url, "whisper-1"), stores.transcripts, Files(ogg_opus(1.0)), None
+            )
+            for job in jobs:
+                transcriber.accept(job, heard)
+            await transcriber.idle()
+            await transcriber.close()
+        found = await stores.transcripts.of_files(job.file.id for job in jobs)
+    finally:
+        await stores.db.close()
+    refused = [job for job in jobs if found[job.file.id].reason == BUSY_REASON]
+    assert len(refused) == 2

@@ -5,12 +5,15 @@ held, and a hold is never left behind, whatever the service answers."""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.senses.audio_sniff import most_seconds
-from bot.senses.stt_client import SttClient
+from bot.senses.stt_client import MAX_REPORTED_SECONDS, SttClient
 from bot.senses.transcriber import Job, Transcriber
 from bot.senses.window import audio_line
 from core.allowances import Allowances
@@ -19,7 +22,7 @@ from core.store.messages import NewMessage
 from core.store.spend import Spend, SpendKind, SpendStore
 from core.store.transcripts import Transcript, TranscriptState
 from core.stores import Stores
-from tests.bot.senses.media import ogg_opus
+from tests.bot.senses.media import ogg_opus, wav
 from tests.fakes.stt_server import FakeStt
 from tests.harness import make_settings
 
@@ -50,7 +53,7 @@ class Outcome:
 
 
 async def _transcribe(tmp_path: Path, stt: FakeStt, file: NewFile, data: bytes, **settings_over: Any) -> Outcome:
-    settings = make_settings(tmp_path, DAILY_TOKENS=DAILY, **settings_over)
+    settings = make_settings(tmp_path, **{"DAILY_TOKENS": DAILY, **settings_over})
     stores = await Stores.open(settings)
     try:
         await stores.chats.ensure(CHAT, "group", "t")
@@ -71,7 +74,7 @@ async def _transcribe(tmp_path: Path, stt: FakeStt, file: NewFile, data: bytes, 
         transcript = (await stores.transcripts.of_files([stored.file.id]))[stored.file.id]
         rows = [r for r in await spend.rows(allowances.today(), CHAT) if r.kind is SpendKind.SPEECH]
         used = (await allowances.status(CHAT)).used
-        hold = await allowances.reserve(CHAT, SpendKind.SPEECH, DAILY - used)  # refused if a hold was left
+        hold = await allowances.reserve(CHAT, SpendKind.SPEECH, settings.daily_tokens - used)  # refused if one was left
         await allowances.release(hold)
         line = audio_line(stored.file, transcript, True, "a.mp3")
     finally:
@@ -114,14 +117,44 @@ async def test_the_longest_of_declared_measured_and_reported_is_counted(tmp_path
     assert outcome.free_again
 
 
-async def test_an_ogg_whose_last_page_claims_too_little_for_its_size_is_bounded_by_its_size(tmp_path: Path) -> None:
+async def test_an_ogg_of_more_bytes_than_its_length_can_hold_is_refused(tmp_path: Path) -> None:
     data = ogg_opus(1.0)
     data = data[:-200] + b"\x00" * 2_000_000 + data[-200:]  # 2 MB "of one second": 4,000 kbit/s, no Opus
-    assert most_seconds("ogg", len(data)) > 300
     async with FakeStt() as stt:
         stt.answer("hello", seconds=1.0)
         outcome = await _transcribe(tmp_path, stt, _voice(len(data), 1, FileKind.VOICE), data)
     assert outcome.calls == 0 and outcome.transcript.state is TranscriptState.FAILED
+    assert outcome.transcript.reason is not None and "more bytes than" in outcome.transcript.reason
+
+
+async def test_an_ogg_whose_last_page_claims_40_seconds_is_refused_by_its_packets_length(tmp_path: Path) -> None:
+    # 2-byte Opus packets of 120 ms each (TOC 0x1b, count 2): 40 pages play 20 minutes; the last granule says 40 s.
+    data = ogg_opus(40.0, packet=b"\x1b\x02", packets_a_page=255, pages=40)
+    async with FakeStt() as stt:
+        stt.answer("hello", seconds=40.0)
+        outcome = await _transcribe(tmp_path, stt, _voice(len(data), 40, FileKind.VOICE), data, STT_MAX_SECONDS=300)
+    assert outcome.calls == 0 and outcome.spend is None
+    assert outcome.transcript.reason == "it is at least 5:06 long, over the limit of 5:00"
+
+
+async def test_a_wav_declaring_a_huge_byte_rate_is_refused_by_its_samples(tmp_path: Path) -> None:
+    data = bytearray(wav(400.0))  # 400 s of 8 kHz 16-bit samples
+    struct.pack_into("<I", data, data.find(b"fmt ") + 16, 0xFFFFFFFF)  # a byte rate that says "a moment"
+    async with FakeStt() as stt:
+        stt.answer("hello", seconds=1.0)
+        outcome = await _transcribe(tmp_path, stt, _voice(len(data), 1), bytes(data), STT_MAX_SECONDS=300)
+    assert outcome.calls == 0 and outcome.transcript.reason == "it is 6:40 long, over the limit of 5:00"
+
+
+async def test_a_webm_is_refused_with_why(tmp_path: Path) -> None:
+    data = b"\x1a\x45\xdf\xa3" + b"\x00" * 5_000  # a few KB of WebM could hold hours of laced Opus frames
+    async with FakeStt() as stt:
+        stt.answer("hello", seconds=1.0)
+        outcome = await _transcribe(tmp_path, stt, _voice(len(data), 1), data)
+    assert outcome.calls == 0
+    assert outcome.transcript.reason == (
+        "the length of WEBM audio cannot be computed from its bytes (send Ogg, WAV or MP3)"
+    )
 
 
 async def test_a_call_that_times_out_after_the_upload_is_counted_at_what_it_held(tmp_path: Path) -> None:
@@ -143,21 +176,15 @@ async def test_a_refused_key_counts_nothing_and_leaves_no_hold(tmp_path: Path) -
     assert outcome.line == "[voice 0:03, f1] (not transcribed: the speech-to-text service answered 401 (Unauthorized))"
 
 
-async def test_an_infinite_duration_counts_what_was_measured_and_breaks_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("duration", [b"1e400", b"90000"])
+async def test_a_reported_duration_over_a_day_counts_a_day_and_keeps_no_words(tmp_path: Path, duration: bytes) -> None:
     data = ogg_opus(3.0)
     async with FakeStt() as stt:
-        stt.raw(b'{"text": "hello", "duration": 1e400}')
-        outcome = await _transcribe(
-            tmp_path,
-            stt,
-            _voice(len(data), 3, FileKind.VOICE),
-            data,
-            STT_PRICE_PER_MINUTE=0.006,
-            LLM_PRICE_INPUT_PER_MTOK=2.5,
-        )
-    assert outcome.transcript.state is TranscriptState.DONE and outcome.transcript.audio_seconds == 3.0
-    assert outcome.spend is not None and outcome.spend.audio_seconds == 3.0 and outcome.free_again
-    assert outcome.line == '[voice 0:03, f1] "hello"'
+        stt.raw(b'{"text": "hello", "duration": ' + duration + b"}")
+        outcome = await _transcribe(tmp_path, stt, _voice(len(data), 3, FileKind.VOICE), data, DAILY_TOKENS=100_000_000)
+    assert outcome.transcript.state is TranscriptState.FAILED
+    assert outcome.transcript.reason == "the speech-to-text service said it is over 24:00:00 long"
+    assert outcome.spend is not None and outcome.spend.audio_seconds == MAX_REPORTED_SECONDS and outcome.free_again
 
 
 async def test_with_neither_the_file_nor_the_service_saying_the_size_bound_is_counted(tmp_path: Path) -> None:

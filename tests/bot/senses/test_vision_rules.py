@@ -10,7 +10,16 @@ from pydantic_ai.models.test import TestModel
 
 from bot.agent.metered import request_image_tokens
 from bot.senses.image_prep import prepare_image
-from bot.senses.vision import image_tokens, is_image_file, model_takes_images, refuses_images, vision_on
+from bot.senses.vision import (
+    CHATS_TO_MARK,
+    ImageRefusals,
+    image_tokens,
+    is_image_file,
+    model_takes_images,
+    refuses_images,
+    takes_no_images,
+    vision_on,
+)
 from core.setting_senses import VisionMode
 from core.store.chat_files import ChatFile, FileKind
 from tests.bot.senses.media import jpeg
@@ -86,6 +95,43 @@ def test_a_model_whose_provider_refused_images_is_sent_none_again() -> None:
     assert refuses_images(Refused(400, {"error": {"message": "image input is not supported"}}))
     assert not refuses_images(Refused(400, {"error": {"message": "context length exceeded"}}))
     assert not refuses_images(Refused(500, {"error": {"message": "image decoder crashed"}}))
+
+
+class Refused(Exception):
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(f"status_code: {status_code}")
+        self.status_code, self.body = status_code, {"error": {"message": message}}
+
+
+POLICY = Refused(400, "Your request was rejected by our safety system: the image may contain disallowed content")
+TEXT_ONLY = Refused(400, "This model does not support image input")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "image input is not supported for this model",
+        "This model does not support image input",
+        "Invalid content type. image_url is only supported by certain models.",
+        "llava is a vision model; qwen2.5 is not a vision model",
+    ],
+)
+def test_a_text_only_models_refusal_says_so(message: str) -> None:
+    assert takes_no_images(Refused(400, message))
+
+
+def test_a_content_policy_or_a_bad_image_is_no_text_only_model() -> None:
+    assert refuses_images(POLICY) and not takes_no_images(POLICY)
+    assert not takes_no_images(Refused(400, "image too large: at most 20 MB"))
+
+
+def test_one_refusal_about_an_image_costs_its_turn_only_a_repeat_in_another_chat_marks_the_model() -> None:
+    refusals = ImageRefusals()
+    assert not refusals.refused("gpt-4o", -1, POLICY)
+    assert not refusals.refused("gpt-4o", -1, POLICY)  # the same chat again: still only its images
+    assert refusals.refusing == set()
+    assert CHATS_TO_MARK == 2 and refusals.refused("gpt-4o", -2, POLICY)  # a second chat: the model, surely
+    assert refusals.refused("local", -1, TEXT_ONLY) and refusals.refusing == {"gpt-4o", "local"}  # said: at once
 
 
 def test_each_providers_rule_for_a_prepared_photo() -> None:

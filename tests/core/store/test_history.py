@@ -154,6 +154,14 @@ async def test_a_search_in_a_small_chat_walks_a_bounded_part_of_a_big_chats_matc
     assert len(some.hits) == 10 and not some.cut  # found what was asked: nothing to say
     assert [h.message_id for h in distinct.hits] == [old] and not distinct.cut  # fewer postings: reached
     assert (await history.search(CHAT, parse_query("venue"), 10)) == Found(far.hits + distinct.hits, False)
+    # Two words each common, never together: walking their intersection would read both lists to their ends
+    # (the whole index) to find nothing. The walk reaches back only to the rarer one's 60th posting, and says so.
+    together = await messages.add(said(CHAT, "alpha and omega, together at last"))
+    for n in range(200):
+        await messages.add(said(OTHER, "alpha" if n % 2 else "omega", "Bob", MONDAY + n))
+    apart = await bounded.search(CHAT, parse_query("alpha omega"), 10)
+    assert apart.hits == [] and apart.cut
+    assert [h.message_id for h in (await history.search(CHAT, parse_query("alpha omega"), 10)).hits] == [together]
     short = await bounded.search(CHAT, parse_query("Ol"), 10)  # the LIKE path: bounded alike
     assert [h.message_id for h in short.hits] == [old] and not short.cut
     assert (await bounded.search(OTHER, parse_query("zz"), 10)).cut
