@@ -147,6 +147,17 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
         },
     ),
     (
+        "MCP servers",
+        {
+            "MCP_SERVERS": "The JSON file of the operator's MCP servers, in the `mcpServers` format (see "
+            "[MCP servers](mcp.md)); read again when it changes (at the next turn or run). None: no servers.",
+            "SUBAGENT_MCP_MAX_CALLS": "MCP tool calls one subagent run may make through the host; more are "
+            "refused (`0`: none).",
+            "SUBAGENT_MCP_MAX_RESULT_MB": "Bytes of MCP tool results one subagent run may be given, in MB, all "
+            "calls together; later calls are refused.",
+        },
+    ),
+    (
         "Allowances and prices",
         {
             "CHAT_DAILY_TOKENS": "LLM tokens one chat may use a day: main agent, announcements, subagents and "
