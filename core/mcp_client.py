@@ -90,8 +90,8 @@ class McpConnection:
             return CallOutcome(status, text, chars, time.monotonic() - started)
 
         try:
+            session = await self._open()  # a start is bounded by CONNECT_TIMEOUT_SECONDS, not the call's
             async with asyncio.timeout(timeout):
-                session = await self._open()
                 result = await session.call_tool(tool, arguments)
         except ServerUnavailable as exc:
             return outcome(CallStatus.FAILED, f"The tool could not be called: {exc}")

@@ -37,7 +37,10 @@ MAX_CHATS = 10_000
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ANY_REFERENCE = re.compile(r"\$\{")
 # A query parameter or a command-line option with one of these words in its name carries a secret.
-_SECRET_WORD = re.compile(r"(token|secret|passw|api[-_]?key|apikey|auth|credential|private[-_]?key|sig)", re.I)
+_SECRET_WORD = re.compile(
+    r"(token|secret|passw|api[-_]?key|apikey|credential|private[-_]?key|authorization|bearer|^auth$|^key$|^sig$)", re.I
+)
+_NAMES_A_PLACE = re.compile(r"[-_.](file|path|env|dir|var)$", re.I)  # `--token-file PATH` holds no secret
 _OPTION = re.compile(r"^--?([A-Za-z0-9][A-Za-z0-9_.-]*)(=(.*))?$", re.S)
 _IGNORED_KEYS = frozenset({"type", "disabled", "autoApprove", "alwaysAllow", "cwd", "description", "transport"})
 _STDIO_KEYS = frozenset({"command", "args", "env"})
@@ -232,7 +235,7 @@ def _refuse_secret_options(name: str, args: tuple[str, ...]) -> None:
     """`--token=abc` or `--api-key abc`: the value is a secret in the process list."""
     for index, arg in enumerate(args):
         match = _OPTION.match(arg)
-        if match is None or not _SECRET_WORD.search(match.group(1)):
+        if match is None or not _SECRET_WORD.search(match.group(1)) or _NAMES_A_PLACE.search(match.group(1)):
             continue
         given = match.group(2) is not None or (index + 1 < len(args) and not args[index + 1].startswith("-"))
         if given:
