@@ -11,10 +11,12 @@ from bot.channels.base import Channel
 from bot.channels.inbound import InboundMessage
 from bot.ports.runs import RunCancels, RunInfo, when_text
 from bot.schedules.book import TaskAction, TaskBook, TaskRequestError
+from bot.tools_command import tools_reply
 from bot.turns.engine import ChatEngine
 from core.delivery import Delivery
 from core.live_config import LiveConfig, parse_assignments
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.settings import SettingsError
 from core.store.runs import RunStatus
 
@@ -22,7 +24,7 @@ log = get_logger(__name__)
 
 ADMIN_COMMANDS = frozenset({"stop", "cancel"})
 KNOWN_COMMANDS = frozenset(
-    {"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone", "config", "budget"}
+    {"start", "help", "stop", "cancel", "subagents", "workspace", "tasks", "timezone", "config", "budget", "tools"}
 )
 MAX_LISTED_RUNS = 15
 CONFIG_USAGE = "Usage: /config (show) or /config NAME=VALUE, e.g. /config MAX_CONCURRENT_SUBAGENTS=5"
@@ -60,6 +62,7 @@ HELP_TEXT = (
     "/tasks – this chat's scheduled tasks; /tasks <id> – one's history; /tasks pause|resume|cancel <id>\n"
     "/timezone – the zone schedules are read in; /timezone Europe/Berlin sets it (admins)\n"
     "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens> (admins)\n"
+    "/tools – the tools of the operator's MCP servers I can use here\n"
     "/config – the settings operators change live, /config NAME=VALUE to change one (ADMIN_USER_IDS)"
 )
 CONSOLE_HELP_TEXT = (
@@ -70,6 +73,7 @@ CONSOLE_HELP_TEXT = (
     "/workspace – the files subagents keep; /workspace clear – empty it\n"
     "/tasks – scheduled tasks; /tasks pause|resume|cancel <id>; /timezone [IANA name]\n"
     "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens>\n"
+    "/tools – the MCP tools I can use\n"
     "/config – the live settings; /config NAME=VALUE changes one (as `crewbot config set`)\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
 )
@@ -89,6 +93,7 @@ class Commands:
         conversations: Callable[[int], Awaitable[list[int]]] | None = None,
         config: LiveConfig | None = None,
         budget: BudgetCommand | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self._channel = channel
         self._conversations = conversations  # a platform chat's conversations: itself and its forum topics
@@ -100,6 +105,7 @@ class Commands:
         self._tasks = tasks
         self._config = config
         self._budget = budget
+        self._mcp = mcp  # /tools: the chat's MCP tools
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -145,6 +151,8 @@ class Commands:
             await self._reply(message, await self._scheduled(message))
         elif command == "config":
             await self._configure(message)
+        elif command == "tools":
+            await self._reply(message, await tools_reply(self._mcp, message.chat_id))
         elif command == "budget":
             text = "Daily LLM allowances are not enabled here."
             if self._budget is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from core.setting_runtime import RuntimeSettings
 
@@ -19,3 +19,9 @@ class McpSettings(RuntimeSettings):
     subagent_mcp_max_result_mb: float = Field(
         default=5.0, ge=0.0, le=MAX_SUBAGENT_MCP_RESULT_MB, allow_inf_nan=False, alias="SUBAGENT_MCP_MAX_RESULT_MB"
     )
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _blank_mcp_servers(cls, value: object) -> object:
+        """`MCP_SERVERS=` (as .env.example has it): no servers, not the current directory."""
+        return None if isinstance(value, str) and not value.strip() else value

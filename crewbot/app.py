@@ -31,6 +31,7 @@ from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.outbox import Outbox
 from core.settings import CancelScope, LLMProvider, ResultMode, Settings
 from core.store.announcements import AnnouncementStore
@@ -146,6 +147,7 @@ class App:
         allowances: Allowances | None = None,
         count_tokens: Callable[[SpendKind, int, int], None] | None = None,
         count_stream: CountStream | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
@@ -222,7 +224,9 @@ class App:
             allowances=self.allowances,
             on_tokens=count_tokens,  # the main agent's tokens in the metrics (crewbot_llm_tokens_total)
             live=self.live,
+            mcp=mcp,
         )
+        self.mcp = mcp
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
         self.engine = ChatEngine(self.agent, self.recorder, self.typing, settings.merge_window_seconds)
@@ -237,6 +241,7 @@ class App:
             conversations=stores.chats.conversations_of,
             config=config,
             budget=self.budget,
+            mcp=mcp,
         )
         self.router = InboundRouter(
             settings,
@@ -377,6 +382,8 @@ class App:
         await asyncio.gather(*self._notices, return_exceptions=True)  # stored, then sent by the outbox
         if self.streams is not None:
             await self.streams.close()
+        if self.mcp is not None:
+            await self.mcp.close()  # stdio servers' processes end with the bot
         await self.typing.close()
         await self.outbox.close()
         await self.channel.stop()

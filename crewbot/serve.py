@@ -23,6 +23,7 @@ from core.allowances import Allowances
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.setting_runtime import RuntimeKind
 from core.settings import Settings
 from core.store.db import Database
@@ -226,6 +227,9 @@ async def serve(
         config = await ops.open(stores)  # stored live overrides apply before anything reads the settings
         # Every LLM call of the process reserves from this one object: the main agent's and the subagents'.
         allowances = Allowances(settings, SpendStore(stores.db))
+        # The operator's MCP servers: one object for the main agent's tools and the calls subagents make through
+        # the host, so each server has one connection and one count.
+        mcp = McpServers(settings.mcp_servers, on_call=ops.metrics.count_mcp_call)
         # The chat channel downloads the files people post when a run needs them.
         subagents = subagent_factory(
             settings, stores, runtime, ops.metrics, config, file_source=channel, allowances=allowances
@@ -239,6 +243,7 @@ async def serve(
             allowances=allowances,
             count_tokens=ops.metrics.count_llm_tokens,
             count_stream=ops.metrics.count_stream,
+            mcp=mcp,
         )
     except Exception as exc:
         await runtime.close()

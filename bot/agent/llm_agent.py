@@ -6,8 +6,11 @@ bot's memory (bench: memory), and a bot may sit idle for long.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.models import Model
+from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.usage import UsageLimits
 
 from bot.agent.deps import TurnDeps
@@ -80,14 +83,16 @@ async def run_turn(
     allowances: Allowances | None = None,
     kind: SpendKind = SpendKind.MAIN,
     on_tokens: TokenCounter | None = None,
+    toolsets: Sequence[AbstractToolset[TurnDeps]] = (),
 ) -> str:
-    """One turn's run. With `allowances` each of its model requests is metered for the turn's chat and kind
-    (and may raise AllowanceSpent when nothing is left)."""
+    """One turn's run, with `toolsets` besides the agent's own tools (the chat's MCP tools). With `allowances`
+    each of its model requests is metered for the turn's chat and kind (and may raise AllowanceSpent when
+    nothing is left)."""
     model: Model | None = None
     if allowances is not None:
         if not isinstance(agent.model, Model):
             raise TypeError("a metered turn needs the agent's model object")
         model = MeteredModel(agent.model, allowances, deps.chat_id, kind, on_tokens)
     limits = UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN)
-    result = await agent.run(text, deps=deps, model=model, usage_limits=limits)
+    result = await agent.run(text, deps=deps, model=model, usage_limits=limits, toolsets=toolsets)
     return result.output

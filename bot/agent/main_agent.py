@@ -18,6 +18,7 @@ from bot.turns.engine import AbortReason, Turn
 from core.allowances import Allowances, AllowanceSpent, spent_line
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.settings import LLMProvider, Settings
 from core.store.messages import MessageStore, StoredMessage
 from core.store.spend import SpendKind
@@ -25,6 +26,7 @@ from core.store.spend import SpendKind
 if TYPE_CHECKING:
     from pydantic_ai import Agent
     from pydantic_ai.models import Model
+    from pydantic_ai.toolsets import AbstractToolset
 
 log = get_logger(__name__)
 
@@ -100,6 +102,7 @@ class MainAgent:
         allowances: Allowances | None = None,
         on_tokens: Callable[[SpendKind, int, int], None] | None = None,
         live: LiveReplies | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -111,6 +114,7 @@ class MainAgent:
         self._abilities = abilities  # what subagents can reach and use, read at each turn (settings change live)
         self._allowances = allowances  # daily LLM allowances: each model request is metered; None: not counted
         self._on_tokens = on_tokens  # each metered request's (kind, input, output): the metrics
+        self._mcp = mcp  # the operator's MCP servers: the chat's tools, read at each turn (the file changes live)
         self._live = live  # STREAM_REPLIES: answers shown as they are written; None: sent whole
         self._assistant_name = assistant_name
         self._history_window = history_window
@@ -242,15 +246,33 @@ class MainAgent:
     async def _run(
         self, agent: Agent[TurnDeps, str], text: str, deps: TurnDeps, kind: SpendKind, live: LiveReply | None
     ) -> str:
+        toolsets = await self._mcp_toolsets(deps.chat_id)
         if live is None:
             from bot.agent.llm_agent import run_turn  # loaded by llm_agent()
 
-            return await run_turn(agent, text, deps, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens)
+            return await run_turn(
+                agent, text, deps, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens, toolsets=toolsets
+            )
         from bot.agent.streamed_turn import run_turn_streamed
 
         return await run_turn_streamed(
-            agent, text, deps, live.show, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens
+            agent,
+            text,
+            deps,
+            live.show,
+            allowances=self._allowances,
+            kind=kind,
+            on_tokens=self._on_tokens,
+            toolsets=toolsets,
         )
+
+    async def _mcp_toolsets(self, chat_id: int) -> list[AbstractToolset[TurnDeps]]:
+        if self._mcp is None:
+            return []
+        from bot.agent.mcp_tools import turn_toolset  # with pydantic-ai, loaded by llm_agent()
+
+        toolset = await turn_toolset(self._mcp, chat_id)
+        return [toolset] if toolset is not None else []
 
     async def _asked(self, turn: Turn) -> int | None:
         # A reply to the message that asked, looked up now: an upgrade meanwhile retires its old id.

@@ -144,3 +144,12 @@ def test_where_never_shows_env_or_headers() -> None:
     config = parse({"s": {"command": "srv", "args": ["-v"], "env": {"TOKEN": "${T}"}}}, {"T": "supersecret"})
     assert config.servers[0].where == "srv -v"
     assert "supersecret" in config.servers[0].secret_values
+
+
+def test_a_blank_setting_means_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.settings import Settings
+
+    monkeypatch.setenv("MCP_SERVERS", "")
+    assert Settings().mcp_servers is None
+    monkeypatch.setenv("MCP_SERVERS", "/etc/crewbot/mcp.json")
+    assert Settings().mcp_servers == Path("/etc/crewbot/mcp.json")
