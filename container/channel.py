@@ -33,6 +33,8 @@ from container.channel_files import (
 )
 from container.contract import (
     FILES_PATH,
+    MCP_CALL_WAIT_SECONDS,
+    MCP_PATH,
     MESSAGE_PATH,
     MODEL_PATH,
     RESULT_PATH,
@@ -141,6 +143,13 @@ class RunChannel:
 
     async def send_message(self, message_id: str, text: str) -> str:
         return await self._post(MESSAGE_PATH, json.dumps({"message_id": message_id, "text": text}).encode())
+
+    async def mcp_call(self, tool: str, arguments: dict[str, Any]) -> str:
+        """The result of an MCP tool the host calls for this run; ChannelRefused with the host's reason."""
+        status, answer = await self._request(
+            "POST", MCP_PATH, json.dumps({"tool": tool, "arguments": arguments}).encode(), MCP_CALL_WAIT_SECONDS
+        )
+        return _detail(status, answer)
 
     async def save_session(self, history_json: bytes) -> str:
         return await self._post(SESSION_PATH, history_json)

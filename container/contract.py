@@ -23,6 +23,11 @@ MODEL_PATH = "/run/model"  # one model request of the agent's loop, made by the 
 # Files: `GET /run/files/<index>` is the bytes of the task's offered file `index`; `POST /run/files` sends one
 # file to the chat, as multipart/form-data: a `meta` part (FileMeta JSON), then a `file` part (the bytes).
 FILES_PATH = "/run/files"
+# MCP tools (the operator's servers) are called by the host for the run: `POST /run/mcp` with a McpCall, answered
+# with a ChannelAnswer whose detail is the tool's result as text. The container never reaches a server itself.
+MCP_PATH = "/run/mcp"
+MAX_MCP_TOOLS = 20  # offered to one run, besides its own tools (all within MAX_TOOLS)
+MCP_CALL_WAIT_SECONDS = 660.0  # the longest a server's call may take (600 s) and the host's own bounds
 RUN_API_PREFIX = "/run/"
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{6,64}$"

@@ -139,12 +139,13 @@ def subagent_factory(
     config: LiveConfig | None = None,
     file_source: FileSource | None = None,
     allowances: Allowances | None = None,
+    mcp: McpServers | None = None,
 ) -> SubagentFactory:
     from runner.service import SubagentService
 
     def build(delivery: Delivery, typing: TypingIndicator) -> ObservedSubagents:
         service = SubagentService(
-            settings, stores, delivery, typing, runtime, metrics, file_source, allowances=allowances
+            settings, stores, delivery, typing, runtime, metrics, file_source, allowances=allowances, mcp=mcp
         )
         spawner = CapCheckedSpawner(
             service.spawner,
@@ -232,7 +233,7 @@ async def serve(
         mcp = McpServers(settings.mcp_servers, on_call=ops.metrics.count_mcp_call)
         # The chat channel downloads the files people post when a run needs them.
         subagents = subagent_factory(
-            settings, stores, runtime, ops.metrics, config, file_source=channel, allowances=allowances
+            settings, stores, runtime, ops.metrics, config, file_source=channel, allowances=allowances, mcp=mcp
         )
         app = App(
             settings,

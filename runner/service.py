@@ -9,6 +9,7 @@ from collections.abc import Callable
 from core.allowances import Allowances
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.setting_runtime import RuntimeKind
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
 from core.store.chat_files import ChatFileStore
@@ -63,6 +64,7 @@ class SubagentService:
         file_source: FileSource | None = None,
         *,
         allowances: Allowances | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self._settings = settings
         self._allowances = allowances  # the daily allowances every subagent call reserves against
@@ -124,6 +126,7 @@ class SubagentService:
             workspaces=self.workspaces,
             accounting=accounting,
             doors=RunDoors(settings, self.egress_log),
+            mcp=mcp,  # the operator's MCP tools offered to subagents, called here on their behalf
             inputs=RunInputsBuilder(
                 settings, ChatFileStore(stores.db), ChatFileCache(self.paths.files_in_dir, file_source)
             ),

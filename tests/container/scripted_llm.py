@@ -33,12 +33,14 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from container.protocol import (
     FILES_PATH,
+    MCP_PATH,
     MESSAGE_PATH,
     MODEL_PATH,
     RESULT_PATH,
     SESSION_PATH,
     TASK_PATH,
     FileMeta,
+    McpCall,
     ProgressMessage,
     RunResult,
     TaskSpec,
@@ -99,6 +101,8 @@ class ScriptedLLM:
     sessions: list[bytes] = field(default_factory=list)
     results: list[RunResult] = field(default_factory=list)
     files: FakeFiles = field(default_factory=FakeFiles)  # the offered files, and the uploads that arrived
+    mcp_answers: Mapping[str, str] = field(default_factory=dict)  # MCP tool name -> the host's result
+    mcp_calls: list[McpCall] = field(default_factory=list)
     _runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> ScriptedLLM:
@@ -226,6 +230,13 @@ class _FakeRunEndpoint:
 
     async def file_received(self, meta: FileMeta, received: ReceivedFile) -> str:
         return await self._host.files.file_received(meta, received)
+
+    async def mcp_call(self, call: McpCall) -> str:
+        self._refuse_if_told(MCP_PATH)
+        self._host.mcp_calls.append(call)
+        if call.tool not in self._host.mcp_answers:
+            raise HostRefusal(404, f"{call.tool} is not a tool offered to this run")
+        return self._host.mcp_answers[call.tool]
 
     async def abandon_upload(self, target: Path) -> None:
         await self._host.files.abandon_upload(target)

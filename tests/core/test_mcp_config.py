@@ -147,9 +147,9 @@ def test_where_never_shows_env_or_headers() -> None:
 
 
 def test_a_blank_setting_means_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    from core.settings import Settings
+    from core.settings import load_settings
 
     monkeypatch.setenv("MCP_SERVERS", "")
-    assert Settings().mcp_servers is None
+    assert load_settings().mcp_servers is None
     monkeypatch.setenv("MCP_SERVERS", "/etc/crewbot/mcp.json")
-    assert Settings().mcp_servers == Path("/etc/crewbot/mcp.json")
+    assert load_settings().mcp_servers == Path("/etc/crewbot/mcp.json")
