@@ -257,8 +257,11 @@ def build_subagent_system(
     delivery: Delivery,
     typing: TypingIndicator,
     file_source: FileSource | None = None,
+    mcp: McpServers | None = None,
 ) -> SubagentService:
-    return SubagentService(settings, stores, delivery, typing, build_runtime(settings), file_source=file_source)
+    return SubagentService(
+        settings, stores, delivery, typing, build_runtime(settings), file_source=file_source, mcp=mcp
+    )
 
 
 def build_runtime(settings: Settings) -> ContainerRuntime:
