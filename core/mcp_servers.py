@@ -49,6 +49,7 @@ class McpServers:
         self._config = McpConfig()
         self._seen: tuple[int, int, int] | None = None  # the file's (inode, size, mtime_ns) last read
         self._problem: str | None = None
+        self._loaded = False  # the file was looked at once (a call before any listing reads it first)
         self._connections: dict[str, McpConnection] = {}
         self._reloading = asyncio.Lock()
 
@@ -63,6 +64,7 @@ class McpServers:
             return self._config
         async with self._reloading:
             stamp = await asyncio.to_thread(_stamp, self._path)
+            self._loaded = True
             if stamp == self._seen:
                 return self._config
             self._seen = stamp
@@ -94,8 +96,9 @@ class McpServers:
         arguments: dict[str, Any],
         max_chars: int = MAX_RESULT_CHARS,
     ) -> CallOutcome:
-        """Call one tool for a chat; refused (never raised) when the config in force does not allow it."""
-        config = await self.config()
+        """Call one tool for a chat; refused (never raised) when the config in force does not allow it. The file
+        is not read again here: the tools were listed from it at the turn's (or run's) start, by `tools_for`."""
+        config = self._config if self._loaded else await self.config()
         server = config.named(server_name)
         if server is None or use not in server.use or not server.serves_chat(chat_id) or not server.allows_tool(tool):
             outcome = CallOutcome(CallStatus.REFUSED, f"The tool {server_name}__{tool} is not available here.", 0, 0.0)
