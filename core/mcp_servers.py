@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from core.logging import get_logger
 from core.mcp_client import MAX_RESULT_CHARS, CallOutcome, CallStatus, McpConnection, ServerUnavailable
 from core.mcp_config import McpConfig, McpConfigError, McpServer, Use, load_config
 from core.mcp_tool_list import OfferedTool
+from core.store.mcp_calls import McpCallRow, McpCallStore
 
 log = get_logger(__name__)
 
@@ -42,10 +44,13 @@ class McpServers:
         path: Path | None,
         environ: Mapping[str, str] | None = None,
         on_call: CallCounter | None = None,
+        store: McpCallStore | None = None,
     ) -> None:
         self._path = path
         self._environ = environ if environ is not None else os.environ
         self._on_call = on_call
+        self._store = store  # a row per call for `crewbot stats`, written in the background
+        self._writing: set[asyncio.Task[None]] = set()
         self._config = McpConfig()
         self._seen: tuple[int, int, int] | None = None  # the file's (inode, size, mtime_ns) last read
         self._problem: str | None = None
@@ -120,8 +125,29 @@ class McpServers:
         )
         if self._on_call is not None:
             self._on_call(server[:40], tool[:80], outcome)
+        if self._store is not None:
+            row = McpCallRow(
+                chat_id,
+                time.time(),
+                server[:40],
+                tool[:80],
+                outcome.status.value,
+                outcome.seconds,
+                outcome.result_chars,
+            )
+            task = asyncio.create_task(self._store_one(self._store, row), name="mcp-call-row")
+            self._writing.add(task)
+            task.add_done_callback(self._writing.discard)
+
+    async def _store_one(self, store: McpCallStore, row: McpCallRow) -> None:
+        try:
+            await store.add(row)
+        except Exception as exc:  # statistics only: never a failure of the call
+            log.warning("mcp_call_not_stored", server=row.server, error=str(exc))
 
     async def close(self) -> None:
+        """The servers' sessions (and stdio servers' processes) end; the calls' rows are written first."""
+        await asyncio.gather(*self._writing, return_exceptions=True)
         connections, self._connections = list(self._connections.values()), {}
         await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
 

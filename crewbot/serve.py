@@ -28,6 +28,7 @@ from core.setting_runtime import RuntimeKind
 from core.settings import Settings
 from core.store.db import Database
 from core.store.egress import EgressStore
+from core.store.mcp_calls import McpCallStore
 from core.store.run_files import RunFileStore
 from core.store.runs import FINAL_STATUSES, RunStore
 from core.store.spend import SpendStore
@@ -230,7 +231,7 @@ async def serve(
         allowances = Allowances(settings, SpendStore(stores.db))
         # The operator's MCP servers: one object for the main agent's tools and the calls subagents make through
         # the host, so each server has one connection and one count.
-        mcp = McpServers(settings.mcp_servers, on_call=ops.metrics.count_mcp_call)
+        mcp = McpServers(settings.mcp_servers, on_call=ops.metrics.count_mcp_call, store=McpCallStore(stores.db))
         # The chat channel downloads the files people post when a run needs them.
         subagents = subagent_factory(
             settings, stores, runtime, ops.metrics, config, file_source=channel, allowances=allowances, mcp=mcp

@@ -25,6 +25,7 @@ from core.store.setting_overrides import SettingChange, SettingOverrideStore
 from core.store.spend import SpendStore
 from crewbot.allowance_advice import AllowanceAdvice, advise_allowances, suggestions_json
 from crewbot.cap_advice import Advice, Host, advise
+from crewbot.mcp_stats import McpUse, gather_mcp, mcp_json, render_mcp
 from crewbot.spend_stats import DailyUse, Prices, SpendStats, compute_spend, day_of, render_spend, spend_json
 from crewbot.stream_stats import StreamUse, gather_streams, render_streams, streams_json
 from crewbot.usage_stats import CapAt, Spread, UsageStats, compute
@@ -158,6 +159,7 @@ def as_json(
     spend: SpendStats,
     allowances: AllowanceAdvice,
     streams: StreamUse | None = None,
+    mcp: McpUse | None = None,
 ) -> str:
     data = asdict(stats)
     data.pop("timeline")
@@ -167,6 +169,8 @@ def as_json(
     data["spend"] = {**spend_json(spend), "suggestions": suggestions_json(allowances)}
     if streams is not None:
         data["streams"] = streams_json(streams)
+    if mcp is not None:
+        data["mcp"] = mcp_json(mcp)
     return json.dumps(data, indent=2, sort_keys=True)
 
 
@@ -176,15 +180,16 @@ async def show_stats(
     stats, advice = await gather(settings, parse_since(since), chat_id)
     spend, allowances = await gather_spend(settings, parse_since(since), chat_id)
     streams = await gather_streams(settings, parse_since(since), chat_id)
+    mcp = await gather_mcp(settings, parse_since(since), chat_id)
     if plot is not None:
         from crewbot.stats_plot import draw
 
         draw(stats.timeline, stats.start, stats.end, plot)
     if as_json_output:
-        print(as_json(stats, advice, chat_id, spend, allowances, streams))
+        print(as_json(stats, advice, chat_id, spend, allowances, streams, mcp))
     else:
         lines = render(stats, advice, chat_id, settings.max_concurrent_subagents)
-        print("\n".join([*lines, *render_streams(streams), *render_spend(spend), *allowances.lines]))
+        print("\n".join([*lines, *render_streams(streams), *render_mcp(mcp), *render_spend(spend), *allowances.lines]))
         if plot is not None:
             print(f"plot: {plot}")
     return 0
