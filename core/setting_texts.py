@@ -191,8 +191,8 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "DATA_DIR": "The database, IPC folders, workspaces, run folders and logs; made private to its owner "
             "(0700) at start.",
             "DATA_RETENTION_DAYS": "Finished runs' logs, quarantined IPC files, unused sessions, bulky run text, "
-            "copies of chat files no run used for this long, copies of sent files (their records stay) and "
-            "streamed answers' figures (`crewbot stats`) older than this are pruned.",
+            "copies of chat files no run used for this long, copies of sent files (their records stay), "
+            "streamed answers' figures and MCP tool calls' rows (`crewbot stats`) older than this are pruned.",
             "IPC_FORCE_POLLING": "Poll the IPC folders instead of inotify (file systems without events).",
             "IPC_RESCAN_SECONDS": "A full rescan of the IPC folders, a safety net under inotify.",
             "IPC_MAX_FILE_BYTES": "Larger IPC files are quarantined.",
