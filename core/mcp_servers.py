@@ -100,6 +100,7 @@ class McpServers:
         tool: str,
         arguments: dict[str, Any],
         max_chars: int = MAX_RESULT_CHARS,
+        run_id: str | None = None,
     ) -> CallOutcome:
         """Call one tool for a chat; refused (never raised) when the config in force does not allow it. The file
         is not read again here: the tools were listed from it at the turn's (or run's) start, by `tools_for`."""
@@ -109,14 +110,15 @@ class McpServers:
             outcome = CallOutcome(CallStatus.REFUSED, f"The tool {server_name}__{tool} is not available here.", 0, 0.0)
         else:
             outcome = await self._connection(server).call(tool, arguments, max_chars)
-        self.record(chat_id, server_name, tool, outcome)
+        self.record(chat_id, server_name, tool, outcome, run_id)
         return outcome
 
-    def record(self, chat_id: int, server: str, tool: str, outcome: CallOutcome) -> None:
+    def record(self, chat_id: int, server: str, tool: str, outcome: CallOutcome, run_id: str | None = None) -> None:
         """A call's log line and count (also for calls refused before they reached a server)."""
         log.info(
             "mcp_tool_call",
             chat_id=chat_id,
+            run_id=run_id,
             server=server[:40],
             tool=tool[:80],
             outcome=outcome.status.value,
@@ -134,6 +136,7 @@ class McpServers:
                 outcome.status.value,
                 outcome.seconds,
                 outcome.result_chars,
+                run_id,
             )
             task = asyncio.create_task(self._store_one(self._store, row), name="mcp-call-row")
             self._writing.add(task)

@@ -16,6 +16,7 @@ class McpCallRow:
     outcome: str  # core.mcp_client.CallStatus's value
     seconds: float
     result_chars: int
+    run_id: str | None = None  # the subagent run it was made for; None: the main agent's
 
 
 class McpCallStore:
@@ -25,9 +26,9 @@ class McpCallStore:
     async def add(self, row: McpCallRow) -> None:
         async with self._db.write() as conn:
             await conn.execute(
-                "INSERT INTO mcp_calls (chat_id, at, server, tool, outcome, seconds, result_chars) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (row.chat_id, row.at, row.server, row.tool, row.outcome, row.seconds, row.result_chars),
+                "INSERT INTO mcp_calls (chat_id, at, server, tool, outcome, seconds, result_chars, run_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (row.chat_id, row.at, row.server, row.tool, row.outcome, row.seconds, row.result_chars, row.run_id),
             )
 
     async def since(self, since: float, chat_id: int | None = None) -> list[McpCallRow]:
@@ -36,11 +37,12 @@ class McpCallStore:
         if chat_id is not None:
             where, params = "at >= ? AND chat_id = ?", [since, chat_id]
         async with self._db.conn.execute(
-            f"SELECT chat_id, at, server, tool, outcome, seconds, result_chars FROM mcp_calls WHERE {where} "
+            f"SELECT chat_id, at, server, tool, outcome, seconds, result_chars, run_id FROM mcp_calls WHERE {where} "
             "ORDER BY at, id",
             params,
         ) as cursor:
             rows = await cursor.fetchall()
         return [
-            McpCallRow(int(r[0]), float(r[1]), str(r[2]), str(r[3]), str(r[4]), float(r[5]), int(r[6])) for r in rows
+            McpCallRow(int(r[0]), float(r[1]), str(r[2]), str(r[3]), str(r[4]), float(r[5]), int(r[6]), r[7])
+            for r in rows
         ]

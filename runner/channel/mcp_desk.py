@@ -29,10 +29,17 @@ class McpCaller(Protocol):
     """What the run needs of the operator's MCP servers (core/mcp_servers.py's McpServers)."""
 
     async def call(
-        self, chat_id: int, use: Use, server_name: str, tool: str, arguments: dict[str, Any], max_chars: int = ...
+        self,
+        chat_id: int,
+        use: Use,
+        server_name: str,
+        tool: str,
+        arguments: dict[str, Any],
+        max_chars: int = ...,
+        run_id: str | None = ...,
     ) -> CallOutcome: ...
 
-    def record(self, chat_id: int, server: str, tool: str, outcome: CallOutcome) -> None: ...
+    def record(self, chat_id: int, server: str, tool: str, outcome: CallOutcome, run_id: str | None = ...) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +106,13 @@ class RunMcpDesk:
             raise ChannelRefused(TOO_MANY_STATUS, reason)
         self.used.calls += 1
         outcome = await self._servers.call(
-            self._chat_id, Use.SUBAGENTS, tool.server, tool.tool, request.arguments, min(MAX_RESULT_CHARS, left)
+            self._chat_id,
+            Use.SUBAGENTS,
+            tool.server,
+            tool.tool,
+            request.arguments,
+            min(MAX_RESULT_CHARS, left),
+            run_id=self._run_id,
         )
         self._check_live()  # a run that ended meanwhile is given nothing
         text = outcome.text.encode()[:left].decode(errors="ignore")
@@ -117,5 +130,6 @@ class RunMcpDesk:
     def _refuse(self, name: str, reason: str, tool: OfferedTool | None = None) -> None:
         self.used.refused += 1
         server, called = (tool.server, tool.tool) if tool is not None else ("-", name[:64])
-        self._servers.record(self._chat_id, server, called, CallOutcome(CallStatus.REFUSED, reason, 0, 0.0))
+        outcome = CallOutcome(CallStatus.REFUSED, reason, 0, 0.0)
+        self._servers.record(self._chat_id, server, called, outcome, run_id=self._run_id)
         log.warning("run_mcp_call_refused", run_id=self._run_id, tool=name[:64], reason=reason)

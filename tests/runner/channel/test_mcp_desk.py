@@ -13,6 +13,8 @@ from container.protocol import McpCall, TaskSpec
 from core.mcp_client import CallOutcome, CallStatus
 from core.mcp_config import Use
 from core.mcp_servers import McpServers
+from core.store.db import Database
+from core.store.mcp_calls import McpCallStore
 from runner.channel.channel_answers import ChannelRefused
 from runner.channel.mcp_desk import McpLimits, RunMcpDesk, offered_specs
 from tests.mcp_helpers import stdio_entry, write_config
@@ -112,3 +114,17 @@ async def test_refused_once_the_run_has_ended(hub) -> None:  # type: ignore[no-u
     with pytest.raises(ChannelRefused, match="cancelled or finished"):
         await desk.call(McpCall(tool="notes__echo", arguments={"text": "late"}))
     assert counted == []
+
+
+async def test_a_runs_calls_are_in_its_records(tmp_path: Path, db: Database) -> None:
+    path = write_config(tmp_path / "runs.json", {"notes": stdio_entry(tools=["echo"], use=["subagents"])})
+    servers = McpServers(path, {}, store=McpCallStore(db))
+    try:
+        desk = await desk_for(servers, Live(), max_calls=1)
+        await desk.call(McpCall(tool="notes__echo", arguments={"text": "x"}))
+        with pytest.raises(ChannelRefused):
+            await desk.call(McpCall(tool="notes__echo", arguments={"text": "y"}))
+    finally:
+        await servers.close()
+    rows = await McpCallStore(db).since(0.0)
+    assert [(r.run_id, r.tool, r.outcome) for r in rows] == [("r1", "echo", "ok"), ("r1", "echo", "refused")]
