@@ -38,6 +38,7 @@ from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.outbox import Outbox
 from core.questions import Questions
 from core.settings import LLMProvider, ResultMode, Settings
@@ -107,6 +108,7 @@ class App:
         allowances: Allowances | None = None,
         count_tokens: Callable[[SpendKind, int, int], None] | None = None,
         count_stream: CountStream | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
@@ -196,7 +198,9 @@ class App:
             senses=self.senses.window,
             vision=lambda: settings.llm_vision,
             memory=self.memory,
+            mcp=mcp,
         )
+        self.mcp = mcp
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
         self.engine = ChatEngine(self.agent, self.recorder, self.typing, settings.merge_window_seconds)
@@ -213,6 +217,7 @@ class App:
             budget=self.budget,
             memory=MemoryCommand(self.memory, stores.chats.get, stores.chats.conversations_of),
             web=WebCommand(settings, self.questions.store),
+            mcp=mcp,
         )
         self.router = InboundRouter(
             settings,
@@ -383,6 +388,8 @@ class App:
         await asyncio.gather(*self._notices, return_exceptions=True)  # stored, then sent by the outbox
         if self.streams is not None:
             await self.streams.close()
+        if self.mcp is not None:
+            await self.mcp.close()  # stdio servers' processes end with the bot
         await self.typing.close()
         await self.outbox.close()
         await self.channel.stop()
