@@ -1,5 +1,5 @@
-"""Chat commands: /start, /help, /stop, /subagents, /cancel <run>|all, /budget, /memory, /forgetme. Control
-commands need an admin."""
+"""Chat commands: /start, /help, /stop, /subagents, /cancel <run>|all, /budget, /memory, /forgetme, /web,
+/tools. Control commands need an admin."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from bot.channels.inbound import InboundMessage
 from bot.memory_command import MemoryCommand
 from bot.ports.runs import RunCancels, RunInfo, when_text
 from bot.schedules.book import TaskAction, TaskBook, TaskRequestError
+from bot.tools_command import tools_reply
 from bot.turns.engine import ChatEngine
 from bot.web_command import WebCommand
 from core.delivery import Delivery
 from core.live_config import LiveConfig, parse_assignments
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.settings import SettingsError
 from core.store.runs import RunStatus
 
@@ -39,6 +41,7 @@ KNOWN_COMMANDS = frozenset(
         "memory",
         "forgetme",
         "web",
+        "tools",
     }
 )
 MAX_LISTED_RUNS = 15
@@ -80,6 +83,7 @@ HELP_TEXT = (
     "/memory – the chat's notes; /memory me – yours; /memory forget <id>; /memory off|on (admins); "
     "/forgetme – erase every note about you here\n"
     "/web – where subagents may go on the web; /web remove <host> – off this chat's own list (admins)\n"
+    "/tools – the tools of the operator's MCP servers I can use here\n"
     "/config – the settings operators change live, /config NAME=VALUE to change one (ADMIN_USER_IDS)"
 )
 CONSOLE_HELP_TEXT = (
@@ -92,6 +96,7 @@ CONSOLE_HELP_TEXT = (
     "/budget – today's LLM use and allowance; /budget set <tokens>|default, /budget add <tokens>\n"
     "/memory – the notes I keep; /memory forget <id>; /memory off|on; /forgetme\n"
     "/web – where subagents may go on the web; /web remove <host> – off this chat's own list\n"
+    "/tools – the MCP tools I can use\n"
     "/config – the live settings; /config NAME=VALUE changes one (as `crewbot config set`)\n"
     "/answer <question id> <n> – answer a subagent's question (or an approval) with its option n\n"
     "/quit (or Ctrl-D, Ctrl-C) – leave; running subagents keep going and report at the next start"
@@ -114,6 +119,7 @@ class Commands:
         budget: BudgetCommand | None = None,
         memory: MemoryCommand | None = None,
         web: WebCommand | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self._channel = channel
         self._conversations = conversations  # a platform chat's conversations: itself and its forum topics
@@ -127,6 +133,7 @@ class Commands:
         self._budget = budget
         self._memory = memory
         self._web = web  # the chat's own web list (SUBAGENT_EGRESS=ask)
+        self._mcp = mcp  # /tools: the chat's MCP tools
 
     def handles(self, command: str | None) -> bool:
         return command in KNOWN_COMMANDS
@@ -179,6 +186,8 @@ class Commands:
             await self._reply(message, await self._scheduled(message))
         elif command == "config":
             await self._configure(message)
+        elif command == "tools":
+            await self._reply(message, await tools_reply(self._mcp, message.chat_id))
         elif command == "budget":
             text = "Daily LLM allowances are not enabled here."
             if self._budget is not None:

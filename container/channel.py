@@ -34,6 +34,8 @@ from container.channel_threads import in_daemon_thread
 from container.contract import (
     ASK_PATH,
     FILES_PATH,
+    MCP_CALL_WAIT_SECONDS,
+    MCP_PATH,
     MESSAGE_PATH,
     MODEL_PATH,
     RESULT_PATH,
@@ -163,6 +165,13 @@ class RunChannel:
         if not isinstance(answer, dict) or not isinstance(answer.get("outcome"), str):
             raise ChannelRefused("the host's answer to a question is not usable: no outcome")
         return answer
+
+    async def mcp_call(self, tool: str, arguments: dict[str, Any]) -> str:
+        """The result of an MCP tool the host calls for this run; ChannelRefused with the host's reason."""
+        status, answer = await self._request(
+            "POST", MCP_PATH, json.dumps({"tool": tool, "arguments": arguments}).encode(), MCP_CALL_WAIT_SECONDS
+        )
+        return _detail(status, answer)
 
     async def save_session(self, history_json: bytes) -> str:
         return await self._post(SESSION_PATH, history_json)

@@ -27,6 +27,11 @@ FILES_PATH = "/run/files"
 # AskAnswer), or once nobody did in time or the run ends. One at a time; a retry with the same ask_id waits for
 # the same question (a restart in between too).
 ASK_PATH = "/run/ask"
+# MCP tools (the operator's servers) are called by the host for the run: `POST /run/mcp` with a McpCall, answered
+# with a ChannelAnswer whose detail is the tool's result as text. The container never reaches a server itself.
+MCP_PATH = "/run/mcp"
+MAX_MCP_TOOLS = 20  # offered to one run, besides its own tools (all within MAX_TOOLS)
+MCP_CALL_WAIT_SECONDS = 660.0  # the longest a server's call may take (600 s) and the host's own bounds
 RUN_API_PREFIX = "/run/"
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{6,64}$"

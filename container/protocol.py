@@ -43,6 +43,7 @@ from container.contract import (
     MAX_FILE_NOTE_CHARS,
     MAX_FILE_NOTES,
     MAX_LABEL_CHARS,
+    MAX_MCP_TOOLS,
     MAX_NOTES_CHARS,
     MAX_OFFERED_FILES,
     MAX_OPTION_CHARS,
@@ -58,6 +59,7 @@ from container.contract import (
     MAX_TOOL_SCHEMA_CHARS,
     MAX_TOOLS,
     MAX_UNREADABLE_REASON_CHARS,
+    MCP_PATH,
     MESSAGE_PATH,
     MODEL_PATH,
     RESULT_PATH,
@@ -88,6 +90,7 @@ __all__ = [
     "MAX_FILE_NOTES",
     "MAX_FILE_NOTE_CHARS",
     "MAX_LABEL_CHARS",
+    "MAX_MCP_TOOLS",
     "MAX_NOTES_CHARS",
     "MAX_OFFERED_FILES",
     "MAX_OPTION_CHARS",
@@ -102,6 +105,7 @@ __all__ = [
     "MAX_TOOL_DESCRIPTION_CHARS",
     "MAX_TOOL_NAME_CHARS",
     "MAX_TOOL_SCHEMA_CHARS",
+    "MCP_PATH",
     "MESSAGE_PATH",
     "MODEL_PATH",
     "RESULT_PATH",
@@ -218,6 +222,8 @@ class TaskSpec(_Strict):
     max_file_bytes: int = 20 * 1024 * 1024  # one file sent with send_file
     max_files_out: int = 5  # files the run may send
     egress: EgressOffer | None = None  # None: no network (the door does not listen)
+    # The operator's MCP tools offered to this run (`<server>__<tool>`), called through the host (MCP_PATH).
+    mcp_tools: list[ToolSpec] = Field(default_factory=list, max_length=MAX_MCP_TOOLS)
 
 
 class RunResult(_Strict):
@@ -247,6 +253,13 @@ class ToolSpec(_Strict):
         return value
 
 
+class McpCall(_Strict):
+    """POST /run/mcp: one call of an MCP tool the task offered, by its offered name, with its arguments."""
+
+    tool: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class ModelStep(_Strict):
     """POST /run/model: the conversation so far (pydantic-ai messages as JSON) and the tools on offer. The
     host answers `{"response": <a pydantic-ai ModelResponse as JSON>}` (runner/channel/model_step.py)."""
@@ -261,6 +274,9 @@ class UnreadableWorkspace(_Strict):
 
     served: str = Field(pattern=SERVED_ID_PATTERN)
     reason: str = Field(max_length=MAX_UNREADABLE_REASON_CHARS)
+
+
+TaskSpec.model_rebuild()  # its `mcp_tools` are ToolSpecs, defined after it
 
 
 class ChannelAnswer(_Strict):

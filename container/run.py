@@ -93,7 +93,7 @@ async def _run_agent(
     if task.files:
         log(f"run {task.run_id}: {len(inbox.files)} of {len(task.files)} files written to {inbox.path}")
     log(f"run {task.run_id}: {len(history)} prior messages, at most {task.max_steps} steps")
-    conversation = await run_agent(task, history, channel, toolbox, usage, log, inbox)
+    conversation = await run_agent(task, history, channel, toolbox, usage, log, inbox, mcp=channel)
     await _save_session(channel, dump_history(conversation.messages), task.run_id, log)
     return conversation.output or ""
 

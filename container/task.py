@@ -91,6 +91,7 @@ class Task:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # one file sent with send_file
     max_files_out: int = DEFAULT_MAX_FILES_OUT  # files the run may send
     egress: Egress | None = None  # None: no network (the door does not listen)
+    mcp_tools: list[dict[str, Any]] = field(default_factory=list)  # the operator's tools, called through the host
 
     @classmethod
     def from_json(cls, data: bytes) -> Task:
@@ -115,6 +116,7 @@ class Task:
             max_file_bytes=_typed(raw, "max_file_bytes", int, DEFAULT_MAX_FILE_BYTES),
             max_files_out=_typed(raw, "max_files_out", int, DEFAULT_MAX_FILES_OUT),
             egress=Egress.from_raw(raw.get("egress")),
+            mcp_tools=[t for t in _typed(raw, "mcp_tools", list, []) if isinstance(t, dict) and "name" in t],
         )
 
 

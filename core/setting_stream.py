@@ -1,11 +1,12 @@
 """Streamed replies (STREAM_*): how a growing answer is shown (bot/channels/live_message.py). `Settings` takes
-these fields from `StreamSettings`, and the subagent runtime's from `RuntimeSettings` below it."""
+these fields from `StreamSettings`, the MCP servers' from `McpSettings` and the subagent runtime's from
+`RuntimeSettings` below it."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from core.setting_runtime import RuntimeSettings
+from core.setting_mcp import McpSettings
 
 # Telegram answers 429 to a chat written to faster than about once a second, and allows a group about 20
 # messages a minute (edits counted with them, bot/channels/telegram_limits.py): a group's growing answer is
@@ -20,7 +21,7 @@ MAX_STREAM_EDITS_PER_SECOND = 20.0
 MIN_STREAM_EDITS_PER_SECOND = 1.0
 
 
-class StreamSettings(RuntimeSettings):
+class StreamSettings(McpSettings):
     # Replies written as they arrive: one message edited as it grows (drafts in private chats).
     stream_replies: bool = Field(default=True, alias="STREAM_REPLIES")
     stream_edit_interval_seconds: float = Field(

@@ -193,6 +193,17 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
         },
     ),
     (
+        "MCP servers",
+        {
+            "MCP_SERVERS": "The JSON file of the operator's MCP servers, in the `mcpServers` format (see "
+            "[MCP servers](mcp.md)); read again when it changes (at the next turn or run). None: no servers.",
+            "SUBAGENT_MCP_MAX_CALLS": "MCP tool calls one subagent run may make through the host; more are "
+            "refused (`0`: none).",
+            "SUBAGENT_MCP_MAX_RESULT_MB": "Bytes of MCP tool results one subagent run may be given, in MB, all "
+            "calls together; later calls are refused.",
+        },
+    ),
+    (
         "Allowances and prices",
         {
             "CHAT_DAILY_TOKENS": "LLM tokens one chat may use a day: main agent, announcements, subagents and "
@@ -227,8 +238,8 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "(0700) at start.",
             "DATA_RETENTION_DAYS": "Finished runs' logs, quarantined IPC files, unused sessions, bulky run text, "
             "copies of chat files no run used for this long, copies of sent files (their records stay), "
-            "streamed answers' figures (`crewbot stats`), posted images prepared for the model and not shown for "
-            "this long, and transcripts' words older than this are pruned.",
+            "streamed answers' figures and MCP tool calls' rows (`crewbot stats`), posted images prepared for the "
+            "model and not shown for this long, and transcripts' words older than this are pruned.",
             "IPC_FORCE_POLLING": "Poll the IPC folders instead of inotify (file systems without events).",
             "IPC_RESCAN_SECONDS": "A full rescan of the IPC folders, a safety net under inotify.",
             "IPC_MAX_FILE_BYTES": "Larger IPC files are quarantined.",

@@ -6,10 +6,9 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from bot.agent.announce import Announcer
-from bot.agent.deps import SubagentDesk
 from bot.agent.live_reply import LiveReplies
 from bot.agent.live_restart import LiveRestart
 from bot.agent.main_agent import MainAgent, build_main_model
@@ -22,7 +21,7 @@ from bot.channels.base import CardChannel, Channel
 from bot.channels.buttons import PressChannel
 from bot.channels.edit_pacer import EditPacer
 from bot.channels.live_message import LiveChannel
-from bot.commands import Commands, RunControl, WorkspaceControl
+from bot.commands import Commands
 from bot.flood import FloodGuard
 from bot.memory_command import MemoryCommand
 from bot.ports.spawner import Spawner
@@ -37,6 +36,7 @@ from core.allowances import Allowances, BudgetStatus
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.outbox import Outbox
 from core.questions import Questions
 from core.settings import LLMProvider, ResultMode, Settings
@@ -49,6 +49,7 @@ from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.senses import build_senses
 from crewbot.stream_record import CountStream, StreamRecorder
+from crewbot.subagent_system import SubagentFactory
 from crewbot.turn_recorder import AllowedTopics, TurnRecorder
 
 if TYPE_CHECKING:
@@ -58,40 +59,6 @@ log = get_logger(__name__)
 
 TOP_UP_BUTTON = "Add a day's top-up"
 TOP_UP_OFFER_SECONDS = 24 * 3600.0  # the button works until the allowance has reset at the latest
-
-
-SubagentFactory = Callable[["Delivery", "TypingIndicator"], "SubagentSystem"]
-
-
-class SubagentSystem(Protocol):
-    """What the host needs from the runner package: a spawner, run control, and a lifetime."""
-
-    @property
-    def spawner(self) -> Spawner: ...
-
-    @property
-    def control(self) -> RunControl: ...
-
-    @property
-    def workspaces(self) -> WorkspaceControl: ...
-
-    @property
-    def desk(self) -> SubagentDesk:
-        """The main agent's `subagents` tool: list, status, send, cancel."""
-
-    @property
-    def questions(self) -> Questions:
-        """The desk of questions to the chat its runs ask (ask_chat, web hosts, approvals)."""
-
-    def watch_runs(self, on_change: Callable[[str], None]) -> None:
-        """Call `on_change(run_id)` whenever a run's state changes (the status card)."""
-
-    async def wait_ended(self, chat_id: int) -> None:
-        """Until the chat's runs whose result is in the chat have ended, their containers gone."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
 
 
 class App:
@@ -106,6 +73,7 @@ class App:
         allowances: Allowances | None = None,
         count_tokens: Callable[[SpendKind, int, int], None] | None = None,
         count_stream: CountStream | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.settings = settings
         self.channel = channel
@@ -193,7 +161,9 @@ class App:
             senses=self.senses.window,
             vision=lambda: settings.llm_vision,
             memory=self.memory,
+            mcp=mcp,
         )
+        self.mcp = mcp
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
         self.engine = ChatEngine(self.agent, self.recorder, self.typing, settings.merge_window_seconds)
@@ -210,6 +180,7 @@ class App:
             budget=self.budget,
             memory=MemoryCommand(self.memory, stores.chats.get, stores.chats.conversations_of),
             web=WebCommand(settings, self.questions.store),
+            mcp=mcp,
         )
         self.router = InboundRouter(
             settings,
@@ -387,6 +358,8 @@ class App:
         await asyncio.gather(*self._notices, return_exceptions=True)  # stored, then sent by the outbox
         if self.streams is not None:
             await self.streams.close()
+        if self.mcp is not None:
+            await self.mcp.close()  # stdio servers' processes end with the bot
         await self.typing.close()
         await self.outbox.close()
         await self.channel.stop()

@@ -1,5 +1,5 @@
 """`crewbot doctor`: one line per check (settings, database, Telegram and its webhook, LLM, images and speech to
-text, Docker, and SUBAGENT_RUNTIME_CLASS when set), non-zero on failure.
+text, Docker, SUBAGENT_RUNTIME_CLASS when set, and each MCP server), non-zero on failure.
 
 A failing line says what was tried (the URL, the engine's address) and ends in `fix: …`; a check that
 cannot run because an earlier one failed is shown as `skip` with the reason, never left out.
@@ -351,6 +351,9 @@ async def run_doctor(
         results.extend(await check_kubernetes(settings, runtime, probe, probe_spec))
     else:
         results.extend(await _docker_checks(settings, runtime))
+    from crewbot.doctor_mcp import check_mcp
+
+    results.extend(await check_mcp(settings))
     # Library errors quote what they were given (a rejected token, say): never print a secret.
     redactor = SecretRedactor(secrets_of(settings))
     for name, result in results:

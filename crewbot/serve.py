@@ -25,19 +25,22 @@ from core.allowances import Allowances
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.questions import Questions
 from core.setting_runtime import RuntimeKind
 from core.settings import Settings
 from core.store.db import Database
 from core.store.egress import EgressStore
+from core.store.mcp_calls import McpCallStore
 from core.store.questions import QuestionStore
 from core.store.run_files import RunFileStore
 from core.store.runs import FINAL_STATUSES, RunStore
 from core.store.spend import SpendStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
-from crewbot.app import App, SubagentFactory
+from crewbot.app import App
 from crewbot.operations import Operations
+from crewbot.subagent_system import SubagentFactory
 
 if TYPE_CHECKING:
     from runner.lifecycle.metrics import RunMetrics
@@ -147,6 +150,7 @@ def subagent_factory(
     config: LiveConfig | None = None,
     file_source: FileSource | None = None,
     allowances: Allowances | None = None,
+    mcp: McpServers | None = None,
 ) -> SubagentFactory:
     from runner.service import SubagentService
 
@@ -163,6 +167,7 @@ def subagent_factory(
             file_source,
             allowances=allowances,
             chat_notes=memory.subagent_notes,
+            mcp=mcp,
         )
         spawner = CapCheckedSpawner(
             service.spawner,
@@ -245,13 +250,16 @@ async def serve(
         config = await ops.open(stores)  # stored live overrides apply before anything reads the settings
         # Every LLM call of the process reserves from this one object: the main agent's and the subagents'.
         allowances = Allowances(settings, SpendStore(stores.db))
+        # The operator's MCP servers: one object for the main agent's tools and the calls subagents make through
+        # the host, so each server has one connection and one count.
+        mcp = McpServers(settings.mcp_servers, on_call=ops.metrics.count_mcp_call, store=McpCallStore(stores.db))
         # The chat channel downloads the files people post when a run needs them; a photo an earlier run sent is
         # read from the host's own copy (bot/senses/sent_photos.py).
         from runner.storage.paths import DataPaths
 
         source = SentOrPosted(channel, DataPaths(settings.data_dir).files_out_dir)
         subagents = subagent_factory(
-            settings, stores, runtime, ops.metrics, config, file_source=source, allowances=allowances
+            settings, stores, runtime, ops.metrics, config, file_source=source, allowances=allowances, mcp=mcp
         )
         app = App(
             settings,
@@ -262,6 +270,7 @@ async def serve(
             allowances=allowances,
             count_tokens=ops.metrics.count_llm_tokens,
             count_stream=ops.metrics.count_stream,
+            mcp=mcp,
         )
     except Exception as exc:
         await runtime.close()

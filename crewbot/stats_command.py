@@ -25,6 +25,7 @@ from core.store.setting_overrides import SettingChange, SettingOverrideStore
 from core.store.spend import SpendStore
 from crewbot.allowance_advice import AllowanceAdvice, advise_allowances, suggestions_json
 from crewbot.cap_advice import Advice, Host, advise
+from crewbot.mcp_stats import McpUse, gather_mcp, mcp_json, render_mcp
 from crewbot.memory_stats import MemoryUse, gather_memory, memory_json, render_memory
 from crewbot.spend_stats import DailyUse, Prices, SpendStats, compute_spend, day_of, render_spend, spend_json
 from crewbot.stream_stats import StreamUse, gather_streams, render_streams, streams_json
@@ -160,6 +161,7 @@ def as_json(
     allowances: AllowanceAdvice,
     streams: StreamUse | None = None,
     memory: MemoryUse | None = None,
+    mcp: McpUse | None = None,
 ) -> str:
     data = asdict(stats)
     data.pop("timeline")
@@ -171,6 +173,8 @@ def as_json(
         data["streams"] = streams_json(streams)
     if memory is not None:
         data["memory"] = memory_json(memory)
+    if mcp is not None:
+        data["mcp"] = mcp_json(mcp)
     return json.dumps(data, indent=2, sort_keys=True)
 
 
@@ -181,16 +185,17 @@ async def show_stats(
     spend, allowances = await gather_spend(settings, parse_since(since), chat_id)
     streams = await gather_streams(settings, parse_since(since), chat_id)
     memory = await gather_memory(settings, chat_id)  # what is kept now, whatever the period
+    mcp = await gather_mcp(settings, parse_since(since), chat_id)
     if plot is not None:
         from crewbot.stats_plot import draw
 
         draw(stats.timeline, stats.start, stats.end, plot)
     if as_json_output:
-        print(as_json(stats, advice, chat_id, spend, allowances, streams, memory))
+        print(as_json(stats, advice, chat_id, spend, allowances, streams, memory, mcp))
     else:
         lines = render(stats, advice, chat_id, settings.max_concurrent_subagents)
-        more = [*render_streams(streams), *render_memory(memory), *render_spend(spend), *allowances.lines]
-        print("\n".join([*lines, *more]))
+        more = [*render_streams(streams), *render_memory(memory), *render_mcp(mcp), *render_spend(spend)]
+        print("\n".join([*lines, *more, *allowances.lines]))
         if plot is not None:
             print(f"plot: {plot}")
     return 0

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from core.allowances import Allowances
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.questions import Questions
 from core.setting_runtime import RuntimeKind
 from core.settings import MAX_SUBAGENTS_CEILING, Settings
@@ -66,6 +67,7 @@ class SubagentService:
         *,
         allowances: Allowances | None = None,
         chat_notes: ChatNotes | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self._settings = settings
         self._allowances = allowances  # the daily allowances every subagent call reserves against
@@ -135,6 +137,7 @@ class SubagentService:
             workspaces=self.workspaces,
             accounting=accounting,
             doors=RunDoors(settings, self.egress_log, self.questions, self.runs),
+            mcp=mcp,  # the operator's MCP tools offered to subagents, called here on their behalf
             inputs=RunInputsBuilder(
                 settings,
                 ChatFileStore(stores.db),
@@ -271,8 +274,11 @@ def build_subagent_system(
     delivery: Delivery,
     typing: TypingIndicator,
     file_source: FileSource | None = None,
+    mcp: McpServers | None = None,
 ) -> SubagentService:
-    return SubagentService(settings, stores, delivery, typing, build_runtime(settings), file_source=file_source)
+    return SubagentService(
+        settings, stores, delivery, typing, build_runtime(settings), file_source=file_source, mcp=mcp
+    )
 
 
 def build_runtime(settings: Settings) -> ContainerRuntime:

@@ -12,6 +12,7 @@ from pydantic_ai.models import Model
 
 from bot.channels.telegram import TelegramChannel
 from bot.channels.webhook import WebhookConfig
+from core.mcp_servers import McpServers
 from core.settings import Settings, load_settings
 from core.stores import Stores
 from crewbot.app import App
@@ -49,6 +50,7 @@ async def telegram_app(
     model: Model | None = None,
     with_subagents: bool = False,
     count_stream: CountStream | None = None,
+    mcp: McpServers | None = None,
 ) -> AsyncIterator[App]:
     stores = await Stores.open(settings)
     assert settings.telegram_bot_token is not None
@@ -64,11 +66,11 @@ async def telegram_app(
         from runner.service import build_subagent_system
 
         def factory_fn(delivery: Any, typing: Any) -> Any:
-            system = build_subagent_system(settings, stores, delivery, typing, file_source=channel)
+            system = build_subagent_system(settings, stores, delivery, typing, file_source=channel, mcp=mcp)
             return unguarded(settings, stores, system)
 
         factory = factory_fn
-    app = App(settings, channel, stores, factory, model=model, count_stream=count_stream)
+    app = App(settings, channel, stores, factory, model=model, count_stream=count_stream, mcp=mcp)
     try:
         await app.start()
     except BaseException:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.messages import BinaryContent, UserContent
 from pydantic_ai.models import Model
+from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.usage import UsageLimits
 
 from bot.agent.deps import TurnDeps
@@ -109,14 +110,16 @@ async def run_turn(
     kind: SpendKind = SpendKind.MAIN,
     on_tokens: TokenCounter | None = None,
     images: Shown = (),
+    toolsets: Sequence[AbstractToolset[TurnDeps]] = (),
 ) -> str:
-    """One turn's run. With `allowances` each of its model requests is metered for the turn's chat and kind
-    (and may raise AllowanceSpent when nothing is left)."""
+    """One turn's run, with `toolsets` besides the agent's own tools (the chat's MCP tools). With `allowances`
+    each of its model requests is metered for the turn's chat and kind (and may raise AllowanceSpent when
+    nothing is left)."""
     model: Model | None = None
     if allowances is not None:
         if not isinstance(agent.model, Model):
             raise TypeError("a metered turn needs the agent's model object")
         model = MeteredModel(agent.model, allowances, deps.chat_id, kind, on_tokens)
     limits = UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN)
-    result = await agent.run(user_prompt(text, images), deps=deps, model=model, usage_limits=limits)
+    result = await agent.run(user_prompt(text, images), deps=deps, model=model, usage_limits=limits, toolsets=toolsets)
     return result.output

@@ -21,6 +21,7 @@ from bot.turns.engine import AbortReason, Turn
 from core.allowances import Allowances, AllowanceSpent, spent_line
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.setting_senses import VisionMode
 from core.settings import LLMProvider, Settings
 from core.store.messages import MessageStore, StoredMessage
@@ -29,6 +30,7 @@ from core.store.spend import SpendKind
 if TYPE_CHECKING:
     from pydantic_ai import Agent
     from pydantic_ai.models import Model
+    from pydantic_ai.toolsets import AbstractToolset
 
     from bot.agent.llm_agent import Shown
 
@@ -109,6 +111,7 @@ class MainAgent:
         senses: WindowSenses | None = None,
         vision: Callable[[], VisionMode] = lambda: VisionMode.OFF,
         memory: Memory | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self._messages = messages
         self._delivery = delivery
@@ -120,6 +123,7 @@ class MainAgent:
         self._abilities = abilities  # what subagents can reach and use, read at each turn (settings change live)
         self._allowances = allowances  # daily LLM allowances: each model request is metered; None: not counted
         self._on_tokens = on_tokens  # each metered request's (kind, input, output): the metrics
+        self._mcp = mcp  # the operator's MCP servers: the chat's tools, read at each turn (the file changes live)
         self._live = live  # STREAM_REPLIES: answers shown as they are written; None: sent whole
         self._senses = senses  # transcripts and images in the prompt; None: files show as their lines only
         self._vision = vision  # LLM_VISION, read at each turn
@@ -294,11 +298,19 @@ class MainAgent:
         live: LiveReply | None,
         images: Shown = (),
     ) -> str:
+        toolsets = await self._mcp_toolsets(deps.chat_id)
         if live is None:
             from bot.agent.llm_agent import run_turn  # loaded by llm_agent()
 
             return await run_turn(
-                agent, text, deps, allowances=self._allowances, kind=kind, on_tokens=self._on_tokens, images=images
+                agent,
+                text,
+                deps,
+                allowances=self._allowances,
+                kind=kind,
+                on_tokens=self._on_tokens,
+                images=images,
+                toolsets=toolsets,
             )
         from bot.agent.streamed_turn import run_turn_streamed
 
@@ -311,6 +323,7 @@ class MainAgent:
             kind=kind,
             on_tokens=self._on_tokens,
             images=images,
+            toolsets=toolsets,
         )
 
     async def _with_images(self) -> bool:
@@ -322,6 +335,14 @@ class MainAgent:
             return vision_on(mode, (await self.llm_agent()).model, self._image_refusals.refusing)
         except Exception:  # the turn's own call reports a model that cannot be built
             return False
+
+    async def _mcp_toolsets(self, chat_id: int) -> list[AbstractToolset[TurnDeps]]:
+        if self._mcp is None:
+            return []
+        from bot.agent.mcp_tools import turn_toolset  # with pydantic-ai, loaded by llm_agent()
+
+        toolset = await turn_toolset(self._mcp, chat_id)
+        return [toolset] if toolset is not None else []
 
     async def _asked(self, turn: Turn) -> int | None:
         # A reply to the message that asked, looked up now: an upgrade meanwhile retires its old id.

@@ -8,7 +8,7 @@ runs it closes the provider's HTTP stream: pydantic-ai's stream is an async cont
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -20,6 +20,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models import Model
+from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.usage import UsageLimits
 
 from bot.agent.deps import TurnDeps
@@ -54,6 +55,7 @@ async def run_turn_streamed(
     kind: SpendKind = SpendKind.MAIN,
     on_tokens: TokenCounter | None = None,
     images: Shown = (),
+    toolsets: Sequence[AbstractToolset[TurnDeps]] = (),
 ) -> str:
     """The turn's answer as shown: every model response's text and the notes of what tools started, a blank
     line apart. With `allowances` each model request is metered, as run_turn does."""
@@ -64,7 +66,8 @@ async def run_turn_streamed(
         model = MeteredModel(agent.model, allowances, deps.chat_id, kind, on_tokens)
     shown: list[str] = []
     limits = UsageLimits(request_limit=MAX_MODEL_REQUESTS_PER_TURN)
-    async with agent.iter(user_prompt(text, images), deps=deps, model=model, usage_limits=limits) as run:
+    prompt = user_prompt(text, images)
+    async with agent.iter(prompt, deps=deps, model=model, usage_limits=limits, toolsets=toolsets) as run:
         async for node in run:
             if Agent.is_model_request_node(node):
                 current = ""

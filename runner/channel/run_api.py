@@ -21,6 +21,7 @@ from container.protocol import (
     MAX_RUN_BODY_BYTES,
     MAX_SESSION_BYTES,
     MAX_STEP_BYTES,
+    MCP_PATH,
     MESSAGE_PATH,
     MODEL_PATH,
     RESULT_PATH,
@@ -28,6 +29,7 @@ from container.protocol import (
     TASK_PATH,
     AskAnswer,
     AskQuestion,
+    McpCall,
     ProgressMessage,
     RunResult,
     TaskSpec,
@@ -55,6 +57,7 @@ _ROUTES = {
     MODEL_PATH: "POST",
     FILES_PATH: "POST",
     ASK_PATH: "POST",
+    MCP_PATH: "POST",
 }
 _OFFERED_PREFIX = f"{FILES_PATH}/"  # GET /run/files/<index>
 
@@ -79,6 +82,9 @@ class RunEndpoint(FileEndpoint, Protocol):
 
     async def model_step(self, body: bytes) -> bytes:
         """The model's response to one step of the agent's loop, as JSON (runner/channel/model_step.py)."""
+
+    async def mcp_call(self, call: McpCall) -> str:
+        """An offered MCP tool's result, the host making the call (runner/channel/mcp_desk.py)."""
 
     def invalid(self, status: int, reason: str) -> None:
         """A body was refused as invalid or over a cap (the endpoint may stop the run after a few)."""
@@ -117,6 +123,10 @@ async def handle_run_api(endpoint: RunEndpoint | None, request: web.Request) -> 
             body = await _read(endpoint, request, MAX_RUN_BODY_BYTES, MAX_SMALL_BODY_VALUES, "AskQuestion")
             answered = await endpoint.ask(_parse(endpoint, AskQuestion, body))
             return web.Response(body=answered.model_dump_json(), content_type="application/json")
+        if path == MCP_PATH and method == "POST":
+            body = await _read(endpoint, request, MAX_RUN_BODY_BYTES, endpoint.limits.max_values, "McpCall")
+            call = _parse(endpoint, McpCall, body, endpoint.limits.max_values)
+            return answer(200, True, await endpoint.mcp_call(call))
         if path == RESULT_PATH and method == "POST":
             body = await _read(endpoint, request, MAX_RUN_BODY_BYTES, MAX_SMALL_BODY_VALUES, "RunResult")
             return answer(200, True, await endpoint.result(_parse(endpoint, RunResult, body)))
@@ -141,10 +151,10 @@ async def _read(endpoint: RunEndpoint, request: web.Request, limit: int, max_val
         raise ChannelRefused(INVALID_STATUS, reason) from None
 
 
-def _parse(endpoint: RunEndpoint, model: type[ModelT], body: bytes) -> ModelT:
+def _parse(endpoint: RunEndpoint, model: type[ModelT], body: bytes, max_values: int = MAX_SMALL_BODY_VALUES) -> ModelT:
     # Small bodies (512 KB at most, 64 values): the shape check and validation take a millisecond, on the loop.
     try:
-        return bounded_json.validate(model, body, MAX_SMALL_BODY_VALUES)
+        return bounded_json.validate(model, body, max_values)
     except BodyRefused as exc:
         reason = f"not a valid {model.__name__}: {exc}"
         endpoint.invalid(INVALID_STATUS, reason)

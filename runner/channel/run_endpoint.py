@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from container.protocol import (
     AskAnswer,
     AskQuestion,
     FileMeta,
+    McpCall,
     ProgressMessage,
     RunResult,
     TaskSpec,
@@ -30,6 +32,7 @@ from core.delivery import Delivery
 from core.logging import get_logger
 from core.store.runs import ProgressOutcome, RunStore
 from runner.channel.conversation_limits import ConversationLimits
+from runner.channel.mcp_desk import RunMcpDesk
 from runner.channel.run_api import INVALID_STATUS, ChannelRefused
 from runner.channel.run_file_desk import ReceivedFile, RunFileDesk
 from runner.channel.run_questions import RunAsking
@@ -64,6 +67,7 @@ class RunInbox:
         files: RunFileDesk,
         workspace: ArchiveStore | None = None,
         asking: RunAsking | None = None,
+        mcp: Callable[[Callable[[], None]], RunMcpDesk] | None = None,
     ) -> None:
         self._live = live
         self._spec = spec
@@ -85,6 +89,8 @@ class RunInbox:
         self._retried_messages: set[str] = set()  # at most the run's accepted messages: only those repeat
         self._over_budget_messages = 0
         self.limits = ConversationLimits.for_task(spec, EXTRA_MODEL_STEPS)
+        # The MCP tools its task offered, called here for it (built with this run's liveness check); None: none.
+        self.mcp = mcp(self._check_not_stopping) if mcp is not None else None
         # Its chat's archive when the run syncs its workspace over the channel (no shared folder); else None.
         self.workspace = (
             None if workspace is None else WorkspaceDesk(workspace, check_live=self._check_live, invalid=self.invalid)
@@ -239,6 +245,12 @@ class RunInbox:
             if exc.status == INVALID_STATUS:
                 self.invalid(exc.status, exc.reason)
             raise ChannelRefused(exc.status, exc.reason) from None
+
+    async def mcp_call(self, call: McpCall) -> str:
+        self._check_not_stopping()
+        if self.mcp is None:
+            raise ChannelRefused(404, "this run was offered no MCP tools")
+        return await self.mcp.call(call)
 
     async def result(self, result: RunResult) -> str:
         self._check_live()

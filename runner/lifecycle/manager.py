@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from container.protocol import SpawnRequest
 from core.delivery import Delivery
 from core.logging import get_logger
+from core.mcp_servers import McpServers
 from core.settings import Settings
 from core.store.chats import Chat
 from core.store.runs import DuplicateRun, RunRecord, RunStatus
@@ -61,6 +62,7 @@ class TaskManager:
         accounting: RunAccounting,
         inputs: RunInputsBuilder,
         doors: RunDoors,
+        mcp: McpServers | None = None,
     ) -> None:
         self._settings = settings
         self._runs = stores.runs
@@ -86,6 +88,7 @@ class TaskManager:
             accounting=accounting,
             doors=doors,
             workspaces=workspaces,
+            mcp=mcp,
         )
         self._doors = doors
         self._supervisor = Supervisor(runtime, lambda: settings.subagent_timeout_seconds)

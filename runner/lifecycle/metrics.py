@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from core.mcp_client import CallOutcome
 from core.store.run_files import Direction
 from core.store.runs import RunStatus
 from core.store.spend import SpendKind
@@ -133,6 +134,20 @@ class RunMetrics:
             buckets=FIRST_TEXT_BUCKETS_SECONDS,
             registry=r,
         )
+        # Labels: the operator's server and tool names (at most MAX_TOOLS_OFFERED tools a server), never a chat.
+        self.mcp_calls = Counter(
+            "crewbot_mcp_tool_calls",
+            "MCP tool calls by server, tool and outcome",
+            ["server", "tool", "outcome"],
+            registry=r,
+        )
+        self.mcp_seconds = Histogram(
+            "crewbot_mcp_tool_call_seconds",
+            "One MCP tool call, from the call to its result (or its timeout)",
+            ["server"],
+            buckets=LATENCY_BUCKETS_SECONDS,
+            registry=r,
+        )
         self.stream_edits = Counter(
             "crewbot_stream_edits",
             "Writes of streamed answers (the first send, each edit or draft; not the final text): rate() is edits "
@@ -194,6 +209,11 @@ class RunMetrics:
         if first_text_seconds is not None:
             self.stream_first_text.labels(shown=shown).observe(max(first_text_seconds, 0.0))
         self.stream_edits.labels(shown=shown).inc(max(edits, 0))
+
+    def count_mcp_call(self, server: str, tool: str, outcome: CallOutcome) -> None:
+        """One MCP tool call (the main agent's or one a subagent made through the host), by its outcome."""
+        self.mcp_calls.labels(server=server, tool=tool, outcome=outcome.status.value).inc()
+        self.mcp_seconds.labels(server=server).observe(max(outcome.seconds, 0.0))
 
     def count_tokens(self, input_tokens: int, output_tokens: int) -> None:
         self.tokens.labels(direction="input").inc(max(input_tokens, 0))

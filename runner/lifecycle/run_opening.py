@@ -3,13 +3,19 @@ folders, its endpoint on the channel (runner/channel/run_endpoint.py) and the so
 
 from __future__ import annotations
 
-from container.protocol import CHANNEL_SOCKET_FILE
+import functools
+from collections.abc import Callable
+
+from container.protocol import CHANNEL_SOCKET_FILE, TaskSpec
 from core.delivery import Delivery
+from core.mcp_config import Use
+from core.mcp_servers import McpServers
 from core.settings import Settings
 from core.store.chats import Chat
 from core.store.runs import RunRecord, RunStatus
 from runner.channel.llm_allowance import Payer
 from runner.channel.llm_proxy import Spent
+from runner.channel.mcp_desk import McpLimits, RunMcpDesk, offered_specs
 from runner.channel.run_endpoint import RunInbox
 from runner.channel.run_file_desk import FilesOut, RunFileDesk
 from runner.channel.run_questions import RunAsking
@@ -19,9 +25,10 @@ from runner.lifecycle.run_doors import RunDoors
 from runner.runs.live_runs import LiveRun
 from runner.storage.paths import DataPaths
 from runner.storage.run_files import RunFiles
-from runner.storage.run_inputs import RunInputsBuilder
+from runner.storage.run_inputs import BYTES_PER_MB, RunInputsBuilder
 from runner.storage.workspaces import Workspaces
 
+McpDeskFactory = Callable[[Callable[[], None]], RunMcpDesk]  # given the run's liveness check
 CONTEXT_MESSAGES = 20  # recent chat lines handed to a subagent with include_context=True
 
 
@@ -39,6 +46,7 @@ class RunOpener:
         doors: RunDoors,
         accounting: RunAccounting,
         workspaces: Workspaces,
+        mcp: McpServers | None = None,
     ) -> None:
         self._settings = settings
         self._runs = stores.runs
@@ -53,6 +61,7 @@ class RunOpener:
         self._doors = doors
         self._accounting = accounting  # the files given and sent, in the metrics
         self._workspaces = workspaces  # the chat's archive, where the workspace travels over the channel
+        self._mcp = mcp  # the operator's MCP servers: the tools offered to subagents, called by the host
 
     async def open(
         self,
@@ -80,6 +89,7 @@ class RunOpener:
         egress = await self._doors.open(live.id, live.chat_id, self._paths.channel_dir(live.id))
         if egress is not None:
             spec = spec.model_copy(update={"egress": egress})
+        spec, mcp_desk = await self._mcp_tools(live, spec)
         socket_path = self._paths.channel_dir(live.id) / CHANNEL_SOCKET_FILE
         out = FilesOut(
             out_dir=self._paths.run_files_out(live.id),
@@ -106,6 +116,7 @@ class RunOpener:
             files=desk,
             workspace=self._workspaces.synced(chat.folder),
             asking=self._asking(live),
+            mcp=mcp_desk,
         )
         live.inbox.session_in = session_in if spec.history else None
         spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
@@ -131,3 +142,18 @@ class RunOpener:
             max_questions=lambda: s.subagent_max_questions,
             invalid=invalid,
         )
+
+    async def _mcp_tools(self, live: LiveRun, spec: TaskSpec) -> tuple[TaskSpec, McpDeskFactory | None]:
+        """The chat's MCP tools for subagents, as the file says now: named in the task, called by the host."""
+        if self._mcp is None:
+            return spec, None
+        offered = (await self._mcp.tools_for(live.chat_id, Use.SUBAGENTS)).tools
+        specs = offered_specs(offered)
+        if not specs:
+            return spec, None
+        names = {s.name for s in specs}
+        s = self._settings
+        limits = McpLimits(s.subagent_mcp_max_calls, int(s.subagent_mcp_max_result_mb * BYTES_PER_MB))
+        by_name = {tool.name: tool for tool in offered if tool.name in names}
+        desk = functools.partial(RunMcpDesk, live.id, live.chat_id, self._mcp, by_name, limits)
+        return spec.model_copy(update={"mcp_tools": specs}), desk

@@ -50,6 +50,7 @@ class PruneReport:
     outbox_rows: int = 0
     streamed_answers: int = 0  # rows of answers settled before the cutoff
     notes: int = 0  # of chats whose notes were turned off before the cutoff
+    mcp_calls: int = 0  # rows of MCP tool calls made before the cutoff
     files_in: int = 0  # copies of chat files no run used for the period (DATA_DIR/files/in)
     files_out: int = 0  # copies of files runs sent, their sending over (DATA_DIR/files/out)
     out_folders: int = 0  # finished runs' emptied folders under DATA_DIR/files/out
@@ -106,6 +107,7 @@ class Retention:
                 ),
                 streamed_answers=await self._delete_rows("streamed_answers", "settled_at < ?", (cutoff,)),
                 notes=await NoteStore(self._db).prune_off(cutoff),
+                mcp_calls=await self._delete_rows("mcp_calls", "at < ?", (cutoff,)),
                 files_in=files.files_in,
                 files_out=files.files_out,
                 out_folders=files.out_folders,

@@ -34,6 +34,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from container.protocol import (
     ASK_PATH,
     FILES_PATH,
+    MCP_PATH,
     MESSAGE_PATH,
     MODEL_PATH,
     RESULT_PATH,
@@ -42,6 +43,7 @@ from container.protocol import (
     AskAnswer,
     AskQuestion,
     FileMeta,
+    McpCall,
     ProgressMessage,
     RunResult,
     TaskSpec,
@@ -104,6 +106,8 @@ class ScriptedLLM:
     questions: list[AskQuestion] = field(default_factory=list)  # what ask_chat asked, in order
     answers: list[AskAnswer] = field(default_factory=list)  # the chat's answers, one per question, in order
     files: FakeFiles = field(default_factory=FakeFiles)  # the offered files, and the uploads that arrived
+    mcp_answers: Mapping[str, str] = field(default_factory=dict)  # MCP tool name -> the host's result
+    mcp_calls: list[McpCall] = field(default_factory=list)
     _runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> ScriptedLLM:
@@ -238,6 +242,13 @@ class _FakeRunEndpoint:
 
     async def file_received(self, meta: FileMeta, received: ReceivedFile) -> str:
         return await self._host.files.file_received(meta, received)
+
+    async def mcp_call(self, call: McpCall) -> str:
+        self._refuse_if_told(MCP_PATH)
+        self._host.mcp_calls.append(call)
+        if call.tool not in self._host.mcp_answers:
+            raise HostRefusal(404, f"{call.tool} is not a tool offered to this run")
+        return self._host.mcp_answers[call.tool]
 
     async def abandon_upload(self, target: Path) -> None:
         await self._host.files.abandon_upload(target)

@@ -61,6 +61,8 @@ RANGES = {
     "SCHEDULE_MISFIRE_GRACE_SECONDS": "a whole number from 1 to 86400",
     "SCHEDULE_MAX_FAILURES": "a whole number from 1 to 100",
     "MAX_TASKS_PER_CHAT": "a whole number from 1 to 1000",
+    "SUBAGENT_MCP_MAX_CALLS": "a whole number from 0 to 10000",
+    "SUBAGENT_MCP_MAX_RESULT_MB": "a number from 0 to 100",
 }
 MEMORY_RANGE = "from 6m to 2048m (this host's memory)"
 

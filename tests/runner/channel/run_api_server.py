@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from container.protocol import AskAnswer, AskQuestion, FileMeta, ProgressMessage, RunResult, TaskSpec
+from container.protocol import AskAnswer, AskQuestion, FileMeta, McpCall, ProgressMessage, RunResult, TaskSpec
 from core.settings import LLMProvider
 from runner.channel.conversation_limits import ConversationLimits
 from runner.channel.llm_policy import RequestPolicy
@@ -57,6 +57,11 @@ class Recorder:
 
     async def abandon_upload(self, target: Path) -> None:
         return None
+
+    # MCP calls are tested with the real desk (tests/runner/channel/test_mcp_desk.py): none here.
+    async def mcp_call(self, call: McpCall) -> str:
+        self._gate()
+        raise ChannelRefused(404, "this run was offered no MCP tools")
 
     async def task(self) -> TaskSpec:
         self._gate()
