@@ -1,5 +1,6 @@
 """What a file said to be audio really is, by its first bytes, and how long it plays by its own bytes (Ogg by
-its packets, WAV by its samples: the voice notes and recordings people post; MP3 bounded by its size), so a file
+its packets, WAV by its samples, MP4 by its audio track's sample table: the voice notes, video notes and
+recordings people post; MP3 bounded by its size), so a file
 that is not audio, audio over STT_MAX_SECONDS, or audio whose length cannot be known is refused before it costs
 a call. Never a header's claimed length alone: a sender writes it. Blocking only on the bytes in hand."""
 
@@ -9,6 +10,7 @@ import math
 import struct
 from dataclasses import dataclass
 
+from bot.senses.mp4_length import mp4_seconds
 from bot.senses.ogg_length import LengthRefused, ogg_length
 
 _OGG = b"OggS"
@@ -52,19 +54,22 @@ class AudioLength:
 
 def measure_audio(data: bytes, enough: float = math.inf) -> AudioLength | None:
     """How long it plays, computed from its own bytes (Ogg Opus or Vorbis by its packets, PCM WAV by its
-    samples); None for MP3, which most_seconds bounds by its size; LengthRefused for every other format, whose
-    length a sender can fake in a way neither its header nor its size betrays (a WebM or MP4 of tiny laced or
-    aliased frames, a FLAC at 1 Hz). Stops once past `enough` seconds. CPU-bound: run it in a thread."""
+    samples, MP4's AAC by its sample count, bot/senses/mp4_length.py); None for MP3, which most_seconds bounds by
+    its size; LengthRefused for every other format, whose length a sender can fake in a way neither its header
+    nor its size betrays (a WebM of tiny laced frames, a FLAC at 1 Hz), and for an MP4 whose audio cannot be
+    counted. Stops an Ogg's walk once past `enough` seconds. CPU-bound: run it in a thread."""
     kind = audio_format(data[:16])
     if kind == "ogg":
         found = ogg_length(data, enough)
         return AudioLength(found.seconds, found.complete)
     if kind == "wav":
         return AudioLength(_wav_seconds(data), complete=True)
+    if kind == "m4a":  # video notes (H.264 + AAC) and .m4a: its one audio track's samples, the file's size capped
+        return AudioLength(mp4_seconds(data), complete=True)
     if kind in MIN_BITS_PER_SECOND:
         return None
     name = kind.upper() if kind else "this"
-    raise LengthRefused(f"the length of {name} audio cannot be computed from its bytes (send Ogg, WAV or MP3)")
+    raise LengthRefused(f"the length of {name} audio cannot be computed from its bytes (send Ogg, WAV, MP3 or M4A)")
 
 
 def audio_seconds(data: bytes) -> float | None:

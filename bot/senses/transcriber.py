@@ -166,8 +166,9 @@ class Transcriber:
         if kind is None:
             raise _NotHeard("it is not audio (no known audio format in its bytes)")
         # The sender's client says a length it may lie about, and so may the file's header: the length is
-        # computed from the file's own bytes (Ogg's packets, WAV's samples), an MP3's bounded by its size, and any
-        # other format refused. The walk stops just past the limit: a file far over it costs no more.
+        # computed from the file's own bytes (Ogg's packets, WAV's samples, an MP4's audio sample table), an MP3's
+        # bounded by its size, and any other format refused. An Ogg's walk stops just past the limit: a file far
+        # over it costs no more (an MP4's table is read whole: its boxes are few, its time table bounded).
         try:
             measured = await asyncio.to_thread(measure_audio, data, limit)
         except LengthRefused as exc:

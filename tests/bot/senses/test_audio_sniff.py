@@ -1,6 +1,6 @@
 """Audio by its bytes: what is not audio is refused before it costs a call, and a file's length is computed from
-its own bytes (Ogg's packets, WAV's samples), never taken from a header its sender wrote; a format whose length
-cannot be computed is refused."""
+its own bytes (Ogg's packets, WAV's samples, an MP4's audio frames), never taken from a header its sender wrote;
+a format whose length cannot be computed is refused."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from bot.senses.audio_sniff import MAX_WAV_CHUNKS, audio_format, audio_seconds, measure_audio, most_seconds
 from bot.senses.ogg_length import LengthRefused
 from tests.bot.senses.media import OPUS_RATE_HZ, jpeg, ogg_opus, ogg_page, wav, zip_file
+from tests.bot.senses.mp4_media import mp4_audio
 
 
 @pytest.mark.parametrize(
@@ -132,12 +133,17 @@ def test_a_wav_of_compressed_audio_or_no_samples_is_refused() -> None:
         audio_seconds(bytes(no_rate))
 
 
-@pytest.mark.parametrize(
-    "head", [b"\x1a\x45\xdf\xa3\x01", b"\x00\x00\x00\x18ftypmp42", b"fLaC\x00", b"\xff\xf1\x50\x80", b"#!AMR\n"]
-)
+@pytest.mark.parametrize("head", [b"\x1a\x45\xdf\xa3\x01", b"fLaC\x00", b"\xff\xf1\x50\x80", b"#!AMR\n"])
 def test_formats_whose_length_a_sender_can_fake_are_refused(head: bytes) -> None:
-    with pytest.raises(LengthRefused, match="cannot be computed from its bytes"):
+    with pytest.raises(LengthRefused, match=r"cannot be computed from its bytes \(send Ogg, WAV, MP3 or M4A\)"):
         measure_audio(head + b"\x00" * 1_000)
+
+
+def test_an_mp4_is_measured_by_its_audio_frames_not_refused_by_its_kind() -> None:
+    found = measure_audio(mp4_audio(500, 16_000))  # a video note's AAC track: 500 frames at 16 kHz
+    assert found is not None and found.complete and found.seconds == pytest.approx(32.0)
+    with pytest.raises(LengthRefused, match="without its one movie box"):
+        measure_audio(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 1_000)  # an ftyp and nothing an MP4 plays
 
 
 def test_a_wav_of_endless_empty_chunks_is_not_walked_to_its_end() -> None:

@@ -23,6 +23,7 @@ from core.store.spend import Spend, SpendKind, SpendStore
 from core.store.transcripts import Transcript, TranscriptState
 from core.stores import Stores
 from tests.bot.senses.media import ogg_opus, wav
+from tests.bot.senses.mp4_media import mp4_audio
 from tests.fakes.stt_server import FakeStt
 from tests.harness import make_settings
 
@@ -153,8 +154,37 @@ async def test_a_webm_is_refused_with_why(tmp_path: Path) -> None:
         outcome = await _transcribe(tmp_path, stt, _voice(len(data), 1), data)
     assert outcome.calls == 0
     assert outcome.transcript.reason == (
-        "the length of WEBM audio cannot be computed from its bytes (send Ogg, WAV or MP3)"
+        "the length of WEBM audio cannot be computed from its bytes (send Ogg, WAV, MP3 or M4A)"
     )
+
+
+def _video_note(size_bytes: int, declared: int) -> NewFile:
+    return NewFile(FileKind.VIDEO_NOTE, "v1", "u1", "note.mp4", "video/mp4", size_bytes, duration_seconds=declared)
+
+
+async def test_a_video_note_is_transcribed_and_counted_at_its_measured_length(tmp_path: Path) -> None:
+    data = mp4_audio(750, 16_000)  # H.264 beside 750 AAC frames at 16 kHz: 48 s, though its client says 10
+    async with FakeStt() as stt:
+        stt.answer("hello")  # the service says no length: the measured one is counted
+        outcome = await _transcribe(tmp_path, stt, _video_note(len(data), 10), data)
+    assert outcome.calls == 1 and outcome.transcript.state is TranscriptState.DONE
+    assert outcome.spend is not None and outcome.spend.audio_seconds == pytest.approx(48.0) and outcome.free_again
+
+
+async def test_an_mp4_whose_header_says_10_seconds_over_100000_frames_is_refused(tmp_path: Path) -> None:
+    data = mp4_audio(100_000, 48_000, declared_ticks=480_000)  # mdhd and stts: 10 s; its frames: 35:33
+    async with FakeStt() as stt:
+        stt.answer("hello", seconds=10.0)
+        outcome = await _transcribe(tmp_path, stt, _video_note(len(data), 10), data, STT_MAX_SECONDS=300)
+    assert outcome.calls == 0 and outcome.spend is None
+    assert outcome.transcript.reason == "it is 35:33 long, over the limit of 5:00"
+
+
+async def test_an_mp4_without_an_audio_track_is_refused_with_why(tmp_path: Path) -> None:
+    data = mp4_audio(130).replace(b"soun", b"text")
+    async with FakeStt() as stt:
+        outcome = await _transcribe(tmp_path, stt, _video_note(len(data), 3), data)
+    assert outcome.calls == 0 and outcome.transcript.reason == "its MP4 has no audio tracks, where one is transcribed"
 
 
 async def test_a_call_that_times_out_after_the_upload_is_counted_at_what_it_held(tmp_path: Path) -> None:

@@ -16,12 +16,18 @@ from core.store.spend import SpendKind, SpendStore
 from core.store.transcripts import TranscriptState
 from tests.bot.channels.test_telegram_e2e import RecordingModel
 from tests.bot.senses.media import jpeg, ogg_opus
+from tests.bot.senses.mp4_media import mp4_audio
 from tests.fakes.stt_server import FakeStt
 from tests.fakes.telegram_files import MediaKind
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, make_settings, telegram_app
 
 VOICE = ogg_opus(3.0)
+# A video note as Telegram's clients record it (H.264 beside AAC in MP4) and an .m4a: 46 AAC frames at 16 kHz,
+# 2.94 s, so the 3 s declared and heard stay the longest and the counts below hold for every kind.
+AAC_FRAMES = 46
+VIDEO_NOTE = mp4_audio(AAC_FRAMES, 16_000)
+M4A = mp4_audio(AAC_FRAMES, 16_000, video=False)
 WAIT_SECONDS = 10.0
 
 
@@ -50,15 +56,16 @@ async def heard(app: Any, stt: FakeStt, calls: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "name", "shown"),
+    ("kind", "name", "data", "shown"),
     [
-        ("voice", None, "[voice 0:03, f1]"),
-        ("video_note", None, "[video note 0:03, f1]"),
-        ("audio", "memo.ogg", "[audio 0:03, f1: memo.ogg]"),
+        ("voice", None, VOICE, "[voice 0:03, f1]"),
+        ("video_note", None, VIDEO_NOTE, "[video note 0:03, f1]"),
+        ("audio", "memo.ogg", VOICE, "[audio 0:03, f1: memo.ogg]"),
+        ("audio", "memo.m4a", M4A, "[audio 0:03, f1: memo.m4a]"),
     ],
 )
 async def test_a_voice_reply_to_the_bot_is_transcribed_then_answered(
-    tmp_path: Path, stt: FakeStt, kind: MediaKind, name: str | None, shown: str
+    tmp_path: Path, stt: FakeStt, kind: MediaKind, name: str | None, data: bytes, shown: str
 ) -> None:
     stt.answer("please summarise the thread", seconds=3.0)
     recorder = RecordingModel("Here is the summary.")
@@ -70,14 +77,14 @@ async def test_a_voice_reply_to_the_bot_is_transcribed_then_answered(
         ) as app,
     ):
         asked = await bot_message(tg, recorder)
-        tg.push_media_message(GROUP_ID, kind, VOICE, file_name=name, details={"duration": 3}, reply_to_message_id=asked)
+        tg.push_media_message(GROUP_ID, kind, data, file_name=name, details={"duration": 3}, reply_to_message_id=asked)
         sent = await tg.wait_for_messages(GROUP_ID, 2)
         await app.wait_quiet(GROUP_ID)
         spend = await SpendStore(app.stores.db).rows("2000-01-01", GROUP_ID)
     assert sent[1].plain_text == "Crew: Here is the summary."
     assert f'{shown} "please summarise the thread"' in recorder.prompts[1]
     (call,) = stt.calls
-    assert call.data == VOICE and call.fields["model"] == "whisper-1" and call.authorization == "Bearer sk-stt"
+    assert call.data == data and call.fields["model"] == "whisper-1" and call.authorization == "Bearer sk-stt"
     (speech,) = [row.spend for row in spend if row.kind is SpendKind.SPEECH]
     # 3 s at 0.006 a minute = 0.0003, bought at 3 a million input tokens: 100 tokens.
     assert (speech.calls, speech.audio_seconds, speech.input_tokens) == (1, 3.0, 100)
