@@ -102,16 +102,17 @@ async def test_a_long_result_is_cut_with_a_note(make) -> None:  # type: ignore[n
 
 
 async def test_a_50_mb_answer_ends_bounded_and_the_server_is_usable_after(make) -> None:  # type: ignore[no-untyped-def]
-    hub = make({"s": stdio_entry(timeout_seconds=3)})
+    hub = make({"s": stdio_entry(timeout_seconds=60)})
     outcome = await hub.call(CHAT, Use.MAIN, "s", "big", {"n": 50 * 1024 * 1024})
-    # Cut with a note when it arrived in time, else timed out: either way a bounded text for the model.
-    assert outcome.status in (CallStatus.OK, CallStatus.TIMEOUT) and len(outcome.text) < MAX_RESULT_CHARS + 200
+    # Never read whole: the transport gives up at MAX_MESSAGE_BYTES and says so (else timed out on a slow machine).
+    assert outcome.status in (CallStatus.FAILED, CallStatus.TIMEOUT) and len(outcome.text) < MAX_RESULT_CHARS + 200
+    assert outcome.status is CallStatus.TIMEOUT or "over 8 MiB" in outcome.text
     assert (await hub.call(CHAT, Use.MAIN, "s", "echo", {"text": "still here"})).text == "still here"
 
 
-async def test_junk_on_stdout_bad_schemas_collisions_and_10000_tools(make) -> None:  # type: ignore[no-untyped-def]
-    # 10,000 tools arrive in one page (the SDK reads it whole): a listing that may take long on a loaded machine.
-    hub = make({"s": stdio_entry("--junk", "--bad-schema", "--collide", "--many", "10000", timeout_seconds=120)})
+async def test_junk_on_stdout_bad_schemas_collisions_and_2500_tools(make) -> None:  # type: ignore[no-untyped-def]
+    # 2,500 tools (more than MAX_TOOLS_LISTED) in one page: the test server takes a while to register 10,000.
+    hub = make({"s": stdio_entry("--junk", "--bad-schema", "--collide", "--many", "2500", timeout_seconds=120)})
     tools = (await hub.tools_for(CHAT, Use.MAIN)).tools
     names = [t.name for t in tools]
     assert len(tools) == MAX_TOOLS_OFFERED
