@@ -60,6 +60,13 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
         return "yes" if os.environ.get(name) else "no"
 
     @server.tool()
+    def header_has(name: str, ctx: Context) -> str:
+        """Whether the HTTP request carried the header (yes/no), never its value."""
+        request = getattr(ctx.request_context, "request", None)
+        headers = getattr(request, "headers", None)
+        return "yes" if headers is not None and headers.get(name) else "no"
+
+    @server.tool()
     def env_echo(name: str) -> str:
         """The variable's value, as a careless server's debug output would show it (redaction tests)."""
         return f"debug: {name}={os.environ.get(name, '')}"
@@ -78,13 +85,6 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
         for index in range(n - 2):
             print(f"line {index} DEMO_TOKEN={token}", file=sys.stderr)
         return "shouted"
-
-    @server.tool()
-    def header_has(name: str, ctx: Context) -> str:
-        """Whether the HTTP request carried the header (yes/no), never its value."""
-        request = getattr(ctx.request_context, "request", None)
-        headers = getattr(request, "headers", None)
-        return "yes" if headers is not None and headers.get(name) else "no"
 
     for index in range(args.many):
         server.add_tool(_numbered(index), name=f"t{index}", description=f"tool {index}")
