@@ -58,6 +58,7 @@ class _Listing:
     failures: int = 0  # in a row
     reason: str | None = None  # of the last failure
     retry_at: float = 0.0  # monotonic
+    started: float = 0.0  # monotonic, of the fetch in flight
     task: asyncio.Task[None] | None = None
 
 
@@ -230,8 +231,11 @@ class McpServers:
             return listing.tools, None
         if listing.task is None and time.monotonic() >= listing.retry_at:
             listing.task = asyncio.create_task(self._list(server, connection, listing), name=f"mcp-list-{server.name}")
-        if listing.task is not None:
-            await asyncio.wait({listing.task}, timeout=self._list_wait_seconds)
+            listing.started = time.monotonic()
+        if listing.task is not None:  # the bound counts from the fetch's start: a hung one costs later turns nothing
+            left = listing.started + self._list_wait_seconds - time.monotonic()
+            if left > 0:
+                await asyncio.wait({listing.task}, timeout=left)
         if listing.failures:
             return listing.tools, listing.reason
         if not listing.known:
