@@ -26,7 +26,9 @@ from core.logging import get_logger
 
 log = get_logger(__name__)
 
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # one JSON-RPC message from a server (a line on stdio, a body over HTTP)
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # one JSON-RPC message from a server (a line on stdio, a body over HTTP); the
+# SDK validates a message on the event loop (about 0.15 s a MiB here): this bounds that stall, and results are cut
+# to MAX_RESULT_CHARS anyway
 PARSE_IN_THREAD_BYTES = 64 * 1024  # a message longer than this is parsed off the event loop
 MAX_STDERR_LINE_CHARS = 300  # of one stderr line in the log, after redaction
 MAX_STDERR_LINES = 100  # logged per connection; the rest are read and dropped so the server never blocks

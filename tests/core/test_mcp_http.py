@@ -51,7 +51,7 @@ async def test_a_json_body_past_the_limit_is_cut_off(endless_json: tuple[str, li
     url, sent = endless_json
     connection = McpConnection(server(url))
     try:
-        with pytest.raises(ServerUnavailable, match="over 8 MiB"):
+        with pytest.raises(ServerUnavailable, match="over 4 MiB"):
             await connection.tools()
     finally:
         await connection.close()

@@ -48,7 +48,7 @@ async def test_an_unterminated_line_ends_the_connection_bounded() -> None:
     before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ticker = asyncio.create_task(tick())
     try:
-        with pytest.raises(ServerUnavailable, match="over 8 MiB"):
+        with pytest.raises(ServerUnavailable, match="over 4 MiB"):
             await flooding.tools()
     finally:
         ticker.cancel()
