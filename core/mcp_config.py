@@ -8,9 +8,9 @@ when absent), `use` (`["main"]` by default; `"subagents"` offers the tools to su
 `autoApprove`, …) are accepted; `"disabled": true` leaves a server out.
 
 Where a secret may be (docs/mcp.md): only in `env` (stdio) and `headers` (HTTP), literally or as `${VAR}` read
-from the bot's environment. `command`, `args` and `url` are shown in process lists, logs and `/tools`: a
-`${VAR}` there, a URL with a user or password, a secret-named query parameter, or an argument such as
-`--token=…` is refused with one line naming the server and the key.
+from the bot's environment or its `.env` file (as the settings are). `command`, `args` and `url` are shown in
+process lists, logs and `/tools`: a `${VAR}` there, a URL with a user or password, a secret-named query
+parameter, or an argument such as `--token=…` is refused with one line naming the server and the key.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ _SECRET_WORD = re.compile(
 )
 _NAMES_A_PLACE = re.compile(r"[-_.](file|path|env|dir|var)$", re.I)  # `--token-file PATH` holds no secret
 _OPTION = re.compile(r"^--?([A-Za-z0-9][A-Za-z0-9_.-]*)(=(.*))?$", re.S)
+_HEADER_ARG = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)\s*:\s*\S")  # `Authorization: Bearer …` (mcp-remote --header)
+_ASSIGNMENT_ARG = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=\S")  # `GITHUB_TOKEN=…` (`env NAME=VALUE server`)
+_CREDENTIAL_SCHEME = re.compile(r"^(bearer|basic|token)\s+\S", re.I)
 _IGNORED_KEYS = frozenset({"type", "disabled", "autoApprove", "alwaysAllow", "cwd", "description", "transport"})
 _STDIO_KEYS = frozenset({"command", "args", "env"})
 _HTTP_KEYS = frozenset({"url", "headers"})
@@ -111,6 +114,17 @@ class McpConfig:
         return next((s for s in self.servers if s.name == name), None)
 
 
+def environ_with_env_file(env_file: str | Path | None) -> dict[str, str]:
+    """What `${VAR}` reads: the variables the settings are read from, as pydantic-settings reads them: the env file's
+    values (`.env` unless told otherwise) overlaid by the process's environment. Blocking: call it in a thread."""
+    from dotenv import dotenv_values
+
+    values: dict[str, str] = {}
+    if env_file is not None and Path(env_file).is_file():
+        values = {key: value for key, value in dotenv_values(env_file, encoding="utf-8").items() if value is not None}
+    return values | dict(os.environ)
+
+
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> McpConfig:
     """The file's servers, or McpConfigError. Blocking: call it in a thread."""
     try:
@@ -120,6 +134,8 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> McpConf
         raise McpConfigError(f"MCP_SERVERS: cannot read {path}: {exc.strerror or exc}") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise McpConfigError(f"MCP_SERVERS: {path} is over {MAX_CONFIG_BYTES} bytes")
+    if not data.strip():  # emptied (`: > mcp.json`), as an operator removing every server at once does
+        return McpConfig()
     return parse_config(data, os.environ if environ is None else environ, str(path))
 
 
@@ -232,7 +248,24 @@ def _refuse_reference(name: str, key: str, value: str) -> None:
 
 
 def _refuse_secret_options(name: str, args: tuple[str, ...]) -> None:
-    """`--token=abc` or `--api-key abc`: the value is a secret in the process list."""
+    """`--token=abc` or `--api-key abc`, a URL with a password, a header or a variable that carries a secret: the
+    value is a secret in the process list. Heuristics (docs/mcp.md): they catch the usual forms, not every one."""
+    for arg in args:
+        header = _HEADER_ARG.match(arg)
+        assignment = _ASSIGNMENT_ARG.match(arg)
+        value = arg.split(":", 1)[1].strip() if header else ""
+        if header and (_SECRET_WORD.search(header.group(1)) or _CREDENTIAL_SCHEME.match(value)):
+            what = f"a `{header.group(1)[:40]}:` header"
+        elif assignment and _SECRET_WORD.search(assignment.group(1)):
+            what = f"`{assignment.group(1)[:40]}=`"
+        elif "://" in arg and _has_password(arg):
+            what = "a URL with a password"
+        else:
+            continue
+        raise McpConfigError(
+            f"server {name!r}: `args` passes a secret ({what}); command lines show in process lists: give it to "
+            "the server in `env` as ${VAR}"
+        )
     for index, arg in enumerate(args):
         match = _OPTION.match(arg)
         if match is None or not _SECRET_WORD.search(match.group(1)) or _NAMES_A_PLACE.search(match.group(1)):
@@ -243,6 +276,13 @@ def _refuse_secret_options(name: str, args: tuple[str, ...]) -> None:
                 f"server {name!r}: `args` passes a secret ({arg.split('=')[0][:40]}); command lines show in "
                 "process lists: give it to the server in `env` as ${VAR}"
             )
+
+
+def _has_password(arg: str) -> bool:
+    try:
+        return urlsplit(arg.strip()).password is not None
+    except ValueError:
+        return False
 
 
 def _check_url(name: str, url: str) -> None:

@@ -6,9 +6,10 @@ errors are redacted of its `env` and `headers` values."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from core.mcp_client import CONNECT_TIMEOUT_SECONDS, McpConnection, ServerUnavailable
-from core.mcp_config import McpConfigError, McpServer, Transport, load_config
+from core.mcp_config import McpConfigError, McpServer, Transport, environ_with_env_file, load_config
 from core.settings import Settings
 from crewbot.doctor_result import CheckResult, fail
 
@@ -22,7 +23,8 @@ async def check_mcp(settings: Settings) -> list[tuple[str, CheckResult]]:
     if path is None:
         return [("mcp", CheckResult("skip", "MCP_SERVERS is not set: no MCP servers"))]
     try:
-        config = await asyncio.to_thread(load_config, path)
+        environ = await asyncio.to_thread(environ_with_env_file, settings_env_file())
+        config = await asyncio.to_thread(load_config, path, environ)
     except McpConfigError as exc:
         return [("mcp", fail(str(exc), CONFIG_FIX))]
     if not config.servers:
@@ -64,3 +66,9 @@ def _fix(server: McpServer, reason: str) -> str:
     if "redirect" in lowered:
         return "use the URL the server redirects to as `url` (redirects are not followed)"
     return "check that the server runs and that `url` is its streamable HTTP endpoint (often ending in /mcp)"
+
+
+def settings_env_file() -> str | None:
+    """The env file Settings reads (`.env` in the working directory), whose variables `${VAR}` may name too."""
+    env_file = Settings.model_config.get("env_file")
+    return str(env_file) if isinstance(env_file, str | Path) else None

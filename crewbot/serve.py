@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import signal
@@ -25,10 +26,12 @@ from core.allowances import Allowances
 from core.delivery import Delivery
 from core.live_config import LiveConfig
 from core.logging import get_logger
-from core.mcp_servers import McpServers
+from core.mcp_config import environ_with_env_file
+from core.mcp_servers import McpServers, PlatformOf
 from core.questions import Questions
 from core.setting_runtime import RuntimeKind
 from core.settings import Settings
+from core.store.chats import ChatStore
 from core.store.db import Database
 from core.store.egress import EgressStore
 from core.store.mcp_calls import McpCallStore
@@ -39,6 +42,7 @@ from core.store.spend import SpendStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from crewbot.app import App
+from crewbot.doctor_mcp import settings_env_file
 from crewbot.operations import Operations
 from crewbot.subagent_system import SubagentFactory
 
@@ -207,6 +211,15 @@ async def subagents_readiness(settings: Settings, runtime: ContainerRuntime) -> 
     return f"Subagents: ready ({where}, image {image})."
 
 
+def _platform_of(chats: ChatStore) -> PlatformOf:
+    """A conversation's platform chat (a forum topic's group): what an MCP server's `chats` names."""
+
+    async def platform_of(chat_id: int) -> int:
+        return (await chats.address(chat_id)).platform_chat_id
+
+    return platform_of
+
+
 def _install_signals(stop: asyncio.Event, on_second: Callable[[], None]) -> None:
     """SIGINT/SIGTERM ask for a clean stop; a second one leaves at once (everything stored is crash-safe)."""
     loop = asyncio.get_running_loop()
@@ -252,7 +265,14 @@ async def serve(
         allowances = Allowances(settings, SpendStore(stores.db))
         # The operator's MCP servers: one object for the main agent's tools and the calls subagents make through
         # the host, so each server has one connection and one count.
-        mcp = McpServers(settings.mcp_servers, on_call=ops.metrics.count_mcp_call, store=McpCallStore(stores.db))
+        mcp = McpServers(
+            settings.mcp_servers,
+            functools.partial(environ_with_env_file, settings_env_file()),  # `${VAR}` as the settings read them
+            on_call=ops.metrics.count_mcp_call,
+            store=McpCallStore(stores.db),
+            platform_of=_platform_of(stores.chats),
+        )
+        await mcp.config()  # read once now: a missing or invalid file is reported at start-up, not at a turn
         # The chat channel downloads the files people post when a run needs them; a photo an earlier run sent is
         # read from the host's own copy (bot/senses/sent_photos.py).
         from runner.storage.paths import DataPaths

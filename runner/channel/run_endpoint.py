@@ -67,7 +67,7 @@ class RunInbox:
         files: RunFileDesk,
         workspace: ArchiveStore | None = None,
         asking: RunAsking | None = None,
-        mcp: Callable[[Callable[[], None]], RunMcpDesk] | None = None,
+        mcp: Callable[[Callable[[], None], Callable[[int, str], None]], RunMcpDesk] | None = None,
     ) -> None:
         self._live = live
         self._spec = spec
@@ -90,7 +90,7 @@ class RunInbox:
         self._over_budget_messages = 0
         self.limits = ConversationLimits.for_task(spec, EXTRA_MODEL_STEPS)
         # The MCP tools its task offered, called here for it (built with this run's liveness check); None: none.
-        self.mcp = mcp(self._check_not_stopping) if mcp is not None else None
+        self.mcp = mcp(self._check_not_stopping, self.invalid) if mcp is not None else None
         # Its chat's archive when the run syncs its workspace over the channel (no shared folder); else None.
         self.workspace = (
             None if workspace is None else WorkspaceDesk(workspace, check_live=self._check_live, invalid=self.invalid)
@@ -248,7 +248,8 @@ class RunInbox:
 
     async def mcp_call(self, call: McpCall) -> str:
         self._check_not_stopping()
-        if self.mcp is None:
+        if self.mcp is None:  # the agent's loop calls none then: a run that does is not that loop
+            self.invalid(404, "this run was offered no MCP tools")
             raise ChannelRefused(404, "this run was offered no MCP tools")
         return await self.mcp.call(call)
 

@@ -134,7 +134,8 @@ class RunMetrics:
             buckets=FIRST_TEXT_BUCKETS_SECONDS,
             registry=r,
         )
-        # Labels: the operator's server and tool names (at most MAX_TOOLS_OFFERED tools a server), never a chat.
+        # Labels: the operator's server and tool names (at most MAX_TOOLS_OFFERED tools a server), never a chat, and
+        # never a name a container sent: a call of a tool no server offered is counted as server and tool "-".
         self.mcp_calls = Counter(
             "crewbot_mcp_tool_calls",
             "MCP tool calls by server, tool and outcome",

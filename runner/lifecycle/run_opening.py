@@ -28,7 +28,7 @@ from runner.storage.run_files import RunFiles
 from runner.storage.run_inputs import BYTES_PER_MB, RunInputsBuilder
 from runner.storage.workspaces import Workspaces
 
-McpDeskFactory = Callable[[Callable[[], None]], RunMcpDesk]  # given the run's liveness check
+McpDeskFactory = Callable[[Callable[[], None], Callable[[int, str], None]], RunMcpDesk]  # liveness, invalid count
 CONTEXT_MESSAGES = 20  # recent chat lines handed to a subagent with include_context=True
 
 
@@ -148,7 +148,7 @@ class RunOpener:
         if self._mcp is None:
             return spec, None
         offered = (await self._mcp.tools_for(live.chat_id, Use.SUBAGENTS)).tools
-        specs = offered_specs(offered)
+        specs = offered_specs(offered, self._settings.subagent_mcp_max_calls)
         if not specs:
             return spec, None
         names = {s.name for s in specs}

@@ -20,7 +20,7 @@ async def test_tools_lists_the_chats_tools_and_names_what_is_down(tmp_path: Path
             "down": {"command": "/nonexistent/mcp-server", "args": ["--flag"]},
         },
     )
-    hub = McpServers(path, {"T": "tok-secret-1234"})
+    hub = McpServers(path, {"T": "tok-secret-1234"}, list_wait_seconds=120)
     try:
         reply = await tools_reply(hub, CHAT)
     finally:
@@ -36,6 +36,6 @@ async def test_tools_lists_the_chats_tools_and_names_what_is_down(tmp_path: Path
 
 async def test_no_servers(tmp_path: Path) -> None:
     assert await tools_reply(None, CHAT) == NO_SERVERS
-    hub = McpServers(write_config(tmp_path / "mcp.json", {"s": stdio_entry(chats=[7])}), {})
+    hub = McpServers(write_config(tmp_path / "mcp.json", {"s": stdio_entry(chats=[7])}), {}, list_wait_seconds=120)
     assert await tools_reply(hub, CHAT) == NO_SERVERS
     await hub.close()

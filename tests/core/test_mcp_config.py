@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.mcp_config import McpConfigError, Transport, Use, load_config, parse_config
+from core.mcp_config import McpConfigError, Transport, Use, environ_with_env_file, load_config, parse_config
 
 
 def parse(servers: dict[str, Any], environ: dict[str, str] | None = None) -> Any:
@@ -153,3 +153,34 @@ def test_a_blank_setting_means_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().mcp_servers is None
     monkeypatch.setenv("MCP_SERVERS", "/etc/crewbot/mcp.json")
     assert load_settings().mcp_servers == Path("/etc/crewbot/mcp.json")
+
+
+def test_var_references_read_the_env_file_overlaid_by_the_environment(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    env_file = tmp_path / ".env"
+    env_file.write_text("ONLY_IN_DOTENV=from-dotenv-123\nBOTH=from-dotenv\n")
+    monkeypatch.setenv("BOTH", "from-environment")
+    environ = environ_with_env_file(env_file)
+    entry = {"command": "srv", "env": {"A": "${ONLY_IN_DOTENV}", "B": "${BOTH}"}}
+    server = parse_config(json.dumps({"mcpServers": {"s": entry}}), environ).servers[0]
+    assert server.env == {"A": "from-dotenv-123", "B": "from-environment"}
+    assert environ_with_env_file(tmp_path / "missing.env").get("ONLY_IN_DOTENV") is None
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["-y", "@modelcontextprotocol/server-postgres", "postgresql://app:S3cretPw@db/prod"], "a URL with a password"),
+        (["mcp-remote", "https://x.example/mcp", "--header", "Authorization: Bearer sk-live-abc"], "`Authorization:`"),
+        (["mcp-remote", "https://x.example/mcp", "--header", "X-Custom: Bearer sk-live-abc"], "`X-Custom:`"),
+        (["GITHUB_TOKEN=ghp_abcdef1234567890", "srv"], "`GITHUB_TOKEN=`"),
+    ],
+)
+def test_secrets_in_args_in_the_usual_forms_are_refused(args: list[str], said: str) -> None:
+    with pytest.raises(McpConfigError, match="passes a secret") as caught:
+        parse_config(json.dumps({"mcpServers": {"s": {"command": "npx", "args": args}}}), {})
+    assert said in str(caught.value) and "S3cretPw" not in str(caught.value) and "sk-live" not in str(caught.value)
+
+
+def test_args_that_only_look_alike_pass() -> None:
+    args = ["https://x.example/mcp", "postgresql://app@db/prod", "--header", "Accept: text/plain", "LOG_LEVEL=debug"]
+    assert parse_config(json.dumps({"mcpServers": {"s": {"command": "srv", "args": args}}}), {}).servers

@@ -49,3 +49,13 @@ async def test_a_bad_file_is_one_line_with_its_fix(tmp_path: Path) -> None:
 async def test_no_file_is_a_skip(tmp_path: Path) -> None:
     (result,) = await check_mcp(make_settings(tmp_path))
     assert result[1].status == "skip"
+
+
+async def test_a_reference_set_only_in_dotenv_resolves(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)  # Settings read `.env` from the working directory: so does `${VAR}`
+    (tmp_path / ".env").write_text("DOTENV_ONLY_TOKEN=dotenv-secret-321\n")
+    path = write_config(
+        tmp_path / "mcp.json", {"notes": stdio_entry(tools=["echo"], env={"T": "${DOTENV_ONLY_TOKEN}"})}
+    )
+    checks = await check_mcp(make_settings(tmp_path, MCP_SERVERS=str(path)))
+    assert checks[0][1].status == "ok", checks

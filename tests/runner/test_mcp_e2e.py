@@ -74,7 +74,7 @@ async def test_a_subagent_calls_an_mcp_tool_through_the_host_and_never_holds_its
         settings = make_settings(
             tmp_path, tg, LLM_PROVIDER="openai", LLM_BASE_URL=llm.base_url, LLM_API_KEY="k", LLM_MODEL="fake-model"
         )
-        servers = McpServers(path, {"E2E_TOKEN": token})
+        servers = McpServers(path, {"E2E_TOKEN": token}, list_wait_seconds=120)
         async with telegram_app(
             settings, model=FunctionModel(PromptRecorder()), with_subagents=True, mcp=servers
         ) as app:

@@ -53,7 +53,7 @@ async def servers(tmp_path: Path) -> AsyncIterator[tuple[McpServers, list[tuple[
             "gone": {"command": "/nonexistent/mcp-server"},
         },
     )
-    hub = McpServers(path, {}, on_call=count)
+    hub = McpServers(path, {}, on_call=count, list_wait_seconds=120)
     yield hub, counted
     await hub.close()
 

@@ -1,0 +1,69 @@
+"""A streamable-HTTP server's answers are bounded: a JSON body past MAX_MESSAGE_BYTES is cut off as it arrives (the
+SDK read it whole), an event past it ends that call; either way the call fails saying why, and others go on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from core.mcp_client import CallStatus, McpConnection, ServerUnavailable
+from core.mcp_config import McpServer, parse_config
+from core.mcp_stdio import MAX_MESSAGE_BYTES
+from tests.mcp_helpers import http_server
+
+
+def server(url: str) -> McpServer:
+    return parse_config(json.dumps({"mcpServers": {"h": {"url": url, "timeout_seconds": 60}}}), {}).servers[0]
+
+
+@pytest.fixture
+async def endless_json() -> AsyncIterator[tuple[str, list[int]]]:
+    """Answers every POST with an application/json body that never ends; notes how many bytes it sent."""
+    sent = [0]
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        chunk = b" " * 65536
+        try:
+            while sent[0] < 8 * MAX_MESSAGE_BYTES:
+                await response.write(chunk)
+                sent[0] += len(chunk)
+        except (ConnectionError, RuntimeError):
+            pass
+        return response
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}/mcp", sent
+    await runner.cleanup()
+
+
+async def test_a_json_body_past_the_limit_is_cut_off(endless_json: tuple[str, list[int]]) -> None:
+    url, sent = endless_json
+    connection = McpConnection(server(url))
+    try:
+        with pytest.raises(ServerUnavailable, match="over 4 MiB"):
+            await connection.tools()
+    finally:
+        await connection.close()
+    assert sent[0] < 8 * MAX_MESSAGE_BYTES  # the client stopped reading long before the server stopped sending
+
+
+async def test_an_event_past_the_limit_fails_that_call_alone() -> None:
+    async with http_server() as url:
+        connection = McpConnection(server(url))
+        try:
+            big = await connection.call("big", {"n": MAX_MESSAGE_BYTES + 1024})
+            assert big.status is CallStatus.FAILED and "byte limit" in big.text
+            assert (await connection.call("add", {"a": 2, "b": 3})).text == "5"
+        finally:
+            await connection.close()
