@@ -18,17 +18,18 @@ from __future__ import annotations
 import json
 import os
 import re
+from base64 import b64encode
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 
 MAX_CONFIG_BYTES = 1024 * 1024  # a config file bigger than this is not one an operator wrote
 MAX_SERVERS = 64
 MAX_SERVER_NAME_CHARS = 32
-SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")  # a tool's prefix: `<name>__<tool>` fits the LLMs' tool names
+SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")  # a tool's prefix: `<name>__<tool>` fits the LLMs' tool names
 MIN_TIMEOUT_SECONDS = 1.0
 MAX_TIMEOUT_SECONDS = 600.0
 DEFAULT_TIMEOUT_SECONDS = 30.0
@@ -97,7 +98,10 @@ class McpServer:
     def secret_values(self) -> tuple[str, ...]:
         """Every value of `env` and `headers`: redacted from what a server's errors say."""
         values = [*(self.env or {}).values(), *(self.headers or {}).values()]
-        return tuple(v for value in values for v in (value, *value.split()) if len(v) >= MIN_REDACTED_CHARS)
+        plain = [v for value in values for v in (value, *value.split()) if len(v) >= MIN_REDACTED_CHARS]
+        # A server that echoes a token tends to echo it as it travels: URL-encoded (a query) or base64 (Basic auth).
+        encoded = [form for v in plain for form in (quote(v, safe=""), quote_plus(v), b64encode(v.encode()).decode())]
+        return tuple(dict.fromkeys(sorted([*plain, *encoded], key=len, reverse=True)))
 
 
 MIN_REDACTED_CHARS = 6  # shorter values (`1`, `true`) are not redacted: they would blank every number
@@ -159,7 +163,7 @@ def parse_config(data: bytes | str, environ: Mapping[str, str], source: str = "M
 
 def _server(name: str, entry: object, environ: Mapping[str, str]) -> McpServer | None:
     shown = name[:MAX_SERVER_NAME_CHARS]
-    if not SERVER_NAME.match(name):
+    if not SERVER_NAME.fullmatch(name):
         raise McpConfigError(f"server {shown!r}: a name is 1 to 32 letters, digits, `_` or `-`")
     if "__" in name:
         raise McpConfigError(f"server {shown!r}: `__` separates a server's name from its tools' names")

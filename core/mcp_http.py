@@ -25,7 +25,9 @@ def capped_client(
     headers: Mapping[str, str], timeout_seconds: float, link: Link, max_bytes: int = MAX_MESSAGE_BYTES
 ) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(
-        headers=dict(headers),
+        # Identity only: the cap counts the bytes as they arrive, and a compressed body would be inflated past it
+        # after the count (4 MiB of gzip is 4 GiB of JSON); a server that compresses anyway is refused.
+        headers={**headers, "Accept-Encoding": "identity"},
         follow_redirects=False,
         timeout=httpx2.Timeout(timeout_seconds, connect=min(timeout_seconds, CONNECT_TIMEOUT_SECONDS)),
         trust_env=False,
@@ -44,6 +46,10 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             return response
         assert isinstance(response.stream, httpx2.AsyncByteStream)
+        if response.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity"):
+            await response.aclose()
+            self._link.problem = "it compressed its answer although asked not to (Accept-Encoding: identity)"
+            raise ResponseTooLarge(self._link.problem)
         return httpx2.Response(
             response.status_code,
             headers=response.headers,

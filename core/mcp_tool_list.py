@@ -31,7 +31,7 @@ MAX_SCHEMA_CHARS = 8_000  # a tool's argument schema as JSON
 MAX_SCHEMA_DEPTH = 32  # objects and lists nested in one schema
 MAX_REMEMBERED_SCHEMAS = 4_096  # checked schemas remembered, all servers together (each a hash and a reason)
 MAX_PREFIXED_NAME_CHARS = 64  # the longest tool name OpenAI's and Anthropic's APIs take
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # whole name: fullmatch (`$` would let a final newline in)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +143,7 @@ class SchemaChecks:
 
 def _name_problem(server: str, name: str, schema: object, seen: set[str]) -> str | None:
     full = prefixed(server, name)
-    if not TOOL_NAME.match(name) or len(full) > MAX_PREFIXED_NAME_CHARS:
+    if not TOOL_NAME.fullmatch(name) or len(full) > MAX_PREFIXED_NAME_CHARS:
         return f"the name is not 1 to {MAX_PREFIXED_NAME_CHARS} letters, digits, `_` or `-` with its prefix"
     if name in seen:
         return "listed twice"

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from base64 import b64encode
 from collections.abc import AsyncIterator
+from urllib.parse import quote, quote_plus
 
 import pytest
 
-from core.mcp_client import MAX_ERROR_CHARS, CallStatus, McpConnection
+from core.mcp_client import MAX_ERROR_CHARS, CallStatus, McpConnection, redact
 from core.mcp_config import McpServer, parse_config
 from tests.mcp_helpers import stdio_entry
 
@@ -37,6 +39,16 @@ async def test_results_and_tool_errors_are_redacted(connection: McpConnection) -
     # Redacted before the cut: a secret across the cut leaves no prefix.
     cut = await connection.call("env_echo", {"name": "DEMO_TOKEN"}, max_chars=len("debug: DEMO_TOKEN=") + 8)
     assert SECRET[:8] not in cut.text
+
+
+def test_a_secret_in_its_usual_encodings_is_redacted() -> None:
+    """Echoed as it travels: URL-encoded in a query, base64 in a Basic header (redaction stays best effort)."""
+    token = "sk-live/ab+cd=&secret"
+    entry = stdio_entry(env={"DEMO_TOKEN": "${T}"})
+    connection = McpConnection(parse_config(json.dumps({"mcpServers": {"s": entry}}), {"T": token}).servers[0])
+    said = f"url ?k={quote(token, safe='')} form k={quote_plus(token)} basic {b64encode(token.encode()).decode()}"
+    text = redact(connection.server, said)
+    assert text.count("<redacted>") == 3, text
 
 
 def test_an_error_is_redacted_before_it_is_cut() -> None:

@@ -3,6 +3,7 @@ SDK read it whole), an event past it ends that call; either way the call fails s
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator
 
@@ -67,3 +68,29 @@ async def test_an_event_past_the_limit_fails_that_call_alone() -> None:
             assert (await connection.call("add", {"a": 2, "b": 3})).text == "5"
         finally:
             await connection.close()
+
+
+async def test_a_compressed_answer_is_refused_not_inflated_past_the_limit() -> None:
+    """4 MiB of gzip is 4 GiB of JSON once inflated: the client asks for identity and refuses anything else."""
+    asked: list[str] = []
+    bomb = gzip.compress(b" " * (8 * MAX_MESSAGE_BYTES))  # about 32 KiB on the wire
+
+    async def answer(request: web.Request) -> web.Response:
+        asked.append(request.headers.get("Accept-Encoding", ""))
+        return web.Response(body=bomb, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    connection = McpConnection(server(f"http://127.0.0.1:{port}/mcp"))
+    try:
+        with pytest.raises(ServerUnavailable, match="compressed its answer"):
+            await connection.tools()
+    finally:
+        await connection.close()
+        await runner.cleanup()
+    assert asked and all(value == "identity" for value in asked)

@@ -76,3 +76,12 @@ async def test_a_deep_or_invalid_schema_is_left_out() -> None:
         SimpleNamespace(name="good", description="", input_schema={"type": "object"}),
     ]
     assert [t.tool for t in await offered_tools(server(), tools, SchemaChecks())] == ["good"]
+
+
+async def test_a_name_with_a_final_newline_is_left_out() -> None:
+    """`$` matches before a final newline: a name `read\\n` would reach the model's API and fail every turn."""
+    tools = [
+        SimpleNamespace(name="read\n", description="", input_schema={"type": "object"}),
+        SimpleNamespace(name="read", description="", input_schema={"type": "object"}),
+    ]
+    assert [t.name for t in await offered_tools(server(), tools, SchemaChecks())] == ["s__read"]
