@@ -150,7 +150,9 @@ async def run_agent(
     tools = [spec.as_json() for spec in specs.values()] + list(offered.values())
     network = NO_NETWORK if task.egress is None else SOME_NETWORK
     instructions = INSTRUCTIONS.format(workspace=toolbox.workspace_dir, network=network)
-    prompt = [_user_prompt(build_prompt(task, inbox))] + ([_user_prompt(task.notes)] if task.notes else [])
+    # The notes before the task: the task stays the request's last part (what a model answers, and the
+    # offline model reads: runner/channel/offline_subagent.py).
+    prompt = ([_user_prompt(task.notes)] if task.notes else []) + [_user_prompt(build_prompt(task, inbox))]
     conversation = Conversation(messages=[*history, _request(prompt, instructions)])
     retries: dict[str, int] = {}
     for _ in range(task.max_steps):

@@ -53,7 +53,9 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "LLM_VISION": "Show the main agent the images posted in its window (photos, image documents, stickers): "
             "`auto` when the model is of a known vision family (GPT-4o/4.1/5, o1/o3/o4, Claude 3+, Gemini, LLaVA, "
             "Qwen-VL, Pixtral, …; `crewbot doctor` says), `on` for any other, or `off`. A provider that refuses a "
-            "request's images gets the turn again without them, and none until the bot restarts.",
+            "request's images gets the turn again without them; the model is shown none until the bot restarts "
+            "only when the provider says it takes no images, or refuses them in two different chats (a "
+            "content-policy refusal costs only its turn).",
             "VISION_MAX_IMAGES": "The newest images of the window shown to the model, each downscaled to at most "
             "1,568 px on its long side (`0`: none).",
             "STT_BASE_URL": "Voice notes, audio files and video notes are transcribed by this OpenAI-compatible API "
@@ -61,9 +63,10 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "or a local whisper server; none: nothing is transcribed.",
             "STT_API_KEY": "The speech-to-text service's key, sent as a bearer token; none: no `Authorization`.",
             "STT_MODEL": "The transcription model (`whisper-1`, `gpt-4o-mini-transcribe`, `whisper-large-v3`, …).",
-            "STT_MAX_SECONDS": "Longer audio is not transcribed (its line in the chat's history says so). Where the "
-            "file does not say its length (MP3, M4A, AAC), the most its size can play at its format's lowest bitrate "
-            "counts: 300 admits an MP3 of up to 300 KB.",
+            "STT_MAX_SECONDS": "Longer audio is not transcribed (its line in the chat's history says so). The "
+            "length is computed from the file's bytes (Ogg by its packets, WAV by its samples, M4A and video notes "
+            "by their sample tables); an MP3's is bounded by its size at 8 kbit/s: 300 admits an MP3 of up to 300 "
+            "KB. Other formats (WebM, FLAC, AAC, AMR) are refused.",
             "STT_LANGUAGE": "The language spoken (ISO-639, e.g. `en`, `pt-BR`); none: the service detects it.",
             "STT_PRICE_PER_MINUTE": "What a minute of transcribed audio costs, in the currency of the LLM prices: "
             "`/budget` and `crewbot stats` show it, and the allowances count it as the main model's input tokens "
