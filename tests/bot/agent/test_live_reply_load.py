@@ -68,8 +68,9 @@ async def _threaded_bot(
 
 
 def _answer_for(topic: int) -> str:
-    """About 2,000 characters, some 500 tokens of four characters; plain words, so users see the text as it is."""
-    return f"Answer on topic {topic}: " + " ".join(f"w{topic}x{n}" for n in range(260)) + "."
+    """About 3,000 characters, some 750 tokens of four characters (long enough that all 20 stream together for
+    several of their stretched intervals, even when other work slows their start); plain words, as users see it."""
+    return f"Answer on topic {topic}: " + " ".join(f"w{topic}x{n}" for n in range(400)) + "."
 
 
 def _by_topic(body: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +99,7 @@ def _gaps(own: list[Write]) -> list[float]:
 
 
 async def test_twenty_chats_streaming_at_once_keep_each_chats_interval_and_the_global_budget(tmp_path: Path) -> None:
-    pace = StreamPace(piece_chars=16, seconds_per_piece=0.06)  # some 65 tokens a second: about 8 s an answer
+    pace = StreamPace(piece_chars=16, seconds_per_piece=0.06)  # some 65 tokens a second: about 12 s an answer
     allowed = ",".join(str(chat) for chat in CHATS)
     async with _threaded_bot(tmp_path, pace, ALLOWED_CHAT_IDS=allowed) as (app, tg, llm):
         tg.limit_group_writes(20, 60.0)  # Telegram's limit of a group: 20 messages a minute, edits included
