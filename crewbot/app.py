@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 TOP_UP_BUTTON = "Add a day's top-up"
-TOP_UP_OFFER_SECONDS = 24 * 3600.0  # the button works until the allowance has reset at the latest
+TOP_UP_OFFER_SECONDS = 24 * 3600.0  # the most a button works; it ends with the day it tops up (at its reset)
 
 
 class App:
@@ -242,7 +242,8 @@ class App:
                 text=self.budget.top_up_question(status),
                 options=(TOP_UP_BUTTON,),
                 audience=Audience.ADMINS,
-                expires_at=time.time() + TOP_UP_OFFER_SECONDS,
+                # Never past the reset: a tap after it would top up the next day, not the one the notice was about.
+                expires_at=min(time.time() + TOP_UP_OFFER_SECONDS, status.resets_at),
             )
             await self.questions.ask(question)
         return told

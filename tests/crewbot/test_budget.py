@@ -174,6 +174,11 @@ async def test_top_up_button_for_admins(tmp_path: Path) -> None:
 
             question = await tg.wait_until(offered, WAIT_SECONDS)
             assert question.plain_text == "Admins: add a day's top-up (1,000 tokens) for today?"
+            # The offer ends with the day it is for, at the latest (a tap after the reset must not top up the next).
+            query = "SELECT expires_at FROM questions WHERE kind = 'topup'"
+            async with app.stores.db.conn.execute(query) as cursor:
+                [(expires_at,)] = list(await cursor.fetchall())
+            assert expires_at <= (await app.allowances.status(GROUP_ID)).resets_at
             [button] = tg.buttons(GROUP_ID, question.message_id)
             assert button["text"] == "Add a day's top-up"
             member = await tg.wait_for_answer(
