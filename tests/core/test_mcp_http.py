@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
@@ -18,6 +19,22 @@ from tests.mcp_helpers import http_server
 
 def server(url: str) -> McpServer:
     return parse_config(json.dumps({"mcpServers": {"h": {"url": url, "timeout_seconds": 60}}}), {}).servers[0]
+
+
+@asynccontextmanager
+async def serve(answer: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> AsyncIterator[str]:
+    """An aiohttp server on 127.0.0.1 answering every path with `answer`; yields its MCP URL, stops it after."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture
@@ -37,15 +54,8 @@ async def endless_json() -> AsyncIterator[tuple[str, list[int]]]:
             pass
         return response
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/mcp", sent
-    await runner.cleanup()
+    async with serve(answer) as url:
+        yield url, sent
 
 
 async def test_a_json_body_past_the_limit_is_cut_off(endless_json: tuple[str, list[int]]) -> None:
@@ -79,18 +89,11 @@ async def test_a_compressed_answer_is_refused_not_inflated_past_the_limit() -> N
         asked.append(request.headers.get("Accept-Encoding", ""))
         return web.Response(body=bomb, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    connection = McpConnection(server(f"http://127.0.0.1:{port}/mcp"))
-    try:
-        with pytest.raises(ServerUnavailable, match="compressed its answer"):
-            await connection.tools()
-    finally:
-        await connection.close()
-        await runner.cleanup()
+    async with serve(answer) as url:
+        connection = McpConnection(server(url))
+        try:
+            with pytest.raises(ServerUnavailable, match="compressed its answer"):
+                await connection.tools()
+        finally:
+            await connection.close()
     assert asked and all(value == "identity" for value in asked)
