@@ -142,8 +142,8 @@ async def _cancels(ctx: BenchContext, namespace: str, events: PodEvents, count: 
     async with AsyncExitStack() as stack:
         engine = await stack.enter_async_context(EngineEvents())
         models = {KUBE: HoldingModel(), DOCKER: HoldingModel()}
-        kube = await subagents(stack, ctx, 10, KUBE, namespace, FunctionModel(models[KUBE]))
-        docker = await subagents(stack, ctx, 11, DOCKER, namespace, FunctionModel(models[DOCKER]))
+        kube = await subagents(stack, ctx, 10, KUBE, namespace, FunctionModel(stream_function=models[KUBE]))
+        docker = await subagents(stack, ctx, 11, DOCKER, namespace, FunctionModel(stream_function=models[DOCKER]))
         for i in range(WARMUP + count):
             run_id = await _held_run(kube, models[KUBE])
             running = await events.running(container_name(run_id))
