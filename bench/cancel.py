@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import re
 import secrets
 import time
+from collections.abc import AsyncIterator
 
 import docker
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from bench.apps import FirstCallProbe, bench_app
 from bench.common import BenchContext, bench_settings, ms
@@ -43,13 +45,14 @@ RUN_ID = re.compile(r"run ([A-Za-z0-9_-]{6,64})")
 
 
 class HoldingModel:
-    """Spawns on `background:`, then holds the turn open forever; answers anything else at once."""
+    """Spawns on `background:`, then holds the turn open forever; answers anything else at once. The main
+    agent streams its answers, so this is the FunctionModel's stream function."""
 
     def __init__(self) -> None:
         self.held: asyncio.Queue[str] = asyncio.Queue()
         self._never = asyncio.Event()
 
-    async def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
         last = messages[-1]
         if isinstance(last, ModelRequest):
             for part in last.parts:
@@ -60,9 +63,10 @@ class HoldingModel:
         latest = _latest_text(messages)
         if BACKGROUND_PHRASE in latest:
             task = latest.split(BACKGROUND_PHRASE, 1)[1].strip()
-            args = {"task": task, "label": "hold", "include_context": False}
-            return ModelResponse(parts=[ToolCallPart(SPAWN_TOOL, args, tool_call_id=f"hold-{secrets.token_hex(4)}")])
-        return ModelResponse(parts=[TextPart("ok")])
+            args = json.dumps({"task": task, "label": "hold", "include_context": False})
+            yield {0: DeltaToolCall(name=SPAWN_TOOL, json_args=args, tool_call_id=f"hold-{secrets.token_hex(4)}")}
+            return
+        yield "ok"
 
 
 def _latest_text(messages: list[ModelMessage]) -> str:
@@ -121,7 +125,7 @@ async def _samples(ctx: BenchContext, events: EngineEvents, count: int) -> dict[
                 MERGE_WINDOW_SECONDS=MERGE_WINDOW_SECONDS,
                 SUBAGENT_TIMEOUT_SECONDS=600,
             )
-            async with bench_app(settings, model=FunctionModel(model), with_subagents=True) as bench:
+            async with bench_app(settings, model=FunctionModel(stream_function=model), with_subagents=True) as bench:
                 service, runtime = bench.subagents()
                 probe = FirstCallProbe(service.live)
                 mention = f"@{tg.bot_username}"

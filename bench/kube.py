@@ -142,8 +142,8 @@ async def _cancels(ctx: BenchContext, namespace: str, events: PodEvents, count: 
     async with AsyncExitStack() as stack:
         engine = await stack.enter_async_context(EngineEvents())
         models = {KUBE: HoldingModel(), DOCKER: HoldingModel()}
-        kube = await subagents(stack, ctx, 10, KUBE, namespace, FunctionModel(models[KUBE]))
-        docker = await subagents(stack, ctx, 11, DOCKER, namespace, FunctionModel(models[DOCKER]))
+        kube = await subagents(stack, ctx, 10, KUBE, namespace, FunctionModel(stream_function=models[KUBE]))
+        docker = await subagents(stack, ctx, 11, DOCKER, namespace, FunctionModel(stream_function=models[DOCKER]))
         for i in range(WARMUP + count):
             run_id = await _held_run(kube, models[KUBE])
             running = await events.running(container_name(run_id))
@@ -207,7 +207,7 @@ async def run(ctx: BenchContext) -> list[Row]:
         f"cancels per backend (after {WARMUP} warm-up), one at a time, interleaved; namespace {namespace} (deleted); "
         f"gVisor: {gvisor_note}"
     )
-    return _engine_rows(engine) + _app_rows(first_calls, cancels)
+    return _engine_rows(engine) + _app_rows(first_calls, cancels) + _cancel_rows(engine["bare"], cancels)
 
 
 def _engine_rows(engine: dict[str, list[EngineSample]]) -> list[Row]:
@@ -279,3 +279,19 @@ def _app_rows(stamps: dict[str, list[Stamps]], cancels: dict[str, list[float]]) 
             )
         )
     return rows
+
+
+def _cancel_rows(bare: list[EngineSample], cancels: dict[str, list[float]]) -> list[Row]:
+    """The merge's cancel against the engine section's bare `delete pod` (grace 0) of the same run: what a cancel
+    costs beyond the cluster's own deletion (not interleaved with the merges: the engine section runs first). No
+    cgroup row: the bare pod's `sleep` ignores the SIGTERM and lives the kubelet's 2 s, the agent does not."""
+    return [
+        Row(
+            NAME,
+            "merging message → the run's pod gone from the API",
+            "ms",
+            Measure.of(cancels["gone"]),
+            "bare: delete pod (grace 0) → gone from the API",
+            Measure.of([sample.gone for sample in bare]),
+        )
+    ]

@@ -24,6 +24,11 @@ from core.typing_indicator import TypingIndicator
 
 log = get_logger(__name__)
 
+# The turn after an aborted one starts once the abort's cascade is done (its subagents' containers stopped,
+# the engine answering in well under a second), at most this much later: its prompt then sees them cancelled,
+# and it does not take the host's CPU from the engine while the engine kills them (bench/cancel.py).
+CASCADE_WAIT_SECONDS = 1.0
+
 
 class AbortReason(StrEnum):
     """Why a turn was aborted: what becomes of its streamed words and which of its runs are cancelled."""
@@ -49,6 +54,7 @@ class Turn:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     abort_reason: AbortReason | None = None  # once aborted: a streamed answer is kept or marked stopped
     stopped_by: str | None = None  # who pressed Stop (or sent /stop), for the mark on the answer
+    cascade: asyncio.Task[None] | None = field(default=None, repr=False)  # once aborted: cancelling its runs
 
     def begin_delivery(self) -> None:
         """From here on the reply goes out whole: a merge no longer aborts this turn."""
@@ -160,6 +166,7 @@ class ChatEngine:
             turn.task.cancel()
         # The cascade runs as its own task so the caller (the inbound path) never waits on Docker.
         cascade = asyncio.create_task(self._lifecycle.turn_aborted(turn, reason), name=f"abort-{turn.id}")
+        turn.cascade = cascade
         self._background.add(cascade)
         cascade.add_done_callback(self._background.discard)
 
@@ -176,6 +183,8 @@ class ChatEngine:
                         await self._run_one(turn)
                 finally:
                     state.turn = None
+                if turn.cascade is not None and state.pending:
+                    await asyncio.wait([turn.cascade], timeout=CASCADE_WAIT_SECONDS)
         finally:
             self._typing.release(chat_id)
             # A chat is held in memory only while it has a turn: a bot in thousands of quiet chats stays small.

@@ -132,6 +132,7 @@ class KubeRuntime:
         self._killed: set[str] = set()
         self._notes: dict[str, str] = {}  # why a pod could not start, for its logs
         self._identities: dict[str, tuple[str, str]] = {}  # a running pod's uid and container id, by job
+        self._running_pods: dict[str, str] = {}  # the pod a run's bridge found running, by job: a kill's target
         self._closed = False
 
     @property
@@ -197,6 +198,7 @@ class KubeRuntime:
         pod = await self._until_running(job)
         if pod is None:
             return
+        self._running_pods[job] = pod.name
         sockets: dict[str, Path | None] = {}
         for target, file_name in BRIDGE_SOCKETS.items():
             path = channel_dir / file_name
@@ -288,12 +290,18 @@ class KubeRuntime:
         return None
 
     async def kill(self, container_id: str) -> None:
+        """The Job first (its controller makes no replacement pod), then its pod with grace 0: the one its bridge
+        found running, without listing first, else those a list finds; the bridge is stopped last."""
         self._killed.add(container_id)
+        await self._run(self._api.delete_job, container_id)
+        known = self._running_pods.get(container_id)
+        if known is not None:
+            await self._run(self._api.delete_pod_now, known)
+        else:
+            pods, _ = await self._run(self._api.job_pods, container_id)
+            for pod in pods:
+                await self._run(self._api.delete_pod_now, pod.name)
         await self._stop_bridge(container_id)
-        pods, _ = await self._run(self._api.job_pods, container_id)
-        await self._run(self._api.delete_job, container_id)  # first: its controller makes no replacement pod
-        for pod in pods:
-            await self._run(self._api.delete_pod_now, pod.name)
 
     async def logs(self, container_id: str) -> bytes:
         note = self._notes.get(container_id, "").encode()
@@ -306,6 +314,7 @@ class KubeRuntime:
         await self._run(self._api.delete_job, container_id)
         self._notes.pop(container_id, None)
         self._identities.pop(container_id, None)
+        self._running_pods.pop(container_id, None)
         self._killed.discard(container_id)
 
     async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:

@@ -24,6 +24,7 @@ from core.store.runs import DuplicateRun, RunRecord, RunStatus
 from runner.ipc.batch import RequestOutcome
 from runner.lifecycle.admission import Admission, record_request
 from runner.lifecycle.approvals import Approvals
+from runner.lifecycle.cancels import Cancels
 from runner.lifecycle.conclusion import Conclusion, Releases
 from runner.lifecycle.container_spec import run_container_spec
 from runner.lifecycle.manager_ports import RunChannels, RunStores, TypingHolder
@@ -97,6 +98,13 @@ class TaskManager:
             settings, runs=stores.runs, delivery=delivery, files=files, releases=self._releases, run_files=stores.files
         )
         self._live = live
+        self._cancels = Cancels(
+            runs=stores.runs,
+            delivery=delivery,
+            releases=self._releases,
+            supervisor=self._supervisor,
+            close_channel=self._close_channel,
+        )
         self._rejections = Refusals(stores.runs, delivery, admission.reject_text)
         self.approvals = Approvals(settings, stores.runs, stores.questions, delivery, start=self._approved)
         self.waiting = WaitingRuns(
@@ -223,6 +231,8 @@ class TaskManager:
                 live.stopped = True
                 await self._conclude(live, RunStatus.FAILED, error=f"could not start its container: {exc}")
                 return
+            if live.stop_requested.is_set():  # cancelled while it started: killed before anything else
+                self._supervisor.kill_soon(live)
             await self._accounting.started(live, live.container_id, marked_running_at)
             log.info("run_started", run_id=live.id, container_id=live.container_id)
             await self._supervise(live, chat)
@@ -303,50 +313,28 @@ class TaskManager:
 
     # --- cancelling -----------------------------------------------------------------------------
 
-    async def _cancel(self, live: LiveRun, reason: str) -> bool:
-        if live.cancelled:
-            return False
-        live.cancelled = True  # from here the channel refuses its calls
-        live.cancel_monotonic = time.monotonic()
-        live.request_stop(StopReason.CANCELLED)
-        recorded = await self._runs.finish(live.id, RunStatus.CANCELLED, error=f"cancelled: {reason}")
-        if recorded:
-            self._releases.release(live)
-            dropped = await self._delivery.drop_run_messages(live.id, f"run cancelled: {reason}")
-            if dropped:
-                log.info("progress_messages_dropped", run_id=live.id, count=dropped)
-        await self._close_channel(live.id)
-        if live.container_id is not None:
-            try:  # at once, for latency; the supervisor retries until the engine confirms
-                await self._runtime.kill(live.container_id)
-            except Exception as exc:
-                log.warning("container_kill_failed", run_id=live.id, error=str(exc))
-        elif live.task is None and not live.recovering:
-            live.stopped = True  # never had a container and nothing supervises it
-        log.info("run_cancelled", run_id=live.id, reason=reason, recorded=recorded)
-        return recorded
-
     async def cancel_run(self, chat_id: int, run_id: str) -> RunStatus | None:
-        if await self.waiting.cancel_run(chat_id, run_id, "cancelled by a chat admin"):
-            return RunStatus.CANCELLED
         live = self._live.get(run_id)
-        if live is not None and live.chat_id == chat_id and await self._cancel(live, "cancelled by a chat admin"):
+        reason = "cancelled by a chat admin"
+        ours = live is not None and live.chat_id == chat_id
+        if live is not None and ours and self._cancels.stop_now(live) and await self._cancels.record(live, reason):
+            return RunStatus.CANCELLED
+        if await self.waiting.cancel_run(chat_id, run_id, reason):
             return RunStatus.CANCELLED
         record = await self._runs.get(run_id)
         return record.status if record is not None and record.chat_id == chat_id else None
 
     async def cancel_chat(self, chat_id: int, reason: str) -> int:
         self._admission.chat_cancelled(chat_id)
-        queued = await self.waiting.cancel_chat(chat_id, reason)  # first, so none of them takes a freed slot
-        targets = [r for r in self._live.all() if r.chat_id == chat_id]
-        results = await asyncio.gather(*(self._cancel(r, reason) for r in targets))
-        return queued + sum(results)
+        # The kills are asked before the first await; the queue is emptied before any of them can free a slot.
+        stopping = [live for live in self._live.all() if live.chat_id == chat_id and self._cancels.stop_now(live)]
+        queued = await self.waiting.cancel_chat(chat_id, reason)
+        return queued + await self._cancels.record_all(stopping, reason)
 
     async def cancel_turn(self, turn_id: str, reason: str) -> int:
+        stopping = [live for live in self._live.all() if live.turn_id == turn_id and self._cancels.stop_now(live)]
         queued = await self.waiting.cancel_turn(turn_id, reason)
-        targets = [r for r in self._live.all() if r.turn_id == turn_id]
-        results = await asyncio.gather(*(self._cancel(r, reason) for r in targets))
-        return queued + sum(results)
+        return queued + await self._cancels.record_all(stopping, reason)
 
     # --- after a restart ------------------------------------------------------------------------
 

@@ -66,16 +66,29 @@ class Supervisor:
                 log.warning("engine_unreachable_while_waiting", run_id=live.id, error=str(exc))
                 await asyncio.sleep(ENGINE_RETRY_SECONDS)
 
+    def kill_soon(self, live: LiveRun) -> asyncio.Task[None]:
+        """Ask the engine to kill the container now (one call, shared): a cancel and the supervisor's stop
+        await the same kill, so the engine never gets a second one racing the first for the container."""
+        assert live.container_id is not None
+        if live.kill_task is None:
+            live.kill_task = asyncio.create_task(self._runtime.kill(live.container_id), name=f"kill-{live.id}")
+        return live.kill_task
+
     async def stop(self, live: LiveRun) -> None:
         """Kill it, asking again while the engine is away: its slot stays taken until this succeeds."""
         assert live.container_id is not None
+        try:
+            await asyncio.shield(self.kill_soon(live))
+            return
+        except RuntimeUnavailable as exc:
+            log.error("container_not_killed", run_id=live.id, error=str(exc), retry_in_seconds=ENGINE_RETRY_SECONDS)
         while True:
+            await asyncio.sleep(ENGINE_RETRY_SECONDS)
             try:
                 await self._runtime.kill(live.container_id)
                 return
             except RuntimeUnavailable as exc:
                 log.error("container_not_killed", run_id=live.id, error=str(exc), retry_in_seconds=ENGINE_RETRY_SECONDS)
-                await asyncio.sleep(ENGINE_RETRY_SECONDS)
 
     async def remove(
         self, live: LiveRun, keep_logs: Callable[[str, bytes], Awaitable[None]], stopping: Callable[[], bool]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from core.delivery import Delivery
@@ -166,28 +166,38 @@ class WaitingRuns:
             log.info("run_leaves_queue", run_id=entry.run_id, chat_id=entry.chat_id)
             self._start(entry)
 
-    async def _cancel(self, entries: list[Waiting], reason: str) -> int:
-        cancelled = 0
+    def _take(self, matches: Callable[[Waiting], bool]) -> list[Waiting]:
+        """Out of the queue at once (no await): none of them can take a slot that a cancel's kill frees."""
+        return [entry for entry in self._queue.all() if matches(entry) and self._queue.remove(entry.run_id) is not None]
+
+    async def _cancel(self, matches: Callable[[Waiting], bool], reason: str, unapproved: Awaitable[int]) -> int:
+        """The waiting runs that match, then those awaiting approval (one approved meanwhile joins the queue:
+        it is taken too)."""
+        entries = self._take(matches)
+        count = await unapproved
+        entries += self._take(matches)
         for entry in entries:
-            if self._queue.remove(entry.run_id) is None:
-                continue
             if await self._runs.finish(entry.run_id, RunStatus.CANCELLED, error=f"cancelled: {reason}"):
-                cancelled += 1
+                count += 1
                 self._on_cancelled(RunStatus.CANCELLED, reason)
                 log.info("run_cancelled", run_id=entry.run_id, reason=reason, waiting=True)
-        return cancelled
+        return count
 
     async def cancel_run(self, chat_id: int, run_id: str, reason: str) -> bool:
-        entries = [w for w in self._queue.all() if w.run_id == run_id and w.chat_id == chat_id]
-        return bool(await self._unapproved(reason, chat_id, run_id=run_id) + await self._cancel(entries, reason))
+        return bool(
+            await self._cancel(
+                lambda w: w.run_id == run_id and w.chat_id == chat_id,
+                reason,
+                self._unapproved(reason, chat_id, run_id=run_id),
+            )
+        )
 
     async def cancel_chat(self, chat_id: int, reason: str) -> int:
-        unapproved = await self._unapproved(reason, chat_id)
-        return unapproved + await self._cancel([w for w in self._queue.all() if w.chat_id == chat_id], reason)
+        return await self._cancel(lambda w: w.chat_id == chat_id, reason, self._unapproved(reason, chat_id))
 
     async def cancel_turn(self, turn_id: str, reason: str) -> int:
-        unapproved = await self._unapproved(reason, None, turn_id=turn_id)
-        return unapproved + await self._cancel([w for w in self._queue.all() if w.turn_id == turn_id], reason)
+        unapproved = self._unapproved(reason, None, turn_id=turn_id)
+        return await self._cancel(lambda w: w.turn_id == turn_id, reason, unapproved)
 
     async def _unapproved(
         self, reason: str, chat_id: int | None, *, run_id: str | None = None, turn_id: str | None = None

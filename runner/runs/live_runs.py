@@ -60,6 +60,8 @@ class LiveRun:
     # Follow-ups from the chat (the main agent's `send`): the LLM proxy adds them to each later LLM request.
     followups: list[str] = field(default_factory=list, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    # The engine's first kill of its container, shared by whoever stops it (runner/lifecycle/supervisor.py).
+    kill_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def request_stop(self, reason: StopReason, detail: str | None = None) -> None:
         """The first reason wins: a cancel racing a time-out ends as the one that came first."""

@@ -170,7 +170,8 @@ class FakeRunControl:
 
 
 class RecordingLifecycle(Recorder):
-    """`TurnLifecycle` that records every call; `start_gate`, when set, holds `turn_started` until it is set."""
+    """`TurnLifecycle` that records every call; `start_gate`, when set, holds `turn_started` until it is set,
+    and `abort_gate` holds `turn_aborted` (the cascade: the aborted turn's subagents being stopped)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -179,6 +180,7 @@ class RecordingLifecycle(Recorder):
         self.aborted: list[tuple[Turn, str]] = []
         self.events: list[tuple[str, str]] = []  # (what, turn id) in the order they happened
         self.start_gate: asyncio.Event | None = None
+        self.abort_gate: asyncio.Event | None = None
 
     async def turn_started(self, turn: Turn) -> None:
         self.started.append(turn)
@@ -196,6 +198,9 @@ class RecordingLifecycle(Recorder):
         self.aborted.append((turn, reason))
         self.events.append((f"aborted:{reason}", turn.id))
         self.changed()
+        if self.abort_gate is not None:
+            await self.abort_gate.wait()
+            self.events.append(("cascade_done", turn.id))
 
 
 class ControlledRunner(Recorder):

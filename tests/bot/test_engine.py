@@ -170,6 +170,37 @@ async def test_notify_inside_the_window_aborts_and_starts_a_merged_turn(h: Harne
     assert h.runner.completed == [second]
 
 
+async def test_the_merged_turn_starts_once_the_aborted_turns_subagents_are_stopped(h: Harness) -> None:
+    # Its prompt then sees them cancelled, and it leaves the host's CPU to the engine's kills meanwhile.
+    h.lifecycle.abort_gate = asyncio.Event()
+    h.engine.notify(CHAT)
+    first = await h.runner.next_started(1)
+    h.engine.notify(CHAT)
+    await h.lifecycle.wait_for(lambda: ("ended:aborted", first.id) in h.lifecycle.events)
+    await asyncio.sleep(0.1)  # long enough for a second turn that did not wait to have started
+    h.lifecycle.abort_gate.set()
+    second = await h.runner.next_started(2)
+    events = h.lifecycle.events
+    assert events.index(("cascade_done", first.id)) < events.index(("started", second.id))
+    h.runner.finish(second)
+    await h.idle(CHAT)
+
+
+async def test_a_cascade_that_hangs_delays_the_merged_turn_by_its_bound_only(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bot.turns.engine.CASCADE_WAIT_SECONDS", 0.05)
+    h.lifecycle.abort_gate = asyncio.Event()  # never set: the engine is away, its kills go unanswered
+    h.engine.notify(CHAT)
+    await h.runner.next_started(1)
+    h.engine.notify(CHAT)
+    second = await h.runner.next_started(2)
+    h.runner.finish(second)
+    await h.idle(CHAT)
+    assert [status for _, status in h.lifecycle.ended] == ["aborted", "completed"]
+    h.lifecycle.abort_gate.set()
+
+
 async def test_notify_after_the_window_does_not_abort(h: Harness) -> None:
     h.engine.notify(CHAT)
     first = await h.runner.next_started(1)
