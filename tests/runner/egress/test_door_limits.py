@@ -147,6 +147,7 @@ async def test_ten_thousand_connections_at_once_leave_the_loop_free_and_no_descr
             async with tunnel(path, target) as (reader, writer):
                 writer.write(b"served")
                 assert await within(reader.readexactly(6)) == b"served"
+        await echo.settled()
         assert len(os.listdir("/proc/self/fd")) == descriptors_before
     turned_away = [event for event in reported if "still sending their request head" in event.reason]
     assert turned_away and all(not event.allowed for event in reported)
