@@ -247,3 +247,16 @@ async def test_where_splice_is_refused_the_bytes_are_copied(monkeypatch: pytest.
         assert await within(r.running) is RelayEnd.DONE
     assert (got_up, got_down) == (up, down)
     assert budget.used == len(up) + len(down)
+
+
+async def test_a_connection_that_gets_no_thread_is_ended_not_left_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the container's pids limit a thread cannot start: the connection ends (both peers see it), nothing hangs."""
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    async with rig() as r:
+        assert await within(r.running) is RelayEnd.BROKEN
+        assert await read_to_end(r.client) == b""
+        assert await read_to_end(r.server) == b""
