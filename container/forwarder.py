@@ -9,8 +9,9 @@ half-close passes through); the connection is closed once both have ended, or at
 
 A door that is missing or refuses is answered `HTTP/1.1 502 Bad Gateway` with a one-line body saying so (the
 client's request is then read and dropped for a moment, so closing does not reset the answer away). Past
-`max_connections` at once, a new connection is closed at once, unanswered. Each direction holds one chunk of
-`CHUNK_BYTES` at a time. `close()` ends every connection and the listener.
+`max_connections` at once, a new connection is closed at once, unanswered. The bytes go by `container.splice`:
+two threads a connection moving them through a pipe (no copy into Python, and this loop is not on their path);
+each direction holds one pipe of PIPE_BYTES at a time. `close()` ends every connection and the listener.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from container.splice import SpliceRelay
+
 LOOPBACK = "127.0.0.1"  # never a wider address: nothing outside the container may use the door
 MAX_CONNECTIONS = 64
 LISTEN_BACKLOG = 128
-CHUNK_BYTES = 64 * 1024  # asyncio's StreamReader limit: what one direction of a connection holds at a time
+CHUNK_BYTES = 64 * 1024  # what a refused client's request is read and dropped by
 DOOR_CONNECT_SECONDS = 10.0  # a door whose backlog is full does not refuse: it makes connect wait
 ACCEPT_RETRY_SECONDS = 0.1  # after an accept that failed (no file descriptors left, say)
 REFUSAL_LINGER_SECONDS = 2.0  # after a 502: how long the client's request is read and dropped before closing
@@ -174,7 +177,7 @@ class Forwarder:
             except (OSError, TimeoutError) as exc:
                 await self._refuse(client, _why(exc))
                 return
-            await _relay(client, door)
+            await SpliceRelay(client, door).run()
         finally:
             door.close()
             client.close()
@@ -195,26 +198,6 @@ class Forwarder:
                 client.shutdown(socket.SHUT_WR)
                 while await loop.sock_recv(client, CHUNK_BYTES):
                     pass
-
-
-async def _relay(client: socket.socket, door: socket.socket) -> None:
-    """Both directions until both have ended, or until either breaks."""
-    up = asyncio.create_task(_pipe(client, door))
-    down = asyncio.create_task(_pipe(door, client))
-    try:
-        await asyncio.wait((up, down), return_when=asyncio.FIRST_EXCEPTION)
-    finally:
-        up.cancel()
-        down.cancel()
-        await asyncio.gather(up, down, return_exceptions=True)
-
-
-async def _pipe(source: socket.socket, target: socket.socket) -> None:
-    """Bytes from `source` to `target` until `source` ends its sending; then `target`'s sending is shut down."""
-    loop = asyncio.get_running_loop()
-    while data := await loop.sock_recv(source, CHUNK_BYTES):
-        await loop.sock_sendall(target, data)
-    target.shutdown(socket.SHUT_WR)
 
 
 def _why(exc: BaseException) -> str:

@@ -30,7 +30,7 @@ from container.mux_frames import (
     read_frame,
 )
 
-INITIAL_WINDOW_BYTES = 256 * 1024  # per stream and direction: what one stream may hold in memory at each end
+INITIAL_WINDOW_BYTES = 1024 * 1024  # per stream and direction: what one stream may hold in memory at each end
 MAX_STREAMS = 32  # open at once; the pod side closes a connection past it, the host side ends the mux
 # A frame the peer does not take within this long ends the session: a healthy peer always reads (its receiving
 # loop never waits on a local socket), so only one that stopped reading its end blocks a send this long.
@@ -291,15 +291,14 @@ class Mux:
     async def _up(self, stream: _Stream, reader: asyncio.StreamReader) -> None:
         """Local bytes to the peer, as far as the credit goes; the local end's EOF becomes an EOF frame."""
         while data := await reader.read(MAX_FRAME_PAYLOAD_BYTES):
-            view = memoryview(data)
-            while view:
+            while data:
                 while stream.send_credit == 0:
                     stream.credit_ready.clear()
                     await stream.credit_ready.wait()
-                size = min(stream.send_credit, len(view))
+                size = min(stream.send_credit, len(data))
                 stream.send_credit -= size
-                await self._send(FrameType.DATA, stream.id, bytes(view[:size]))
-                view = view[size:]
+                chunk, data = (data, b"") if size == len(data) else (data[:size], data[size:])  # whole: no copy
+                await self._send(FrameType.DATA, stream.id, chunk)
         stream.ended(StreamState.SENT_EOF)  # before the frame: the peer may answer with an OPEN at once
         await self._send(FrameType.EOF, stream.id)
 

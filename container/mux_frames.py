@@ -10,7 +10,7 @@ from enum import IntEnum
 
 HEADER = struct.Struct("!BII")
 CREDIT = struct.Struct("!I")
-MAX_FRAME_PAYLOAD_BYTES = 64 * 1024
+MAX_FRAME_PAYLOAD_BYTES = 256 * 1024
 MAX_TARGET_BYTES = 32  # an OPEN's payload: a target's name
 
 

@@ -25,9 +25,10 @@ from pathlib import Path
 
 from core.egress_rules import EgressMode, IpAddress, listed, literal_address
 from core.logging import get_logger
+from runner.egress.client import answer_refusal, client_streams, detached
 from runner.egress.records import EgressEvent, EgressRules, HostAsker, HostDecision, budget_reason, lookups_reason
 from runner.egress.refusal import FORBIDDEN, TIMEOUT, TOO_MANY, Refused, answer
-from runner.egress.request_head import MAX_HEAD_BYTES, HeadUnfinished, ProxyRequest, parse_head, read_head
+from runner.egress.request_head import HeadUnfinished, ProxyRequest, parse_head, read_head
 from runner.egress.resolve import (
     LOOKUPS_PER_DOOR,
     RESOLVE_SECONDS,
@@ -41,8 +42,6 @@ from runner.egress.tunnel import CONNECT_SECONDS, ByteBudget, Tunnel, connect
 
 HEAD_SECONDS = 10.0  # for the whole request head: a client sending it a byte at a time is cut
 MAX_OPENING = 32  # connections of one run still sending their head
-LINGER_SECONDS = 2.0  # to hand a refusal over and drop what the client still sends (within MAX_OPENING)
-LINGER_BYTES = 256 * 1024
 BACKLOG = 128
 SOCKET_MODE = 0o666  # the container's uid must connect; the channel folder's permissions guard who can reach it
 MAX_UNIX_PATH_BYTES = 107  # sun_path holds 108 bytes including the terminating NUL
@@ -233,9 +232,11 @@ class EgressDoor:
     async def _serve(self, attempt: _Attempt) -> None:
         reader: asyncio.StreamReader | None = None
         writer: asyncio.StreamWriter | None = None
-        server_writer: asyncio.StreamWriter | None = None
+        client: socket.socket | None = None  # the client's socket once its stream is done with (for the tunnel)
+        server: socket.socket | None = None
         try:
-            reader, writer = await self._streams(attempt)
+            reader, writer = await client_streams(attempt.sock)
+            attempt.writer = writer  # it owns the socket now
             request = await self._request(reader)
             attempt.host, attempt.port = request.host, request.port
             self._take_slot(attempt, request)
@@ -251,22 +252,22 @@ class EgressDoor:
             if self._rules.mode is EgressMode.ASK and not self._listed(request.host, request.port):
                 # Held (its slot too) while the chat decides; then connected only to the addresses checked above.
                 await self._decided(request.host, request.port)
-            address, server_reader, server_writer = await connect(
-                addresses, request.port, seconds=self._connect_seconds
-            )
+            address, server = await connect(addresses, request.port, seconds=self._connect_seconds)
             attempt.address = str(address)
             if self._budget.spent:  # spent by another tunnel while this one connected
                 raise Refused(FORBIDDEN, budget_reason(self._rules.max_bytes))
-            tunnel = Tunnel((reader, writer), (server_reader, server_writer), self._budget, self._spent)
+            client, sent_early = await detached(reader, writer)
+            tunnel = Tunnel(client, server, self._budget, self._spent)
             attempt.tunnel, attempt.allowed = tunnel, True
             if request.connect:
-                writer.write(ESTABLISHED)
-            await tunnel.run(request.head)
+                with contextlib.suppress(OSError):  # a client gone already: the tunnel sees it and ends
+                    await asyncio.get_running_loop().sock_sendall(client, ESTABLISHED)
+            await tunnel.run(request.head + sent_early)
             attempt.reason = f"cut: {tunnel.cut_reason}" if tunnel.cut_reason else ""
         except Refused as refused:
             attempt.reason = refused.detail  # the operator's; the client is answered the reason only
             if reader is not None and writer is not None:
-                await _answer(reader, writer, refused)
+                await answer_refusal(reader, writer, refused)
         except HeadUnfinished as unfinished:
             attempt.reason = str(unfinished)
         except asyncio.CancelledError:
@@ -277,19 +278,13 @@ class EgressDoor:
             self._log.exception("egress_connection_failed", socket=str(self._path))
             attempt.reason = f"the door failed on this connection ({type(exc).__name__})"
         finally:
-            for stream in (server_writer, writer):
-                if stream is not None:
-                    stream.close()
+            for sock in (server, client):  # a tunnel closes both when it ends; these are for one never run
+                if sock is not None:
+                    sock.close()
+            if writer is not None:
+                writer.close()
             self._release(attempt)
             self._report(attempt)
-
-    async def _streams(self, attempt: _Attempt) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-        transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=attempt.sock)
-        attempt.writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        return reader, attempt.writer
 
     async def _request(self, reader: asyncio.StreamReader) -> ProxyRequest:
         try:
@@ -382,18 +377,3 @@ class EgressDoor:
             self._on_event(event)
         except Exception:  # the recorder's failure is not the connection's
             self._log.exception("egress_event_failed", socket=str(self._path))
-
-
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refused: Refused) -> None:
-    """The refusal, as an HTTP answer, to a client that may already be gone. What the client still sends is
-    read and dropped for a moment: closing with unread bytes resets the connection, and a reset passed on by
-    the forwarder over TCP can take the answer with it."""
-    with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-        writer.write(answer(refused.status, refused.reason))
-        if writer.can_write_eof():
-            writer.write_eof()
-        async with asyncio.timeout(LINGER_SECONDS):
-            await writer.drain()
-            dropped = 0
-            while dropped < LINGER_BYTES and (chunk := await reader.read(LINGER_BYTES)):
-                dropped += len(chunk)

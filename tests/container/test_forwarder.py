@@ -57,7 +57,7 @@ async def read_to_end(reader: asyncio.StreamReader) -> bytes:
 
 
 def forwarder_tasks() -> list[asyncio.Task[object]]:
-    names = ("Forwarder.", "_relay", "_pipe")
+    names = ("Forwarder.", "SpliceRelay.")
     return [task for task in asyncio.all_tasks() if task.get_coro().__qualname__.startswith(names)]  # type: ignore[union-attr]
 
 

@@ -254,7 +254,8 @@ async def test_a_flood_keeps_the_loop_turning_and_memory_bounded(hostile: Hostil
 
     flood_frames = 20_000
     hostile.feed(opened(1), frame(FrameType.RESET, 1), *[frame(FrameType.DATA, 1, b"x" * 16)] * flood_frames)
-    hostile.feed(opened(2), *[frame(FrameType.DATA, 2, b"z" * MAX_FRAME_PAYLOAD_BYTES)] * 5)
+    past_window = INITIAL_WINDOW_BYTES // MAX_FRAME_PAYLOAD_BYTES + 1
+    hostile.feed(opened(2), *[frame(FrameType.DATA, 2, b"z" * MAX_FRAME_PAYLOAD_BYTES)] * past_window)
     hostile.feed(*[frame(FrameType.DATA, 2, b"x")] * flood_frames)  # never read: the mux has ended before
     tick_task = asyncio.create_task(ticker())
     try:

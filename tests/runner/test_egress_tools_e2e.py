@@ -16,6 +16,7 @@ import hashlib
 import io
 import secrets
 import shutil
+import socket
 import time
 import zipfile
 from collections.abc import AsyncIterator, Iterator
@@ -178,7 +179,7 @@ def door_spy(monkeypatch: pytest.MonkeyPatch) -> DoorSpy:
 
     async def connect(
         addresses: list[IpAddress], port: int, *, seconds: float = CONNECT_SECONDS
-    ) -> tuple[IpAddress, asyncio.StreamReader, asyncio.StreamWriter]:
+    ) -> tuple[IpAddress, socket.socket]:
         spy.connected.extend(f"{address}:{port}" for address in addresses)
         return await real_connect(addresses, port, seconds=seconds)
 

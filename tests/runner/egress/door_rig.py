@@ -107,6 +107,13 @@ class EchoServer:
             writer.close()
             self.handlers.discard(task)
 
+    async def settled(self) -> None:
+        """Every connection it served has ended and its socket is closed (a tunnel's end reaches it over TCP,
+        after the door has already closed its own side)."""
+        if self.handlers:
+            await asyncio.wait(set(self.handlers), timeout=WAIT_SECONDS)
+        await asyncio.sleep(0)  # the closed transports' sockets close on the next turn of the loop
+
 
 @asynccontextmanager
 async def echo_server() -> AsyncIterator[EchoServer]:

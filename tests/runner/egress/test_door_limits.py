@@ -4,11 +4,13 @@ closing the door ends everything it holds."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
 from pathlib import Path
 
+from container.splice import PIPE_BYTES
 from runner.egress.records import EgressEvent
 from tests.runner.egress.door_rig import (
     HEAD_END,
@@ -27,6 +29,8 @@ from tests.runner.egress.door_rig import (
 )
 
 BUDGET = 64 * 1024
+# asyncio's stream reads ahead up to twice its 64 KiB limit, plus one read of its transport's 256 KiB at most.
+STREAM_READ_AHEAD_BYTES = 2 * 64 * 1024 + 256 * 1024
 
 
 async def test_over_the_connection_cap_is_429_without_connecting(tmp_path: Path) -> None:
@@ -147,6 +151,7 @@ async def test_ten_thousand_connections_at_once_leave_the_loop_free_and_no_descr
             async with tunnel(path, target) as (reader, writer):
                 writer.write(b"served")
                 assert await within(reader.readexactly(6)) == b"served"
+        await echo.settled()
         assert len(os.listdir("/proc/self/fd")) == descriptors_before
     turned_away = [event for event in reported if "still sending their request head" in event.reason]
     assert turned_away and all(not event.allowed for event in reported)
@@ -221,3 +226,37 @@ async def test_a_server_that_never_answers_the_connect_is_a_504(tmp_path: Path) 
             for client in queued:
                 client.close()
     assert status(answer) == 504 and "no answer in 0.3 s" in event.reason
+
+
+async def test_a_client_that_stops_reading_holds_the_door_to_its_buffers_and_close_cuts_it(tmp_path: Path) -> None:
+    """A server that sends without end to a client that reads nothing: what the door moves stops growing at what
+    the sockets' buffers and one pipe of its relay hold (its tunnel's threads block, nothing piles up in the bot),
+    and closing the door cuts it, with every byte it moved counted."""
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while True:
+                writer.write(b"x" * 65536)
+                await writer.drain()
+
+    events = Events()
+    path = tmp_path / "egress.sock"
+    server = await asyncio.start_server(flood, LOOPBACK, 0)
+    target = f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with open_door(path, rules(allow=[target]), events) as door, tunnel(path, target) as (_, writer):
+            moved = -1
+            while moved != door.bytes_used:  # settles once every buffer on the way is full
+                moved = door.bytes_used
+                await asyncio.sleep(0.3)
+            client = writer.get_extra_info("socket")
+            buffers = sum(client.getsockopt(socket.SOL_SOCKET, opt) for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF))
+            # The Unix socket's buffers, the relay's pipe, and what this test's stream read before it paused.
+            assert 0 < moved <= buffers + PIPE_BYTES + STREAM_READ_AHEAD_BYTES
+            await door.close()
+        event = await events.next()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert event.reason == "cut: the run's door closed" and event.allowed
+    assert event.bytes_up + event.bytes_down == moved  # the CONNECT head is not counted; every byte moved is
