@@ -142,7 +142,7 @@ class StatusCards:
         self._cards: dict[str, _Card] = {}  # by turn id, while any run of the turn is live
         self._dirty: dict[int, set[str]] = {}  # chat id -> turns whose card must be shown again
         self._workers: dict[int, asyncio.Task[None]] = {}
-        self._last_edit: dict[int, float] = {}
+        self._last_edit: dict[int, float] = {}  # chat id -> its card's last post or edit, within the interval
         self._answers: dict[str, asyncio.Future[int | None]] = {}
         self._lookups: set[asyncio.Task[None]] = set()
 
@@ -192,6 +192,14 @@ class StatusCards:
         if last is not None:
             await asyncio.sleep(max(0.0, last + self._interval - self._clock()))
 
+    def _edited(self, chat_id: int) -> None:
+        """Noted for the throttle; chats whose interval has passed are forgotten (they would wait for nothing), so
+        only the chats edited within the last interval are held, not every chat that ever had a card."""
+        now = self._clock()
+        for stale in [c for c, at in self._last_edit.items() if at + self._interval <= now]:
+            del self._last_edit[stale]
+        self._last_edit[chat_id] = now
+
     async def _show(self, card: _Card) -> None:
         if card.message_id is None and card.shown is None:
             # The card replies to the turn's answer, which goes out after the spawn call returned.
@@ -225,7 +233,7 @@ class StatusCards:
 
     async def _send(self, card: _Card, text: str, shown: tuple[CardButton, ...]) -> bool:
         for _ in range(MAX_EDIT_ATTEMPTS):
-            self._last_edit[card.chat_id] = self._clock()
+            self._edited(card.chat_id)
             try:
                 if card.message_id is None:
                     reply_to = self._reply_to(card)

@@ -93,7 +93,7 @@ class Allowances:
         self._used_all = 0
         self._held: dict[int, int] = {}
         self._held_all = 0
-        self._own: dict[int, int | None] = {}  # each chat's own allowance as stored (None: the setting's)
+        self._own: dict[int, int | None] = {}  # today's chats' own allowances as stored (None: the setting's)
         self._added: dict[int, int] = {}  # each chat's top-ups on `_day`
         self._notice: Notice | None = None
 
@@ -120,7 +120,8 @@ class Allowances:
             used = await self._store.day_by_chat(day)
             self._day, self._used, self._used_all = day, used, sum(used.values())
             self._held, self._held_all = {}, 0  # yesterday's holds settle into yesterday
-            self._added = {}
+            # Read again at each chat's first call of the day: kept for good, every chat ever seen stayed here.
+            self._added, self._own = {}, {}
         return day
 
     async def load(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +19,9 @@ def folder_for_chat(chat_id: int) -> str:
 
 # Topics get ids beyond every Telegram id (those have at most 52 significant bits), counting down.
 TOPIC_ID_CEILING = -(2**53)
+# Chats remembered as last written, the most recently seen kept: a chat beyond them pays one upsert at its next
+# message, as a new chat does. About 350 bytes each; without a bound a bot in many chats kept every one for good.
+WRITTEN_CHATS_KEPT = 2_048
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,14 +59,17 @@ def _chat(row: aiosqlite.Row) -> Chat:
 
 
 class ChatStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, kept: int = WRITTEN_CHATS_KEPT) -> None:
         self._db = db
-        self._written: dict[int, Chat] = {}  # chats as last written: most messages need no write at all
+        self._kept = kept
+        # Chats as last written, least recently seen first: most messages need no write at all.
+        self._written: OrderedDict[int, Chat] = OrderedDict()
 
     async def ensure(self, chat_id: int, kind: str, title: str | None) -> Chat:
         """Record the chat the first time it is seen; keep its title current afterwards."""
         known = self._written.get(chat_id)
         if known is not None and known.kind == kind and known.title == title:
+            self._written.move_to_end(chat_id)
             return known
         async with self._db.write() as conn:
             await conn.execute(
@@ -73,6 +80,9 @@ class ChatStore:
         chat = await self.get(chat_id)
         assert chat is not None
         self._written[chat_id] = chat
+        self._written.move_to_end(chat_id)
+        while len(self._written) > self._kept:
+            self._written.popitem(last=False)
         return chat
 
     async def get(self, chat_id: int) -> Chat | None:

@@ -169,3 +169,20 @@ async def test_a_chats_allowance_is_read_once_and_kept_current_as_budget_changes
     assert (await made.status(CHAT)).allowance == 700
     await made.set_allowance(CHAT, None, set_by=7)
     assert (await made.status(CHAT)).allowance == 1000  # back to the setting
+
+
+async def test_the_chats_own_allowances_are_remembered_for_their_day_only(stores: Stores) -> None:
+    config = load_settings(DATA_DIR="unused", CHAT_DAILY_TOKENS="1000")
+    clock = Clock("2026-11-26T12:00", config.timezone)
+    store = CountingStore(stores.db)
+    made = Allowances(config, store, clock=clock)
+    for chat in range(-1, -101, -1):  # a hundred chats have a call today
+        assert await call(made, chat, 10, 10)
+    await made.set_allowance(-1, 700, set_by=7)
+    assert store.reads == 200  # each chat's own allowance and top-ups, once
+
+    clock.now += 86_400  # the next day: each chat's figures are read at its first call, none kept from before
+    assert await call(made, -2, 10, 10)
+    assert store.reads == 202
+    assert (await made.status(-1)).allowance == 700  # what was set stays set (it is stored)
+    assert store.reads == 204
