@@ -3,6 +3,7 @@ cancel of an aborted turn), and the chats store as the channel's directory of co
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from bot.commands import RunControl
@@ -31,19 +32,33 @@ class TurnRecorder:
         await self._turns.end(turn.id, status)
 
     async def turn_aborted(self, turn: Turn, reason: AbortReason) -> None:
-        # Mark the turn first: a spawn request of this turn that is picked up later sees it and never starts.
-        await self._turns.end(turn.id, TurnStatus.ABORTED)
-        if self.runs is None:
+        runs = self.runs
+        if runs is None:
+            await self._turns.end(turn.id, TurnStatus.ABORTED)
             return
+        # /stop stops everything of the chat; a Stop button and a merge follow MERGE_CANCEL_SCOPE.
+        if self._scope is CancelScope.CHAT or reason is AbortReason.STOP:
+            why = f"turn {turn.id} aborted ({reason})"
+
+            def sweep() -> Awaitable[int]:
+                return runs.cancel_chat(turn.chat_id, why)
+        else:
+
+            def sweep() -> Awaitable[int]:
+                return runs.cancel_turn(turn.id, f"turn aborted ({reason})")
+
+        # The live runs' kills go out at once, beside the turn's mark; a second sweep after the mark takes
+        # what started meanwhile (a spawn request of this turn picked up later sees the mark and never starts).
+        first = asyncio.ensure_future(sweep())
         try:
-            # /stop stops everything of the chat; a Stop button and a merge follow MERGE_CANCEL_SCOPE.
-            if self._scope is CancelScope.CHAT or reason is AbortReason.STOP:
-                cancelled = await self.runs.cancel_chat(turn.chat_id, f"turn {turn.id} aborted ({reason})")
-            else:
-                cancelled = await self.runs.cancel_turn(turn.id, f"turn aborted ({reason})")
+            await self._turns.end(turn.id, TurnStatus.ABORTED)
+            cancelled = await first + await sweep()
         except Exception:
             log.exception("cascade_cancel_failed", turn_id=turn.id)
             return
+        finally:
+            if not first.done():
+                await asyncio.gather(first, return_exceptions=True)
         log.info("turn_aborted", turn_id=turn.id, chat_id=turn.chat_id, reason=reason, runs_cancelled=cancelled)
 
 

@@ -6,9 +6,10 @@ stream into the pod, runner/kube/pod_bridge.py) towards the run's host sockets i
 host's handlers serve the pod as they serve a Docker container; the bridge lives until the run is killed,
 exits or is removed, and a re-attached run (after a restart) gets a new one.
 
-Cancel is immediate: the Job is deleted first (so its controller makes no replacement pod), then the pod with
-grace 0. The official client is synchronous: every call runs in the runtime's own threads, and waiting is a
-watch of the job's pods in slices, so a thread never outlives `close()` by more than a slice.
+Cancel is immediate: the Job and its running pod are deleted at once (the pod with grace 0; the Job's call first,
+so its controller makes no replacement pod). The official client is synchronous: every call runs in the runtime's
+own threads, and waiting is a watch of the job's pods in slices, so a thread never outlives `close()` by more
+than a slice.
 """
 
 from __future__ import annotations
@@ -290,14 +291,19 @@ class KubeRuntime:
         return None
 
     async def kill(self, container_id: str) -> None:
-        """The Job first (its controller makes no replacement pod), then its pod with grace 0: the one its bridge
-        found running, without listing first, else those a list finds; the bridge is stopped last."""
+        """The Job and the pod its bridge found running are deleted at once (the pod with grace 0), the Job's
+        call first so its controller, seeing the pod go, finds no Job to make a replacement for (one made in
+        the gap would be the Job's and go with it); a run whose pod was never seen running has its pods listed
+        after the Job is gone. The bridge is stopped last."""
         self._killed.add(container_id)
-        await self._run(self._api.delete_job, container_id)
         known = self._running_pods.get(container_id)
-        if known is not None:
-            await self._run(self._api.delete_pod_now, known)
-        else:
+        job_deleted = asyncio.ensure_future(self._run(self._api.delete_job, container_id))
+        try:
+            if known is not None:
+                await self._run(self._api.delete_pod_now, known)
+        finally:
+            await job_deleted
+        if known is None:
             pods, _ = await self._run(self._api.job_pods, container_id)
             for pod in pods:
                 await self._run(self._api.delete_pod_now, pod.name)
