@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import socket
 from typing import cast
@@ -27,8 +28,11 @@ async def client_streams(sock: socket.socket) -> tuple[asyncio.StreamReader, asy
 
 async def detached(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[socket.socket, bytes]:
     """The client's socket, taken from its stream for a tunnel, and what the stream read past the head (a client
-    may send before it is answered). The stream is closed; the socket is the caller's (non-blocking)."""
+    may send before it is answered). The stream is closed; the socket is the caller's (non-blocking). OSError when
+    the connection has ended already, or no descriptor is left for it."""
     transport = cast(asyncio.Transport, writer.transport)
+    if transport.is_closing():  # the client reset (or broke) the connection while the door connected upstream
+        raise ConnectionResetError(errno.ECONNRESET, "the client's connection ended before its tunnel opened")
     transport.pause_reading()
     reader.feed_eof()  # nothing more comes in through the stream: what it holds is read without waiting
     sent_early = await reader.read()

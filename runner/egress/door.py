@@ -256,7 +256,11 @@ class EgressDoor:
             attempt.address = str(address)
             if self._budget.spent:  # spent by another tunnel while this one connected
                 raise Refused(FORBIDDEN, budget_reason(self._rules.max_bytes))
-            client, sent_early = await detached(reader, writer)
+            try:
+                client, sent_early = await detached(reader, writer)
+            except OSError as exc:  # the client went away meanwhile, or no descriptor was left for its socket
+                attempt.reason = f"the client's connection could not be carried ({exc.strerror or type(exc).__name__})"
+                return
             tunnel = Tunnel(client, server, self._budget, self._spent)
             attempt.tunnel, attempt.allowed = tunnel, True
             if request.connect:

@@ -15,6 +15,7 @@ from tests.runner.egress.door_rig import (
     LOOPBACK,
     Events,
     FakeResolver,
+    ask,
     body,
     echo_server,
     forwarder,
@@ -209,3 +210,18 @@ async def test_a_server_that_answers_then_closes_ends_the_tunnel(tmp_path: Path)
                 writer.close()
             await events.next()
     assert status(answer) == 200 and len(body(answer)) == 100000 and HEAD_END in answer
+
+
+async def test_a_client_that_ends_its_sending_with_its_head_still_gets_the_whole_answer(tmp_path: Path) -> None:
+    """Bytes and the end of the client's sending, all sent with the CONNECT head before its tunnel exists (the door
+    is still connecting): they reach the server once the tunnel starts, and the answer comes back whole, counted."""
+    events = Events()
+    async with echo_server() as echo:
+        target = f"{LOOPBACK}:{echo.port}"
+        async with open_door(tmp_path / "egress.sock", rules(allow=[target]), events):
+            request = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode() + EVERY_BYTE
+            answer = await ask(tmp_path / "egress.sock", request, close_after=True)
+            event = await events.next()
+    assert answer == b"HTTP/1.1 200 Connection established\r\n\r\n" + EVERY_BYTE  # echoed, then its end
+    assert event.allowed and event.reason == ""
+    assert (event.bytes_up, event.bytes_down) == (len(EVERY_BYTE), len(EVERY_BYTE))
