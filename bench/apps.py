@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 
 from bot.channels.telegram import TelegramChannel
 from core.delivery import Delivery
+from core.mcp_servers import McpServers
 from core.settings import Settings
+from core.store.mcp_calls import McpCallStore
 from core.store.runs import FINAL_STATUSES
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
@@ -124,6 +126,17 @@ class BenchApp:
             await asyncio.sleep(0.05)
 
 
+def _mcp(settings: Settings, stores: Stores) -> McpServers | None:
+    """The operator's MCP servers as crewbot/serve.py wires them for the main agent (calls recorded), when set."""
+    if settings.mcp_servers is None:
+        return None
+
+    async def platform_of(chat_id: int) -> int:
+        return (await stores.chats.address(chat_id)).platform_chat_id
+
+    return McpServers(settings.mcp_servers, store=McpCallStore(stores.db), platform_of=platform_of)
+
+
 @asynccontextmanager
 async def bench_app(
     settings: Settings,
@@ -153,7 +166,9 @@ async def bench_app(
         built.append(service)
         return unguarded(settings, stores, service)
 
-    app = App(settings, channel, stores, factory if engine is not None else None, model=model)
+    app = App(
+        settings, channel, stores, factory if engine is not None else None, model=model, mcp=_mcp(settings, stores)
+    )
     try:
         await app.start()
     except BaseException:

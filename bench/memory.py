@@ -1,9 +1,12 @@
 """Host memory: the bot process's peak resident memory with 1,000 chats that have history and had a turn.
 
 The full app with subagents enabled (no container runs), the offline model, the fake Bot API in its own
-process (so its memory is not counted). Each chat gets 19 stored messages (bulk insert) and then one
-mention through the real PTB path, which runs one main-agent turn per chat (prompt from the store,
-reply stored and sent). Measured with `ru_maxrss` (peak resident set of this worker process, which runs
+process (so its memory is not counted), and the features a turn meets: answers streamed (STREAM_REPLIES, the
+default, said here so a changed default cannot drop it), an MCP server configured for every chat (the tests'
+stdio server, in a process of its own: its tool list is fetched and offered at each turn), and each chat
+with notes (3 of the chat's, 2 about members). Each chat gets 19 stored messages (bulk insert) and then one
+mention through the real PTB path, which runs one main-agent turn per chat (prompt and notes from the store,
+reply streamed, stored and sent). Measured with `ru_maxrss` (peak resident set of this worker process, which runs
 nothing else) and VmRSS from /proc/self/status for the current size. Baseline: the same process right
 after the app started, before any chat existed.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import resource
 import sys
@@ -26,11 +30,16 @@ from bench.apps import bench_app
 from bench.common import BenchContext, bench_settings, poll_until
 from bench.report import Measure, Row
 from bench.tg_process import TelegramProcess
+from core.mcp_config import Use
 from core.settings import without_settings
 from core.store.messages import NewMessage, insert_params
+from core.store.notes import NewNote
 
 NAME = "memory"
 HISTORY_PER_CHAT = 19  # plus the mention: 20 stored user messages per chat
+INSERT_BATCH_CHATS = 50
+CHAT_NOTES, MEMBER_NOTES = 3, 2  # per chat: notes its prompt carries
+REPO = Path(__file__).resolve().parents[1]
 WAIT_SECONDS = 240.0
 START_WAIT_SECONDS = 60.0
 SETTLE_SECONDS = 2.0  # after `crewbot_started`: the first getUpdates and the watcher's first scan are done
@@ -39,6 +48,16 @@ _INSERT = (
     "INSERT INTO messages (chat_id, platform_message_id, sender_id, sender_name, content, timestamp, "
     "is_bot, is_trigger, reply_to, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def feature_settings(work_dir: Path) -> dict[str, str]:
+    """The features a turn meets, for the app in this process and for `crewbot run` alike. The warm pool
+    (SUBAGENT_WARM_POOL, built on another branch) goes here once merged, at its default: its idle containers are
+    the engine's memory, its bookkeeping the host's."""
+    servers = work_dir / "mcp.json"
+    entry = {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server"], "cwd": str(REPO)}
+    servers.write_text(json.dumps({"mcpServers": {"notes": {**entry, "tools": ["echo", "add"]}}}))
+    return {"STREAM_REPLIES": "true", "MCP_SERVERS": str(servers)}
 
 
 def status_mib(pid: int | str, field: str) -> float:
@@ -57,9 +76,11 @@ def current_rss_mib() -> float:
     return status_mib("self", "VmRSS")
 
 
-def _bot_env(tg: TelegramProcess, data_dir: Path) -> dict[str, str]:
-    """This process's environment minus any crewbot setting, plus the fake's address and the offline model."""
+def _bot_env(tg: TelegramProcess, data_dir: Path, features: dict[str, str]) -> dict[str, str]:
+    """This process's environment minus any crewbot setting, plus the fake's address, the offline model and the
+    features."""
     env = without_settings(os.environ)
+    env.update(features)
     env.update(
         TELEGRAM_BOT_TOKEN=tg.token,
         TELEGRAM_API_BASE_URL=tg.base_url,
@@ -111,7 +132,7 @@ async def _peak_of(command: list[str], env: dict[str, str], cwd: Path, ready: by
 async def _process_rows(ctx: BenchContext, tg: TelegramProcess) -> list[Row]:
     data_dir = ctx.work_dir / "data-process"
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = _bot_env(tg, data_dir)
+    env = _bot_env(tg, data_dir, feature_settings(ctx.work_dir))
     bot = await _peak_of([sys.executable, "-m", "crewbot", "run"], env, data_dir, b'"crewbot_started"')
     bare = await _peak_of([sys.executable, "-c", "import time; time.sleep(5)"], env, data_dir, None)
     return [
@@ -131,7 +152,10 @@ async def run(ctx: BenchContext) -> list[Row]:
     chat_ids = [ctx.chat_id(i) for i in range(chats)]
     async with TelegramProcess() as tg:
         process_rows = await _process_rows(ctx, tg)
-        settings = bench_settings(ctx.work_dir / "data", token=tg.token, base_url=tg.base_url, ALLOW_ALL_CHATS=True)
+        features = feature_settings(ctx.work_dir)
+        settings = bench_settings(
+            ctx.work_dir / "data", token=tg.token, base_url=tg.base_url, ALLOW_ALL_CHATS=True, **features
+        )
         async with bench_app(settings, with_subagents=True) as bench:
             stores = bench.app.stores
             gc.collect()
@@ -140,22 +164,32 @@ async def run(ctx: BenchContext) -> list[Row]:
             now = time.time() - 3600
             for chat_id in chat_ids:
                 await stores.chats.ensure(chat_id, "supergroup", f"bench memory {chat_id}")
-            history = [
-                insert_params(
-                    NewMessage(
-                        chat_id=chat_id,
-                        sender_name=f"User {k % 5}",
-                        content=f"history line {k} of chat {chat_id}: a sentence of ordinary length for a chat",
-                        sender_id=2000 + k % 5,
-                        timestamp=now + k,
+            # The benchmark's own rows are not the bot's memory: a batch of chats at a time, so what Python and
+            # SQLite's thread keep of the largest batch (freed, not returned) stays small (all 19,000 at once: ~3 MiB).
+            for first in range(0, chats, INSERT_BATCH_CHATS):
+                history = [
+                    insert_params(
+                        NewMessage(
+                            chat_id=chat_id,
+                            sender_name=f"User {k % 5}",
+                            content=f"history line {k} of chat {chat_id}: a sentence of ordinary length for a chat",
+                            sender_id=2000 + k % 5,
+                            timestamp=now + k,
+                        )
                     )
-                )
-                for chat_id in chat_ids
-                for k in range(HISTORY_PER_CHAT)
-            ]
-            async with stores.db.transaction() as conn:
-                await conn.executemany(_INSERT, history)
-            del history  # the benchmark's own 19,000 rows are not the bot's memory
+                    for chat_id in chat_ids[first : first + INSERT_BATCH_CHATS]
+                    for k in range(HISTORY_PER_CHAT)
+                ]
+                async with stores.db.transaction() as conn:
+                    await conn.executemany(_INSERT, history)
+                del history
+            for chat_id in chat_ids:
+                for k in range(CHAT_NOTES + MEMBER_NOTES):
+                    about = 2000 + k if k >= CHAT_NOTES else None
+                    text = f"note {k} of chat {chat_id}: the team decided to ship on Fridays, never on Mondays"
+                    note = NewNote(chat_id, text, caused_by_id=2000, caused_by_name="User 0", about_user_id=about)
+                    limit = settings.memory_max_notes if about is None else settings.memory_max_member_notes
+                    await stores.notes.add(note, limit)
 
             t0 = time.perf_counter()
             await tg.push([(chat_id, f"@{tg.bot_username} what did we decide?") for chat_id in chat_ids])
@@ -169,8 +203,13 @@ async def run(ctx: BenchContext) -> list[Row]:
             answered_seconds = time.perf_counter() - t0
             gc.collect()
             peak, after = peak_rss_mib(), current_rss_mib()
+            mcp = bench.app.mcp
+            offered = len((await mcp.tools_for(chat_ids[-1], Use.MAIN)).tools) if mcp is not None else 0
+            if offered != 2:  # the turns were measured without the MCP server's tools
+                raise RuntimeError(f"the MCP server offered {offered} tools, not its 2")
     ctx.note(
-        f"{chats} chats × {HISTORY_PER_CHAT + 1} messages, one turn each, all answered in {answered_seconds:.1f} s "
+        f"{chats} chats × {HISTORY_PER_CHAT + 1} messages and {CHAT_NOTES + MEMBER_NOTES} notes, one streamed turn "
+        f"each with an MCP server's tools offered, all answered in {answered_seconds:.1f} s "
         f"(the replies go through Telegram's 30/s overall limit); RSS at idle {idle_now:.1f} MiB, after {after:.1f} MiB"
     )
     return [

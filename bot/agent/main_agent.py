@@ -22,7 +22,6 @@ from core.allowances import Allowances, AllowanceSpent, spent_line
 from core.delivery import Delivery
 from core.logging import get_logger
 from core.mcp_servers import McpServers
-from core.price_table import skip_price_table
 from core.setting_senses import VisionMode
 from core.settings import LLMProvider, Settings
 from core.store.messages import MessageStore, StoredMessage
@@ -52,7 +51,6 @@ def build_main_model(settings: Settings) -> Model:
     """Called on the main agent's first turn, not at start."""
     # Each provider's SDK is imported only when it is the configured one: the anthropic SDK alone is
     # about 3,000 modules and 50 MiB of the process, which a bot on another provider never uses.
-    skip_price_table()
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     model_name = settings.llm_model or ""
     if settings.llm_provider is LLMProvider.OPENAI:

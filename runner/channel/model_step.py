@@ -28,7 +28,6 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 
 from container.protocol import ModelStep, TaskSpec
-from core.price_table import skip_price_table
 from runner.channel import bounded_json
 from runner.channel.bounded_json import BodyRefused, first_error
 from runner.channel.conversation_limits import ConversationLimits, ConversationRefused, check_conversation
@@ -181,7 +180,6 @@ async def open_model(spec: TaskSpec, socket_path: Path) -> AsyncIterator[Model]:
 
 
 def _build_model(spec: TaskSpec, http_client: httpx2.AsyncClient, timeout: httpx2.Timeout) -> Model:
-    skip_price_table()
     # Each SDK is imported only when used: a bot on one provider never loads the other.
     if spec.provider_kind == "anthropic":
         from anthropic import AsyncAnthropic
