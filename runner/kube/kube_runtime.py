@@ -9,25 +9,32 @@ exits or is removed, and a re-attached run (after a restart) gets a new one.
 Cancel is immediate: the Job is deleted first (so its controller makes no replacement pod), then the pod with
 grace 0. The official client is synchronous: every call runs in the runtime's own threads, and waiting is a
 watch of the job's pods in slices, so a thread never outlives `close()` by more than a slice.
+
+A warm pool member (LABEL_POOL) is a Job like a run's. Its bridge comes up as soon as its pod runs, but reaches
+nothing on the host: its agent's connections wait in the bridge until `claim()` points it at the run's channel
+folder (the member's own folder, renamed). A claim is then one host-side call, no exec to open. A member left
+idle for POOL_IDLE_LIMIT_SECONDS is retired (killed: its waiter sees it end and the pool makes a fresh one), so its
+Job's deadline never ends a run. After a restart a claimed member is re-attached by `claim()` again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from container.contract import CHANNEL_DIR, CHANNEL_SOCKET_FILE, EGRESS_SOCKET_FILE, ID_PATTERN
+from container.contract import CHANNEL_DIR, ID_PATTERN
 from core.logging import get_logger
-from runner.kube.job_spec import JobOptions, job_body, kube_labels, run_labels
+from runner.kube.job_bridges import BridgeFactory, JobBridges
+from runner.kube.job_spec import POOL_IDLE_LIMIT_SECONDS, JobOptions, job_body, kube_labels, run_labels
 from runner.kube.kube_calls import JobView, PodView
 from runner.kube.pod_usage import pod_sample
 from runner.runtimes.resource_use import ResourceSample
 from runner.runtimes.runtime import (
+    LABEL_POOL,
     LABEL_RUN_ID,
     ContainerGone,
     ContainerInfo,
@@ -61,7 +68,6 @@ FATAL_WAITING_REASONS = frozenset(
 RUN_ID_SHAPE = re.compile(ID_PATTERN)
 BRIDGE_RETRY_SECONDS = 1.0  # the pod's state is asked again this soon when the API server did not answer
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
-BRIDGE_SOCKETS = {"run": CHANNEL_SOCKET_FILE, "egress": EGRESS_SOCKET_FILE}
 
 
 class KubeApi(Protocol):
@@ -81,17 +87,6 @@ class KubeApi(Protocol):
     def pod_log(self, name: str) -> bytes: ...
     def watch_job_pods(self, job_name: str, timeout_seconds: int, since: str) -> Iterator[PodView]: ...
     def close(self) -> None: ...
-
-
-class Bridge(Protocol):
-    async def run(self) -> None: ...
-    async def close(self) -> None: ...
-
-
-# (job name, pod name, host sockets by bridge target (None: that target is refused), whether its container still
-# runs) → the run's bridge.
-StillRunning = Callable[[], Awaitable[bool]]
-BridgeFactory = Callable[[str, str, dict[str, Path | None], StillRunning], Bridge]
 
 
 def _selector(labels: dict[str, str]) -> str:
@@ -124,14 +119,15 @@ class KubeRuntime:
         self._api = api
         self._server = server
         self._options = options  # read at each start: SUBAGENT_TIMEOUT_SECONDS and the quota are live
-        self._bridges = bridges
+        self._bridges = JobBridges(bridges, until_running=self._until_running, pod=self._pod)
         self._channel_dir = channel_dir
         self._wait_slice_seconds = wait_slice_seconds
         self._executor = ThreadPoolExecutor(max_workers=2 * max_concurrency + 8, thread_name_prefix="kube-runtime")
-        self._bridge_tasks: dict[str, asyncio.Task[None]] = {}
         self._killed: set[str] = set()
         self._notes: dict[str, str] = {}  # why a pod could not start, for its logs
         self._identities: dict[str, tuple[str, str]] = {}  # a running pod's uid and container id, by job
+        self._retirements: dict[str, asyncio.Task[None]] = {}  # an idle pool member's end, cancelled by its claim
+        self._image_ids: dict[str, str] = {}  # the image the nodes ran last for each image name
         self._closed = False
 
     @property
@@ -182,43 +178,47 @@ class KubeRuntime:
             raise ContainerStartError(f"the cluster refused Job {spec.name!r}: {exc}") from exc
         if not created:
             raise ContainerStartError(f"a Job named {spec.name!r} exists already in namespace {self.namespace}")
+        if LABEL_POOL in spec.labels:  # its folder is nothing to the pod until a run claims it
+            self._bridges.ensure(spec.name, None)
+            self._retirements[spec.name] = asyncio.create_task(self._retire_idle(spec.name), name=f"retire-{spec.name}")
+            return spec.name
         channel = next((mount.source for mount in spec.mounts if mount.target == CHANNEL_DIR), None)
         if channel is not None:
-            self._ensure_bridge(spec.name, channel)
+            self._bridges.ensure(spec.name, channel)
         return spec.name
 
-    def _ensure_bridge(self, job: str, channel_dir: Path) -> None:
-        task = self._bridge_tasks.get(job)
-        if task is None or task.done():
-            self._bridge_tasks[job] = asyncio.create_task(self._bridge(job, channel_dir), name=f"bridge-{job}")
+    async def claim(self, container_id: str, channel_dir: Path) -> None:
+        """The pool member's bridge carries its streams to `channel_dir`'s sockets from now on (those its agent
+        opened while idle too). Raises ContainerGone for a member this runtime killed (retired while idle)."""
+        if container_id in self._killed:
+            raise ContainerGone(f"pool member {container_id} was retired")
+        retirement = self._retirements.pop(container_id, None)
+        if retirement is not None:
+            retirement.cancel()
+        await self._bridges.claim(container_id, channel_dir)
 
-    async def _bridge(self, job: str, channel_dir: Path) -> None:
-        """Once the pod runs, the bridge carries its connections until the run ends (this task is cancelled)."""
-        pod = await self._until_running(job)
-        if pod is None:
-            return
-        sockets: dict[str, Path | None] = {}
-        for target, file_name in BRIDGE_SOCKETS.items():
-            path = channel_dir / file_name
-            sockets[target] = path if await asyncio.to_thread(path.exists) else None
-
-        async def still_running() -> bool:
-            now = await self._pod(job)
-            return now is not None and now.name == pod.name and now.exit_code is None and not now.deleting
-
-        bridge = self._bridges(job, pod.name, sockets, still_running)
+    async def _retire_idle(self, job: str) -> None:
+        await asyncio.sleep(POOL_IDLE_LIMIT_SECONDS)
+        self._retirements.pop(job, None)
+        log.info("kube_pool_member_retired", job=job, idle_seconds=POOL_IDLE_LIMIT_SECONDS)
         try:
-            await bridge.run()
-        except Exception as exc:  # not expected (the bridge ends quietly), but never an unretrieved task error
-            log.error("kube_bridge_failed", job=job, error=str(exc))
-        finally:
-            await asyncio.shield(bridge.close())
+            await self.kill(job)
+        except Exception as exc:  # the API server away: its Job's own deadline ends it instead
+            log.warning("kube_pool_member_not_retired", job=job, error=str(exc))
+
+    async def image_id(self, image: str) -> str | None:
+        """The image a pod of `image` runs, as the node reported it for the last such pod seen running (a rebuilt
+        image loaded under the same tag changes it); the name itself until one has run. The nodes' images are
+        not the bot's to list (a namespaced Role)."""
+        return self._image_ids.get(image, image)
 
     async def _until_running(self, job: str) -> PodView | None:
         while True:
             try:
                 pod, version = await self._pod_at(job)
                 if pod is not None and pod.phase == "Running" and pod.exit_code is None:
+                    if pod.image_id is not None and pod.image is not None:
+                        self._image_ids[pod.image] = pod.image_id
                     return pod
                 if pod is not None and (pod.exit_code is not None or pod.phase in ("Succeeded", "Failed")):
                     return None
@@ -233,13 +233,13 @@ class KubeRuntime:
             return
 
     async def _reattach_bridge(self, job: str) -> None:
-        if job in self._bridge_tasks or job in self._killed:
+        if job in self._bridges or job in self._killed:
             return
         view = await self._run(self._api.read_job, job)
         run_id = run_labels(view.annotations, view.labels).get(LABEL_RUN_ID) if view is not None else None
         # The run id names a host folder: only one the Job's own name agrees with (never a path from the cluster).
         if run_id and RUN_ID_SHAPE.fullmatch(run_id) and container_name(run_id) == job:
-            self._ensure_bridge(job, self._channel_dir(run_id))
+            self._bridges.ensure(job, self._channel_dir(run_id))
 
     async def wait(self, container_id: str, timeout_seconds: float | None = None) -> int | None:
         loop = asyncio.get_running_loop()
@@ -248,7 +248,7 @@ class KubeRuntime:
         while True:
             code, version, no_pod = await self._exit_code(container_id)
             if code is not None:
-                await self._stop_bridge(container_id)
+                await self._bridges.stop(container_id)
                 return code
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
@@ -289,7 +289,7 @@ class KubeRuntime:
 
     async def kill(self, container_id: str) -> None:
         self._killed.add(container_id)
-        await self._stop_bridge(container_id)
+        await self._bridges.stop(container_id)
         pods, _ = await self._run(self._api.job_pods, container_id)
         await self._run(self._api.delete_job, container_id)  # first: its controller makes no replacement pod
         for pod in pods:
@@ -302,11 +302,17 @@ class KubeRuntime:
         return output + note
 
     async def remove(self, container_id: str) -> None:
-        await self._stop_bridge(container_id)
+        await self._bridges.forget(container_id)
         await self._run(self._api.delete_job, container_id)
-        self._notes.pop(container_id, None)
-        self._identities.pop(container_id, None)
-        self._killed.discard(container_id)
+        self._forget(container_id)
+
+    def _forget(self, job: str) -> None:
+        self._notes.pop(job, None)
+        self._identities.pop(job, None)
+        self._killed.discard(job)
+        retirement = self._retirements.pop(job, None)
+        if retirement is not None:
+            retirement.cancel()
 
     async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:
         infos: list[ContainerInfo] = []
@@ -336,16 +342,10 @@ class KubeRuntime:
         the kubelet's reason (ErrImageNeverPull, ImagePullBackOff) instead."""
         return True
 
-    async def _stop_bridge(self, job: str) -> None:
-        task = self._bridge_tasks.pop(job, None)
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
     async def close(self) -> None:
-        for job in list(self._bridge_tasks):
-            await self._stop_bridge(job)
+        for retirement in self._retirements.values():
+            retirement.cancel()
+        await self._bridges.close()
         self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self._api.close)

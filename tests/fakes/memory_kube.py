@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -169,6 +169,11 @@ class NoBridge:
     async def close(self) -> None:
         pass
 
+    def claim(self, sockets: Mapping[str, Path | None]) -> None:
+        pass
 
-def no_bridge(job: str, pod_name: str, sockets: dict[str, Path | None], still_running: object) -> NoBridge:
+
+def no_bridge(
+    job: str, pod_name: str, sockets: dict[str, Path | None], still_running: object, awaiting_claim: bool
+) -> NoBridge:
     return NoBridge()
