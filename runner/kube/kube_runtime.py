@@ -337,10 +337,6 @@ class KubeRuntime:
             identity = self._identities[container_id] = (pod.uid, pod.container_id)
         return await self._run(pod_sample, *identity)
 
-    async def claim(self, container_id: str, channel_dir: Path) -> None:
-        """Pooled pods come with the Kubernetes warm pool (branch poolkube): until then no pod is pooled."""
-        raise NotImplementedError("the warm pool is not yet on Kubernetes")
-
     async def image_exists(self, image: str) -> bool:
         """The nodes' images are not the bot's to list (a namespaced Role): a missing one fails its run with
         the kubelet's reason (ErrImageNeverPull, ImagePullBackOff) instead."""
