@@ -1,6 +1,7 @@
 """Each Job's bridge (runner/kube/pod_bridge.py): made once its pod runs, towards the run's host sockets, and
-ended with the run. A warm pool member's bridge is made the same way before any run is its own: it reaches
-nothing on the host until `claim()` gives it the run's channel folder (the member's, renamed by the host)."""
+ended with the run. A warm pool member's bridge is made the same way before any run is its own, towards the
+member's folder (the pool listens on its run socket, the idle agent's task request waits there); `claim()`
+points it at the run's folder, which is the member's renamed, and so at the run's door too."""
 
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ BRIDGE_SOCKETS = {BRIDGE_TARGET_RUN: CHANNEL_SOCKET_FILE, BRIDGE_TARGET_EGRESS: 
 class Bridge(Protocol):
     async def run(self) -> None: ...
     async def close(self) -> None: ...
-    def claim(self, sockets: Mapping[str, Path | None]) -> None: ...
+    def repoint(self, sockets: Mapping[str, Path | None]) -> None: ...
 
 
 # (job name, pod name, host sockets by bridge target (None: that target is refused), whether its container still
-# runs, whether it awaits a claim (a pool member: its streams wait for `Bridge.claim`)) → the run's bridge.
+# runs, whether it is a pool member's (its run's door, if any, comes at the claim)) → the run's bridge.
 StillRunning = Callable[[], Awaitable[bool]]
 BridgeFactory = Callable[[str, str, dict[str, Path | None], StillRunning, bool], Bridge]
 PodOf = Callable[[str], Awaitable[PodView | None]]
@@ -51,43 +52,41 @@ class JobBridges:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, Bridge] = {}  # each job's bridge while it runs
         self._claims: dict[str, dict[str, Path | None]] = {}  # a claimed pool member's host sockets
+        self._pooled: set[str] = set()
 
     def __contains__(self, job: str) -> bool:
         return job in self._tasks
 
-    def ensure(self, job: str, channel_dir: Path | None) -> None:
-        """`channel_dir` None: a pool member's, whose sockets come with its claim."""
+    def ensure(self, job: str, channel_dir: Path, *, pooled: bool = False) -> None:
+        if pooled:
+            self._pooled.add(job)
         task = self._tasks.get(job)
         if task is None or task.done():
             self._tasks[job] = asyncio.create_task(self._bridge(job, channel_dir), name=f"bridge-{job}")
 
     async def claim(self, job: str, channel_dir: Path) -> None:
-        """Its streams go to `channel_dir`'s sockets from now on (those its agent opened while idle too)."""
+        """Its streams go to `channel_dir`'s sockets from now on (those its agent opened while idle went with the
+        renamed folder)."""
         sockets = self._claims[job] = await sockets_in(channel_dir)
         bridge = self._live.get(job)
         if bridge is not None:
-            bridge.claim(sockets)
+            bridge.repoint(sockets)
         else:  # its pod does not run yet (its bridge will read the claim), or re-attached after a restart
-            self.ensure(job, None)
+            self.ensure(job, channel_dir, pooled=True)
 
-    async def _bridge(self, job: str, channel_dir: Path | None) -> None:
+    async def _bridge(self, job: str, channel_dir: Path) -> None:
         """Once the pod runs, the bridge carries its connections until the run ends (this task is cancelled)."""
         pod = await self._until_running(job)
         if pod is None:
             return
-        awaiting_claim = False
-        if channel_dir is not None:
-            sockets = await sockets_in(channel_dir)
-        elif job in self._claims:
-            sockets = self._claims[job]
-        else:
-            sockets, awaiting_claim = dict.fromkeys(BRIDGE_SOCKETS), True
+        sockets = await sockets_in(channel_dir)
+        sockets = self._claims.get(job, sockets)  # read after the await: a claim that came meanwhile wins
 
         async def still_running() -> bool:
             now = await self._pod(job)
             return now is not None and now.name == pod.name and now.exit_code is None and not now.deleting
 
-        bridge = self._live[job] = self._factory(job, pod.name, sockets, still_running, awaiting_claim)
+        bridge = self._live[job] = self._factory(job, pod.name, sockets, still_running, job in self._pooled)
         try:
             await bridge.run()
         except Exception as exc:  # not expected (the bridge ends quietly), but never an unretrieved task error
@@ -107,6 +106,7 @@ class JobBridges:
     async def forget(self, job: str) -> None:
         await self.stop(job)
         self._claims.pop(job, None)
+        self._pooled.discard(job)
 
     async def close(self) -> None:
         for job in list(self._tasks):

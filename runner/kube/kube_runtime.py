@@ -10,9 +10,9 @@ Cancel is immediate: the Job is deleted first (so its controller makes no replac
 grace 0. The official client is synchronous: every call runs in the runtime's own threads, and waiting is a
 watch of the job's pods in slices, so a thread never outlives `close()` by more than a slice.
 
-A warm pool member (LABEL_POOL) is a Job like a run's. Its bridge comes up as soon as its pod runs, but reaches
-nothing on the host: its agent's connections wait in the bridge until `claim()` points it at the run's channel
-folder (the member's own folder, renamed). A claim is then one host-side call, no exec to open. A member left
+A warm pool member (LABEL_POOL) is a Job like a run's. Its bridge comes up as soon as its pod runs, towards the
+member's folder, where the pool listens and the idle agent's task request waits; `claim()` points it at the run's
+channel folder (the member's, renamed). A claim is then one host-side call, no exec to open. A member left
 idle for POOL_IDLE_LIMIT_SECONDS is retired (killed: its waiter sees it end and the pool makes a fresh one), so its
 Job's deadline never ends a run. After a restart a claimed member is re-attached by `claim()` again.
 """
@@ -178,18 +178,17 @@ class KubeRuntime:
             raise ContainerStartError(f"the cluster refused Job {spec.name!r}: {exc}") from exc
         if not created:
             raise ContainerStartError(f"a Job named {spec.name!r} exists already in namespace {self.namespace}")
-        if LABEL_POOL in spec.labels:  # its folder is nothing to the pod until a run claims it
-            self._bridges.ensure(spec.name, None)
+        pooled = LABEL_POOL in spec.labels
+        if pooled:
             self._retirements[spec.name] = asyncio.create_task(self._retire_idle(spec.name), name=f"retire-{spec.name}")
-            return spec.name
         channel = next((mount.source for mount in spec.mounts if mount.target == CHANNEL_DIR), None)
         if channel is not None:
-            self._bridges.ensure(spec.name, channel)
+            self._bridges.ensure(spec.name, channel, pooled=pooled)
         return spec.name
 
     async def claim(self, container_id: str, channel_dir: Path) -> None:
-        """The pool member's bridge carries its streams to `channel_dir`'s sockets from now on (those its agent
-        opened while idle too). Raises ContainerGone for a member this runtime killed (retired while idle)."""
+        """The pool member's bridge carries its streams to `channel_dir`'s sockets from now on; after a restart,
+        its bridge is made again towards them. Raises ContainerGone for a member this runtime retired."""
         if container_id in self._killed:
             raise ContainerGone(f"pool member {container_id} was retired")
         retirement = self._retirements.pop(container_id, None)

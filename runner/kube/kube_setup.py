@@ -39,19 +39,19 @@ def bridge_factory(target: KubeTarget, settings: Settings) -> BridgeFactory:
     configuration = target.api.configuration
 
     def bridge(
-        job: str, pod: str, sockets: dict[str, Path | None], still_running: StillRunning, awaiting_claim: bool
+        job: str, pod: str, sockets: dict[str, Path | None], still_running: StillRunning, pooled: bool
     ) -> PodBridge:
         # A pool member's runs will have the door when egress is on (a member made before a change of
         # SUBAGENT_EGRESS is drained, never claimed); its run's host socket is asked at the claim.
         door = sockets.get(BRIDGE_TARGET_EGRESS) is not None or (
-            awaiting_claim and settings.subagent_egress is not EgressMode.NONE
+            pooled and settings.subagent_egress is not EgressMode.NONE
         )
         command = [*BRIDGE_PYTHON, *(["--egress"] if door else [])]
 
         async def opener() -> ExecStream:
             return await open_exec(configuration, target.namespace, pod, command, container=CONTAINER_NAME)
 
-        return PodBridge(job, opener, sockets, still_running=still_running, awaiting_claim=awaiting_claim)
+        return PodBridge(job, opener, sockets, still_running=still_running)
 
     return bridge
 

@@ -8,9 +8,10 @@ same handlers serve both backends. Everything that comes from the pod is hostile
 bridge for good (logged); a stream that merely ends is opened again after a pause, a bounded number of times a
 minute, for as long as the run lives. Nothing the pod sends raises into the caller.
 
-A warm pool member's bridge (`awaiting_claim`) is up before any run is: the exec is open and the pod's agent has
-connected, but each stream it opens waits, without a time limit, until `claim()` names the run's sockets (the
-host renamed the member's folder to the run's). Before that nothing on the host is reachable from the pod.
+A warm pool member's bridge is up before any run is: the exec is open, and the idle agent's task request waits
+on the member's run socket, which the pool listens on without answering. A claim renames the member's folder to
+the run's (that waiting connection goes with it) and `repoint()` sends every later stream to the run's sockets:
+each stream's host socket is looked up when it opens.
 """
 
 from __future__ import annotations
@@ -71,8 +72,7 @@ class BridgeState(Enum):
 
 class PodBridge:
     """`run()` keeps the bridge up until `close()`; `sockets` maps each target to its host socket (None: this run
-    has no such target, and a stream the pod opens to it is reset). With `awaiting_claim` the streams wait for
-    `claim()` to give the sockets instead."""
+    has no such target, and a stream the pod opens to it is reset)."""
 
     def __init__(
         self,
@@ -81,7 +81,6 @@ class PodBridge:
         sockets: Mapping[str, Path | None],
         *,
         still_running: Callable[[], Awaitable[bool]] | None = None,
-        awaiting_claim: bool = False,
         retry_delays_seconds: tuple[float, ...] = RETRY_DELAYS_SECONDS,
         max_opens_per_minute: int = MAX_OPENS_PER_MINUTE,
         max_streams: int = MAX_STREAMS,
@@ -94,9 +93,6 @@ class PodBridge:
         # (an exec into it only fails), and the bridge ends quietly instead.
         self._still_running = still_running
         self._sockets = dict(sockets)
-        self._claimed = asyncio.Event()
-        if not awaiting_claim:
-            self._claimed.set()
         self._delays = retry_delays_seconds
         self._max_opens = max_opens_per_minute
         self._max_streams = max_streams
@@ -124,16 +120,10 @@ class PodBridge:
         """Streams the current session carries now."""
         return 0 if self._mux is None else self._mux.streams
 
-    @property
-    def awaiting_claim(self) -> bool:
-        return not self._claimed.is_set()
-
-    def claim(self, sockets: Mapping[str, Path | None]) -> None:
-        """The pod is a run's now: its streams (those waiting, and every later one) go to these sockets."""
+    def repoint(self, sockets: Mapping[str, Path | None]) -> None:
+        """Streams opened from now on go to these sockets (a pool member claimed by a run: its folder renamed)."""
         _check_targets(sockets)
         self._sockets = dict(sockets)
-        self._claimed.set()
-        self._set_state(self._state)  # wait_for's waiters look again
 
     async def wait_for(self, predicate: Callable[[PodBridge], bool]) -> None:
         """Wait until `predicate(self)` holds; it is checked at every change of state or session."""
@@ -245,7 +235,6 @@ class PodBridge:
         return True
 
     async def _connect(self, target: str) -> LocalConnection | None:
-        await self._claimed.wait()  # a pool member's agent waits here, idle, for its run
         path = self._sockets.get(target)
         if path is None:
             return None

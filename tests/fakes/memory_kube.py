@@ -169,11 +169,11 @@ class NoBridge:
     async def close(self) -> None:
         pass
 
-    def claim(self, sockets: Mapping[str, Path | None]) -> None:
+    def repoint(self, sockets: Mapping[str, Path | None]) -> None:
         pass
 
 
 def no_bridge(
-    job: str, pod_name: str, sockets: dict[str, Path | None], still_running: object, awaiting_claim: bool
+    job: str, pod_name: str, sockets: dict[str, Path | None], still_running: object, pooled: bool
 ) -> NoBridge:
     return NoBridge()

@@ -1,13 +1,14 @@
 """Warm pool members on a real cluster, at the runtime's level: a member is a run's Job in all but its name and
-labels, its bridge is up while it idles (the pod's agent has connected and waits), a claim points that bridge
-at the run's channel folder (the member's, renamed), and a member deleted or never started says so. The whole
-pool with the bot is in test_kube_pool_runs.py."""
+labels, its bridge is up while it idles (the pod's agent has asked for its task on the member's socket, where
+the pool listens), a claim points that bridge at the run's channel folder (the member's, renamed), and a member
+deleted or never started says so. The whole pool with the bot is in test_kube_pool_runs.py."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import secrets
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -32,20 +33,24 @@ AGENT_IMAGE = "crewbot-agent:latest"  # loaded into the kit's node by `make test
 PYTHON = "/opt/venv/bin/python"
 RUN_SECONDS = 120.0  # a guard only: a pod starts in about a second here
 # The pod's side of an idle member, in small: it connects to its channel as the agent does (the bridge's socket
-# appears once the host's exec is up), asks, and prints the answer once a run has claimed it.
+# appears once the host's exec is up), asks for its task and prints the answer once a run has claimed it, then
+# asks again on a new connection (as the agent's model requests do).
 ASKING_AGENT = """
 import os, socket, time
-path = os.path.join(os.environ.get("CREWBOT_CHANNEL_DIR", "/crewbot/channel"), "run.sock")
+path = "/crewbot/channel/run.sock"
 while not os.path.exists(path):
     time.sleep(0.05)
-s = socket.socket(socket.AF_UNIX)
-s.connect(path)
-print("connected", flush=True)
-s.sendall(b"GET /task HTTP/1.0\\r\\nHost: run\\r\\n\\r\\n")
-data = b""
-while chunk := s.recv(65536):
-    data += chunk
-print("answer:", data.decode().splitlines()[-1], flush=True)
+def ask(what):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(b"GET /" + what + b" HTTP/1.0\\r\\nHost: run\\r\\n\\r\\n")
+    print("asked", what.decode(), flush=True)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    print("answer:", data.decode().splitlines()[-1], flush=True)
+ask(b"task")
+ask(b"step")
 """
 
 
@@ -128,39 +133,42 @@ def test_a_members_job_is_a_runs_job_but_for_its_name_labels_and_idle_deadline(t
 
 
 @pytest.mark.kubernetes
-async def test_a_members_bridge_is_up_while_it_idles_and_its_claim_reaches_the_runs_socket(
+async def test_a_members_bridge_is_up_while_it_idles_and_its_claim_points_it_at_the_runs_folder(
     runtime: KubeRuntime, tmp_path: Path
 ) -> None:
     channels = tmp_path / "channels"
-    member_dir = channels / ".pool.member"
+    member_dir, run_dir = channels / ".pool.member", channels / "run-abcdef"
     member_dir.mkdir(parents=True)
-    spec = member_spec(pool_settings(tmp_path, runtime.namespace), member_dir)
-    job = await runtime.start(spec)
-    async with asyncio.timeout(RUN_SECONDS):
-        await until_async(lambda: has_logged(runtime, job, b"connected"))  # the bridge's socket: up before the claim
-    run_dir = channels / "run-abcdef"
-    os.rename(member_dir, run_dir)  # as the pool does at a claim
+    claimed = asyncio.Event()
     asked: list[str] = []
 
-    async def task(request: web.Request) -> web.Response:
+    async def answer(request: web.Request) -> web.Response:
         asked.append(request.path)
-        return web.Response(text="the task of run-abcdef")
+        await claimed.wait()  # as the pool: the member's socket answers nothing until a run has claimed it
+        return web.Response(text=f"{request.path} of run-abcdef")
 
     app = web.Application()
-    app.router.add_get("/task", task)
+    app.router.add_get("/{what}", answer)
     host = web.AppRunner(app)
     await host.setup()
-    await web.UnixSite(host, os.fspath(run_dir / CHANNEL_SOCKET_FILE)).start()
+    await web.UnixSite(host, os.fspath(member_dir / CHANNEL_SOCKET_FILE)).start()  # before the member starts
     try:
+        job = await runtime.start(member_spec(pool_settings(tmp_path, runtime.namespace), member_dir))
+        async with asyncio.timeout(RUN_SECONDS):
+            await until_async(lambda: asyncio.sleep(0, asked == ["/task"]))  # up and asking before any claim
+        os.rename(member_dir, run_dir)  # as the pool does at a claim
         await runtime.claim(job, run_dir)
+        claimed.set()
         async with asyncio.timeout(RUN_SECONDS):
             assert await runtime.wait(job) == 0
-        assert b"answer: the task of run-abcdef" in await runtime.logs(job)
-        assert asked == ["/task"]  # the connection it made while idle, carried once claimed
+        logs = await runtime.logs(job)
+        assert b"answer: /task of run-abcdef" in logs  # the request made while idle, answered once claimed
+        assert b"answer: /step of run-abcdef" in logs  # a new connection, to the renamed folder's socket
+        assert asked == ["/task", "/step"]
         assert await runtime.image_id(AGENT_IMAGE) not in (None, AGENT_IMAGE)  # as the node reported it
+        await runtime.remove(job)
     finally:
         await host.cleanup()
-    await runtime.remove(job)
 
 
 @pytest.mark.kubernetes
@@ -169,15 +177,19 @@ async def test_a_member_deleted_while_idle_is_gone_and_cannot_be_claimed_from_th
 ) -> None:
     member_dir = tmp_path / "channels" / ".pool.member"
     member_dir.mkdir(parents=True)
+    listening = socket.socket(socket.AF_UNIX)  # as the pool's: the idle agent's request waits in its backlog
+    listening.bind(os.fspath(member_dir / CHANNEL_SOCKET_FILE))
+    listening.listen()
     job = await runtime.start(member_spec(pool_settings(tmp_path, runtime.namespace), member_dir))
     async with asyncio.timeout(RUN_SECONDS):
-        await until_async(lambda: has_logged(runtime, job, b"connected"))
+        await until_async(lambda: has_logged(runtime, job, b"asked task"))
         batch = client.BatchV1Api(kube_target.api)
         await asyncio.to_thread(
             batch.delete_namespaced_job, job, kube_target.namespace, propagation_policy="Background"
         )
         with pytest.raises(ContainerGone):
             await runtime.wait(job)  # the pool's waiter learns it is dead
+    listening.close()
 
 
 @pytest.mark.kubernetes

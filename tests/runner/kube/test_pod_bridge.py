@@ -24,7 +24,6 @@ from container.protocol import CHANNEL_SOCKET_FILE
 from runner.channel.capped_site import CappedUnixSite
 from runner.kube.pod_bridge import BridgeState, ByteStream, PodBridge
 from tests.container.bridge_helpers import BridgeProcess, echo, read_all, unix_server
-from tests.runner.kube.polling import until_async
 
 WAIT_SECONDS = 60.0
 BIG_BYTES = 20 * 1024 * 1024
@@ -73,10 +72,8 @@ class Rig:
         self.processes.append(process)
         return process
 
-    def start(self, sockets: dict[str, Path | None], *, awaiting_claim: bool = False) -> PodBridge:
-        self.bridge = PodBridge(
-            "run-1", self.open_process, sockets, retry_delays_seconds=FAST_RETRY_SECONDS, awaiting_claim=awaiting_claim
-        )
+    def start(self, sockets: dict[str, Path | None]) -> PodBridge:
+        self.bridge = PodBridge("run-1", self.open_process, sockets, retry_delays_seconds=FAST_RETRY_SECONDS)
         self.task = asyncio.create_task(self.bridge.run())
         return self.bridge
 
@@ -194,26 +191,45 @@ async def test_a_target_the_run_does_not_have_is_refused(rig: Rig) -> None:
         assert response.status == 200  # the run socket is still served
 
 
-async def test_a_pool_members_streams_wait_for_its_claim_then_reach_the_runs_sockets(rig: Rig) -> None:
-    bridge = rig.start({BRIDGE_TARGET_RUN: None, BRIDGE_TARGET_EGRESS: None}, awaiting_claim=True)
-    await rig.listening(1)  # the exec is up while the member idles: a claim opens nothing
-    async with rig.client() as client:
-        asked = asyncio.create_task(client.get("http://run/hello"))  # the idle agent asking for its task
-        await until_async(lambda: asyncio.sleep(0, bridge.streams == 1), WAIT_SECONDS)
-        assert not asked.done() and bridge.awaiting_claim  # held in the bridge: nothing on the host reached
-        bridge.claim({BRIDGE_TARGET_RUN: rig.host_dir / CHANNEL_SOCKET_FILE, BRIDGE_TARGET_EGRESS: None})
+async def test_a_claimed_members_streams_go_to_the_renamed_folders_sockets(rig: Rig, tmp_path: Path) -> None:
+    """A pool member's bridge points at the member's folder, where the pool listens; a claim renames the folder to
+    the run's and repoints the bridge: the idle agent's waiting request is answered, and a new connection reaches
+    the renamed folder's socket."""
+    member_dir, run_dir = tmp_path / ".pool.member", tmp_path / "run-abcdef"
+    member_dir.mkdir()
+    accepted, claimed = asyncio.Event(), asyncio.Event()
+
+    async def channel_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        accepted.set()
+        await claimed.wait()  # the pool answers nothing until a run has the member
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\ntask")
+        await writer.drain()
+        writer.close()
+
+    async with unix_server(member_dir / CHANNEL_SOCKET_FILE, channel_server):
+        bridge = rig.start({BRIDGE_TARGET_RUN: member_dir / CHANNEL_SOCKET_FILE, BRIDGE_TARGET_EGRESS: None})
+        await rig.listening(1)
+        reader, writer = await rig.connect()  # the idle agent's task request
+        writer.write(b"GET /run/task HTTP/1.1\r\nHost: run\r\n\r\n")
         async with asyncio.timeout(WAIT_SECONDS):
-            response = await asked
-        assert response.status == 200 and await response.text() == "hello"
-        response.release()
-        async with client.get("http://run/hello") as again:
-            assert await again.text() == "hello"  # and every later stream, on the same session
-    assert bridge.sessions == 1
-    reader, writer = await rig.connect(EGRESS_SOCKET_FILE)
-    writer.write(b"GET http://example.org/ HTTP/1.1\r\n\r\n")
-    async with asyncio.timeout(WAIT_SECONDS):
-        assert await read_all(reader) == b""  # its run has no door: refused once claimed
-    writer.close()
+            await accepted.wait()
+        os.rename(member_dir, run_dir)  # the claim
+        claimed.set()
+        async with asyncio.timeout(WAIT_SECONDS):
+            assert (await read_all(reader)).endswith(b"task")  # it went with the renamed folder
+        writer.close()
+        reader, writer = await rig.connect()
+        writer.write(b"GET /run/task HTTP/1.1\r\nHost: run\r\n\r\n")
+        async with asyncio.timeout(WAIT_SECONDS):
+            assert await read_all(reader) == b""  # not repointed yet: the member's folder is gone, refused
+        bridge.repoint({BRIDGE_TARGET_RUN: run_dir / CHANNEL_SOCKET_FILE, BRIDGE_TARGET_EGRESS: None})
+        reader, writer = await rig.connect()
+        writer.write(b"GET /run/task HTTP/1.1\r\nHost: run\r\n\r\n")
+        async with asyncio.timeout(WAIT_SECONDS):
+            assert (await read_all(reader)).endswith(b"task")
+        assert bridge.sessions == 1  # the claim opened no exec
+        os.rename(run_dir, member_dir)  # for the server's own clean-up
 
 
 async def test_close_ends_the_bridge_and_every_connection(bridged: Rig) -> None:
