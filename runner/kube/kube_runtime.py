@@ -115,6 +115,7 @@ class KubeRuntime:
         channel_dir: Callable[[str], Path],
         wait_slice_seconds: int = WAIT_SLICE_SECONDS,
         server: str = "the cluster",
+        pool_idle_seconds: float = POOL_IDLE_LIMIT_SECONDS,  # at most that: the Job's deadline allows for it
     ) -> None:
         self._api = api
         self._server = server
@@ -122,6 +123,7 @@ class KubeRuntime:
         self._bridges = JobBridges(bridges, until_running=self._until_running, pod=self._pod)
         self._channel_dir = channel_dir
         self._wait_slice_seconds = wait_slice_seconds
+        self._pool_idle_seconds = min(pool_idle_seconds, POOL_IDLE_LIMIT_SECONDS)
         self._executor = ThreadPoolExecutor(max_workers=2 * max_concurrency + 8, thread_name_prefix="kube-runtime")
         self._killed: set[str] = set()
         self._notes: dict[str, str] = {}  # why a pod could not start, for its logs
@@ -197,9 +199,9 @@ class KubeRuntime:
         await self._bridges.claim(container_id, channel_dir)
 
     async def _retire_idle(self, job: str) -> None:
-        await asyncio.sleep(POOL_IDLE_LIMIT_SECONDS)
+        await asyncio.sleep(self._pool_idle_seconds)
         self._retirements.pop(job, None)
-        log.info("kube_pool_member_retired", job=job, idle_seconds=POOL_IDLE_LIMIT_SECONDS)
+        log.info("kube_pool_member_retired", job=job, idle_seconds=self._pool_idle_seconds)
         try:
             await self.kill(job)
         except Exception as exc:  # the API server away: its Job's own deadline ends it instead

@@ -19,6 +19,7 @@ from container.contract import CHANNEL_DIR
 from runner.kube.job_spec import LABELS_ANNOTATION, kube_labels, run_labels
 from runner.kube.kube_calls import JobView, PodView
 from runner.runtimes.runtime import (
+    LABEL_POOL,
     LABEL_RUN_ID,
     ContainerGone,
     ContainerSpec,
@@ -26,6 +27,7 @@ from runner.runtimes.runtime import (
     Mount,
     RuntimeUnavailable,
 )
+from runner.storage.paths import POOL_PREFIX
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 
 T = TypeVar("T")
@@ -63,12 +65,14 @@ class MemoryKube:
         metadata = body["metadata"]
         labels = run_labels(metadata["annotations"], metadata["labels"])
         container = body["spec"]["template"]["spec"]["containers"][0]
+        # A pool member's folder is beside the runs' (DataPaths.pool_channel_dir), so the same mapping finds it.
+        folder = labels[LABEL_RUN_ID] if LABEL_RUN_ID in labels else f"{POOL_PREFIX}{labels[LABEL_POOL]}"
         spec = ContainerSpec(
             name=metadata["name"],
             image=container["image"],
             command=container.get("args", []),
             labels=labels,
-            mounts=[Mount(Path(self._channel_dir(labels[LABEL_RUN_ID])), CHANNEL_DIR, read_only=True)],
+            mounts=[Mount(Path(self._channel_dir(folder)), CHANNEL_DIR, read_only=True)],
             user=f"{container['securityContext']['runAsUser']}:{container['securityContext']['runAsGroup']}",
             environment={item["name"]: item["value"] for item in container["env"]},
         )
