@@ -129,7 +129,9 @@ class KubeRuntime:
         self._notes: dict[str, str] = {}  # why a pod could not start, for its logs
         self._identities: dict[str, tuple[str, str]] = {}  # a running pod's uid and container id, by job
         self._retirements: dict[str, asyncio.Task[None]] = {}  # an idle pool member's end, cancelled by its claim
-        self._image_ids: dict[str, str] = {}  # the image the nodes ran last for each image name
+        # By image name: what the nodes ran for its first pod this process saw running, and for its latest.
+        self._first_image_ids: dict[str, str] = {}
+        self._image_ids: dict[str, str] = {}
         self._closed = False
 
     @property
@@ -208,10 +210,12 @@ class KubeRuntime:
             log.warning("kube_pool_member_not_retired", job=job, error=str(exc))
 
     async def image_id(self, image: str) -> str | None:
-        """The image a pod of `image` runs, as the node reported it for the last such pod seen running (a rebuilt
-        image loaded under the same tag changes it); the name itself until one has run. The nodes' images are
-        not the bot's to list (a namespaced Role)."""
-        return self._image_ids.get(image, image)
+        """Which image a pod of `image` runs, for the pool's fingerprint. The nodes' images are not the bot's to
+        list (a namespaced Role), so it is what the nodes report for the pods it starts: the name stands for the
+        image its first pod ran (members made before any pod ran stay good), and once a later pod runs another
+        one (an image rebuilt and loaded under the same tag, a new pull), that one's id, which drains the pool."""
+        latest = self._image_ids.get(image)
+        return image if latest is None or latest == self._first_image_ids.get(image) else latest
 
     async def _until_running(self, job: str) -> PodView | None:
         while True:
@@ -219,6 +223,7 @@ class KubeRuntime:
                 pod, version = await self._pod_at(job)
                 if pod is not None and pod.phase == "Running" and pod.exit_code is None:
                     if pod.image_id is not None and pod.image is not None:
+                        self._first_image_ids.setdefault(pod.image, pod.image_id)
                         self._image_ids[pod.image] = pod.image_id
                     return pod
                 if pod is not None and (pod.exit_code is not None or pod.phase in ("Succeeded", "Failed")):

@@ -43,6 +43,7 @@ class MemoryKube:
         self.bodies: list[dict[str, Any]] = []  # every Job created, as sent
         self._loop = loop
         self._channel_dir = channel_dir  # run id -> the host folder of its sockets
+        self._images: dict[str, str] = {}  # a Job's image id, as a node reports it
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float = CALL_LIMIT_SECONDS) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
@@ -77,6 +78,7 @@ class MemoryKube:
             environment={item["name"]: item["value"] for item in container["env"]},
         )
         self.bodies.append(body)
+        self._images[spec.name] = f"sha256:{spec.image}-{self.runtime.image_generation}"  # what its node runs
         try:
             self._on_loop(self.runtime.start(spec))
         except ContainerStartError as exc:
@@ -134,6 +136,8 @@ class MemoryKube:
             waiting_reason=None,
             waiting_message=None,
             deleting=False,
+            image=container.spec.image if container.spec is not None else None,
+            image_id=self._images.get(job_name),
         )
         return [pod], ""
 

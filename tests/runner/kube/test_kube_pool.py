@@ -134,7 +134,7 @@ def test_a_members_job_is_a_runs_job_but_for_its_name_labels_and_idle_deadline(t
 
 @pytest.mark.kubernetes
 async def test_a_members_bridge_is_up_while_it_idles_and_its_claim_points_it_at_the_runs_folder(
-    runtime: KubeRuntime, tmp_path: Path
+    runtime: KubeRuntime, kube_target: KubeTarget, tmp_path: Path
 ) -> None:
     channels = tmp_path / "channels"
     member_dir, run_dir = channels / ".pool.member", channels / "run-abcdef"
@@ -165,7 +165,9 @@ async def test_a_members_bridge_is_up_while_it_idles_and_its_claim_points_it_at_
         assert b"answer: /task of run-abcdef" in logs  # the request made while idle, answered once claimed
         assert b"answer: /step of run-abcdef" in logs  # a new connection, to the renamed folder's socket
         assert asked == ["/task", "/step"]
-        assert await runtime.image_id(AGENT_IMAGE) not in (None, AGENT_IMAGE)  # as the node reported it
+        calls = KubeCalls(client.ApiClient(kube_target.api.configuration), runtime.namespace)
+        (pod,), _ = await asyncio.to_thread(calls.job_pods, job)
+        assert pod.image == AGENT_IMAGE and pod.image_id and "sha256:" in pod.image_id  # what image_id() learns
         await runtime.remove(job)
     finally:
         await host.cleanup()

@@ -170,3 +170,21 @@ async def test_a_claimed_member_is_not_retired(rig: Rig) -> None:
         assert await runtime.wait(job, timeout_seconds=0.5) is None  # past the idle limit, still its run's
     await runtime.kill(job)
     await runtime.close()
+
+
+async def test_the_image_id_is_the_names_until_a_pod_runs_another_image_then_that_ones(rig: Rig) -> None:
+    runtime = rig.runtime()
+    image = rig.settings.subagent_image
+    assert await runtime.image_id(image) == image  # no pod has run yet: members are made under the name
+    first = await runtime.start(rig.member("m0000001"))
+    await rig.bridge_of(first)
+    assert await runtime.image_id(image) == image  # the first pod's image is the name's: those members stay good
+    rig.engine.image_generation += 1  # rebuilt and loaded under the same tag
+    second = await runtime.start(rig.member("m0000002"))
+    await rig.bridge_of(second)
+    changed = await runtime.image_id(image)
+    assert changed not in (None, image)  # the pool's fingerprint changes: the members made before are drained
+    third = await runtime.start(rig.member("m0000003"))
+    await rig.bridge_of(third)
+    assert await runtime.image_id(image) == changed  # and stays
+    await runtime.close()
