@@ -210,7 +210,7 @@ class WarmPool:
 
     async def _refill_forever(self) -> None:
         await asyncio.to_thread(self._sweep_leftovers)
-        while True:
+        while not self._closing:
             try:
                 delay = await self._refill_once()
             except asyncio.CancelledError:
@@ -220,8 +220,9 @@ class WarmPool:
                 self._counts.paused = f"internal error: {exc}"
                 delay = ENGINE_RETRY_MAX_SECONDS
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+            with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow close()'s cancel
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
 
     async def _refill_once(self) -> float:
         """Drain stale members, then add members one at a time up to the target; the pause before the next look."""
