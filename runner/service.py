@@ -12,7 +12,7 @@ from core.logging import get_logger
 from core.mcp_servers import McpServers
 from core.questions import Questions
 from core.setting_runtime import RuntimeKind
-from core.settings import MAX_SUBAGENTS_CEILING, Settings
+from core.settings import MAX_SUBAGENTS_CEILING, MAX_WARM_POOL, Settings
 from core.store.chat_files import ChatFileStore
 from core.store.egress import EgressStore
 from core.store.questions import QuestionStore
@@ -33,7 +33,9 @@ from runner.lifecycle.manager_ports import RunStores
 from runner.lifecycle.metrics import RunMetrics
 from runner.lifecycle.recovery import Recovery
 from runner.lifecycle.run_accounting import RunAccounting
+from runner.lifecycle.run_container import RunContainers
 from runner.lifecycle.run_doors import RunDoors
+from runner.lifecycle.warm_pool import WarmPool
 from runner.runs.file_source import FileSource
 from runner.runs.live_runs import LiveRuns
 from runner.runtimes.docker_runtime import DockerRuntime
@@ -94,10 +96,18 @@ class SubagentService:
         accounting = RunAccounting(self.runs, self.metrics)
         self.egress = EgressStore(stores.db)
         self.egress_log = EgressLog(self.egress, self.metrics, on_written=self.runs.changed)
-        # A pod shares no folder with the bot: its chat's workspace travels as an archive over the channel.
+        # Containers kept ready (Docker; Kubernetes' pods come with its own branch): read at start.
+        pooled = settings.subagent_warm_pool > 0 and settings.subagent_runtime == RuntimeKind.DOCKER
+        self.pool = (
+            WarmPool(settings, runtime, self.paths, image_id=getattr(runtime, "image_id", None)) if pooled else None
+        )
+        if self.pool is not None:
+            self.metrics.watch_pool(self.pool.counts, lambda: settings.subagent_warm_pool)
+        # A pod shares no folder with the bot, nor does a pooled container before its claim: the chat's workspace
+        # travels as an archive over the channel, for every run of the deployment (runner/lifecycle/run_container.py).
         self.archives = (
             WorkspaceArchives(self.paths, lambda: settings.workspace_quota_mb)
-            if settings.subagent_runtime == RuntimeKind.KUBERNETES
+            if settings.subagent_runtime == RuntimeKind.KUBERNETES or self.pool is not None
             else None
         )
         self.workspaces = Workspaces(
@@ -138,6 +148,7 @@ class SubagentService:
             accounting=accounting,
             doors=RunDoors(settings, self.egress_log, self.questions, self.runs),
             mcp=mcp,  # the operator's MCP tools offered to subagents, called here on their behalf
+            containers=RunContainers(settings, runtime, self.paths, pool=self.pool, archives=self.archives),
             inputs=RunInputsBuilder(
                 settings,
                 ChatFileStore(stores.db),
@@ -249,6 +260,8 @@ class SubagentService:
         except RuntimeUnavailable as exc:
             log.error("docker_unavailable_at_start", error=str(exc))
             return False
+        if self.pool is not None:  # after recovery, which removes the members an earlier process left
+            self.pool.start()
         return True
 
     async def _recover_when_engine_returns(self) -> None:
@@ -262,6 +275,8 @@ class SubagentService:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.pool is not None:
+            await self.pool.close()
         await self.manager.close()
         await self.egress_log.close()
         await self.proxy.close()
@@ -293,4 +308,4 @@ def build_runtime(settings: Settings) -> ContainerRuntime:
         from runner.kube.kube_setup import kube_runtime
 
         return kube_runtime(settings, DataPaths(settings.data_dir).channel_dir, max_concurrency=MAX_SUBAGENTS_CEILING)
-    return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)
+    return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING + MAX_WARM_POOL)

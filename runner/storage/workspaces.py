@@ -39,14 +39,22 @@ class Workspaces:
         """The chat's archive when runs sync their workspace over the channel; None when it is mounted."""
         return self._archives.chat(folder) if self._archives is not None else None
 
-    async def _measure(self, folder: str) -> WorkspaceUsage:
+    async def _measure(self, folder: str, run_id: str | None = None) -> WorkspaceUsage:
+        if self._archives is not None and run_id is not None:
+            # A running run's live workspace, where the host has it (Docker with a warm pool): its scratch folder,
+            # or the chat's old folder while a run moves it into the archive; measured, never followed.
+            for path in (self._paths.run_scratch(run_id), self._paths.workspace(folder)):
+                usage = await measure_async(path, max_entries=WORKSPACE_MAX_ENTRIES)
+                if usage.entries or usage.truncated:  # an empty or missing one: the stored archive says
+                    return usage
         if self._archives is not None:
             return await self._archives.usage(folder)
         return await measure_async(self._paths.workspace(folder), max_entries=WORKSPACE_MAX_ENTRIES)
 
-    async def over_quota(self, folder: str) -> str | None:
-        """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, else None."""
-        usage = await self._measure(folder)
+    async def over_quota(self, folder: str, run_id: str | None = None) -> str | None:
+        """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, else None; `run_id`: while that run
+        lasts (its live workspace, where the host can measure it)."""
+        usage = await self._measure(folder, run_id)
         if not usage.over(self._quota_mb * BYTES_PER_MB):
             return None
         size = f"over {WORKSPACE_MAX_ENTRIES} files" if usage.truncated else f"{usage.bytes / BYTES_PER_MB:.0f} MB"

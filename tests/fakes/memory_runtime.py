@@ -238,9 +238,16 @@ class MemoryRuntime:
         return container.usage
 
     async def claim(self, container_id: str, channel_dir: Path) -> None:
-        """As DockerRuntime's (nothing to tell the engine), recorded for the test; a gone one is not an error."""
+        """As DockerRuntime's (nothing to tell the engine), recorded for the test. A bind mount follows the folder
+        the host renamed; a behaviour here reaches its socket by the path it was started with: a link from that
+        path to the run's folder stands for the mount."""
         self._check_engine()
         self.claims.append((container_id, channel_dir))
+        container = self._get(container_id)
+        if container is not None and container.spec is not None:
+            for mount in container.spec.mounts:
+                if mount.read_only and not mount.source.exists():
+                    mount.source.symlink_to(channel_dir, target_is_directory=True)
 
     async def image_id(self, image: str) -> str | None:
         """A stable id per image name and `image_generation` (bump it to stand for a rebuild under the same tag)."""

@@ -1,0 +1,395 @@
+"""The warm pool (SUBAGENT_WARM_POOL): containers started ahead with a run's hardening, each for one run.
+
+A member is made by `pool_container_spec` (the builder of a run's container) in folders of its own: the host
+binds and listens on the member's run socket before it starts the container, and the agent, everything imported,
+connects at once and sends its task request, which waits in the socket's backlog while the agent is blocked in a
+read (no CPU while idle). That waiting connection makes the socket readable: the member is ready. A claim renames
+the member's channel and scratch folders to the run's (one parent each: atomic, and the bind mounts follow) and
+hands the listening socket to the run's channel server, which accepts the waiting request and answers the task:
+the run meets a running agent in milliseconds instead of a container start.
+
+A member made with another image id or other settings than a claim's (`pool_config`) is drained, never claimed;
+one whose agent does not come up in MEMBER_READY_SECONDS, or that exits while idle (killed from outside, the
+engine restarted), is removed and replaced. Refilling is one member at a time in the background, outside the
+cap's slots; it pauses while memory is short or after engine errors (with a back-off), and says why in `stats`.
+A member is never given back: after its run it is removed like any run's container. Recovery, at a start,
+removes the members an earlier process left unclaimed (runner/lifecycle/recovery.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from container.contract import CHANNEL_SOCKET_FILE
+from core.backoff import backoff_seconds
+from core.logging import get_logger
+from core.settings import Settings
+from runner.lifecycle.container_spec import pool_config, pool_container_spec
+from runner.lifecycle.pool_memory import MemoryCheck
+from runner.runtimes.runtime import ContainerGone, ContainerRuntime, ContainerStartError, RuntimeUnavailable
+from runner.storage.paths import CONTAINER_GID, POOL_PREFIX, DataPaths, hand_to_container, host_is_root
+
+log = get_logger(__name__)
+
+MEMBER_READY_SECONDS = 30.0  # an agent that has not connected by then never will: the member is replaced
+RECHECK_SECONDS = 10.0  # how often an idle pool looks at its image, its settings and the host's memory again
+ENGINE_RETRY_FIRST_SECONDS = 2.0
+ENGINE_RETRY_MAX_SECONDS = 60.0
+SOCKET_MODE = 0o666  # as a run's socket: the channel folder's mode guards who reaches it
+CHANNEL_DIR_MODE = 0o750  # as a run's channel folder (runner/storage/run_files.py)
+LISTEN_BACKLOG = 16
+MEMBER_ID_BYTES = 6
+
+ImageId = Callable[[str], Awaitable[str | None]]
+
+
+class MemberFailed(Exception):
+    """A member that did not become ready: its agent never connected, or its container exited first."""
+
+
+@dataclass(eq=False, slots=True)
+class Member:
+    id: str
+    config: str
+    listening: socket.socket
+    channel_dir: Path
+    scratch: Path
+    container_id: str | None = None
+    ready: bool = False
+    dead: bool = False
+    watcher: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A member a run took: its container, and the listening socket its agent waits on (the run's now)."""
+
+    member_id: str
+    container_id: str
+    listening: socket.socket
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    target: int  # SUBAGENT_WARM_POOL
+    ready: int
+    starting: int
+    hits: int  # runs that took a member since the start
+    misses: int  # runs that started cold with the pool on (empty, or its members stale)
+    paused: str | None  # why refilling stopped, if it did
+    idle_memory_bytes: int | None  # what the ready members use together (None: the engine reports none)
+
+
+@dataclass(slots=True)
+class _Counts:
+    hits: int = 0
+    misses: int = 0
+    failures: int = 0  # engine errors in a row, for the back-off
+    paused: str | None = None
+
+
+@dataclass(slots=True)
+class _Members:
+    all: list[Member] = field(default_factory=list)
+
+    def ready(self) -> list[Member]:
+        return [m for m in self.all if m.ready and not m.dead]
+
+
+class WarmPool:
+    def __init__(
+        self,
+        settings: Settings,
+        runtime: ContainerRuntime,
+        paths: DataPaths,
+        *,
+        image_id: ImageId | None = None,
+        memory: MemoryCheck | None = None,
+        ready_seconds: float = MEMBER_READY_SECONDS,
+    ) -> None:
+        self._settings = settings
+        self._runtime = runtime
+        self._paths = paths
+        self._image_id = image_id  # None: the image's name stands for its id (a runtime that cannot tell)
+        self._memory = memory or MemoryCheck()
+        self._ready_seconds = ready_seconds
+        self._members = _Members()
+        self._counts = _Counts()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    @property
+    def target(self) -> int:
+        return self._settings.subagent_warm_pool
+
+    def start(self) -> None:
+        """Begin filling (after recovery removed what an earlier process left)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._refill_forever(), name="warm-pool")
+
+    async def close(self) -> None:
+        """Shutdown: stop refilling and remove the idle members (a member never outlives its process's pool)."""
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await asyncio.gather(*(self._discard(m) for m in list(self._members.all)), return_exceptions=True)
+
+    # --- claiming -------------------------------------------------------------------------------
+
+    async def claim(self, run_id: str) -> Claimed | None:
+        """A ready member made as a run's container would be now, moved to `run_id`'s folders; None: a miss
+        (the run starts cold, as without a pool). Members found stale on the way are drained."""
+        if self.target == 0 and not self._members.all:
+            return None
+        try:
+            config = await self._config()
+        except Exception as exc:  # the engine cannot say which image: no member can be vouched for
+            log.warning("warm_pool_claim_unchecked", error=str(exc))
+            config = None
+        for member in self._members.ready():  # oldest first: a member idles for as short a time as it can
+            if member.config != config:
+                self._drop(member, "stale")
+                continue
+            if member.watcher is None or member.watcher.done() or member.container_id is None:
+                continue
+            try:
+                os.rename(member.channel_dir, self._paths.channel_dir(run_id))
+                os.rename(member.scratch, self._paths.run_scratch(run_id))
+            except OSError as exc:
+                log.warning("warm_pool_claim_failed", member=member.id, error=str(exc))
+                self._drop(member, "unmovable")
+                continue
+            self._members.all.remove(member)
+            member.watcher.cancel()  # the run's supervisor watches its container from now on
+            self._counts.hits += 1
+            self._wake.set()
+            log.info("warm_pool_hit", run_id=run_id, member=member.id)
+            return Claimed(member.id, member.container_id, member.listening)
+        self._counts.misses += 1 if self.target else 0
+        self._wake.set()
+        return None
+
+    async def stats(self) -> PoolStats:
+        ready = self._members.ready()
+        samples = await asyncio.gather(
+            *(self._runtime.usage(m.container_id) for m in ready if m.container_id), return_exceptions=True
+        )
+        used = [s.memory_peak_bytes for s in samples if not isinstance(s, BaseException) and s is not None]
+        known = [b for b in used if b is not None]
+        return PoolStats(
+            target=self.target,
+            ready=len(ready),
+            starting=len(self._members.all) - len(ready),
+            hits=self._counts.hits,
+            misses=self._counts.misses,
+            paused=self._counts.paused,
+            idle_memory_bytes=sum(known) if known else None,
+        )
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """Ready, starting, hits, misses: what the metrics read on every scrape, without the engine."""
+        ready = len(self._members.ready())
+        return ready, len(self._members.all) - ready, self._counts.hits, self._counts.misses
+
+    @property
+    def paused(self) -> str | None:
+        return self._counts.paused
+
+    # --- refilling ------------------------------------------------------------------------------
+
+    async def _refill_forever(self) -> None:
+        await asyncio.to_thread(self._sweep_leftovers)
+        while not self._closing:
+            try:
+                delay = await self._refill_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never let the pool's loop die: a cold start is always there
+                log.exception("warm_pool_refill_failed")
+                self._counts.paused = f"internal error: {exc}"
+                delay = ENGINE_RETRY_MAX_SECONDS
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow close()'s cancel
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+
+    async def _refill_once(self) -> float:
+        """Drain stale members, then add members one at a time up to the target; the pause before the next look."""
+        config = await self._config_or_pause()
+        if config is None:
+            return self._retry_seconds()
+        for member in list(self._members.all):
+            if member.config != config and member.ready:
+                self._drop(member, "stale")
+        for member in self._members.all[self.target :]:  # the operator lowered SUBAGENT_WARM_POOL
+            if member.ready:
+                self._drop(member, "over the target")
+        while len(self._members.all) < self.target and not self._closing:
+            short = self._memory.short_of(self.target - len(self._members.all))
+            if short is not None:
+                self._counts.paused = short
+                return RECHECK_SECONDS
+            try:
+                await self._add(config)
+            except (RuntimeUnavailable, ContainerStartError, MemberFailed, OSError) as exc:
+                self._counts.failures += 1
+                self._counts.paused = f"{type(exc).__name__}: {exc}"
+                log.warning("warm_pool_member_failed", error=str(exc), failures=self._counts.failures)
+                return self._retry_seconds()
+            self._counts.failures = 0
+            self._counts.paused = None
+        return RECHECK_SECONDS
+
+    async def _config_or_pause(self) -> str | None:
+        try:
+            return await self._config()
+        except RuntimeUnavailable as exc:
+            self._counts.failures += 1
+            self._counts.paused = f"the engine is not answering: {exc}"
+            return None
+
+    def _retry_seconds(self) -> float:
+        return backoff_seconds(
+            self._counts.failures, first_seconds=ENGINE_RETRY_FIRST_SECONDS, max_seconds=ENGINE_RETRY_MAX_SECONDS
+        )
+
+    async def _config(self) -> str:
+        image = self._settings.subagent_image
+        image_id = await self._image_id(image) if self._image_id is not None else image
+        if image_id is None:
+            raise ContainerStartError(f"image {image!r} not found on the engine")
+        return pool_config(self._settings, image_id)
+
+    async def _add(self, config: str) -> None:
+        member_id = secrets.token_hex(MEMBER_ID_BYTES)
+        channel_dir, scratch = self._paths.pool_channel_dir(member_id), self._paths.pool_scratch(member_id)
+        listening = await asyncio.to_thread(_make_member_folders, channel_dir, scratch)
+        member = Member(member_id, config, listening, channel_dir, scratch)
+        self._members.all.append(member)
+        try:
+            spec = pool_container_spec(
+                self._settings,
+                member_id=member_id,
+                instance_id=self._paths.instance_id,
+                channel_dir=channel_dir,
+                workspace=scratch,
+                config=config,
+            )
+            member.container_id = await self._runtime.start(spec)
+            member.watcher = asyncio.create_task(self._watch(member), name=f"pool-{member_id}")
+            await self._until_ready(member)
+        except BaseException:
+            await self._discard(member)
+            raise
+        member.ready = True
+        log.info("warm_pool_member_ready", member=member_id, container_id=member.container_id)
+
+    async def _until_ready(self, member: Member) -> None:
+        """Its agent's connection waits on the socket (it is readable), or MemberFailed."""
+        loop = asyncio.get_running_loop()
+        readable: asyncio.Future[None] = loop.create_future()
+        fd = member.listening.fileno()
+        loop.add_reader(fd, _resolve, readable)
+        assert member.watcher is not None
+        try:
+            done, _ = await asyncio.wait(
+                {readable, member.watcher}, timeout=self._ready_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            loop.remove_reader(fd)
+            readable.cancel()
+        if readable not in done:
+            why = "its container exited" if member.watcher in done else f"not ready in {self._ready_seconds:g} s"
+            raise MemberFailed(f"a pool member's agent did not come up ({why})")
+
+    async def _watch(self, member: Member) -> None:
+        """Until the member's container exits while idle (killed from outside, the engine restarted): then it
+        is removed and replaced. Cancelled when a run claims it."""
+        assert member.container_id is not None
+        while True:
+            try:
+                code = await self._runtime.wait(member.container_id, None)
+                break
+            except ContainerGone:
+                code = None
+                break
+            except RuntimeUnavailable:
+                await asyncio.sleep(ENGINE_RETRY_FIRST_SECONDS)
+        member.dead = True
+        if member.ready:
+            log.warning("warm_pool_member_exited", member=member.id, exit_code=code)
+            self._drop(member, "exited while idle")
+
+    def _drop(self, member: Member, why: str) -> None:
+        """Out of the pool at once (no claim can take it), removed in the background; the pool refills."""
+        if member in self._members.all:
+            self._members.all.remove(member)
+            log.info("warm_pool_member_drained", member=member.id, reason=why)
+            asyncio.create_task(self._discard(member), name=f"pool-drain-{member.id}")  # noqa: RUF006
+        self._wake.set()
+
+    async def _discard(self, member: Member) -> None:
+        with contextlib.suppress(ValueError):
+            self._members.all.remove(member)
+        if member.watcher is not None and member.watcher is not asyncio.current_task():
+            member.watcher.cancel()
+        member.listening.close()
+        if member.container_id is not None:
+            try:
+                await self._runtime.remove(member.container_id)  # force: kills it first
+            except Exception as exc:  # recovery removes it at the next start
+                log.warning("warm_pool_member_not_removed", member=member.id, error=str(exc))
+        await asyncio.to_thread(_remove_folders, member.channel_dir, member.scratch)
+
+    def _sweep_leftovers(self) -> None:
+        """Folders of members an earlier process made (their containers recovery removed)."""
+        for parent in (self._paths.channels_dir, self._paths.scratch_dir):
+            with contextlib.suppress(FileNotFoundError), os.scandir(parent) as entries:
+                for entry in entries:
+                    if entry.name.startswith(POOL_PREFIX) and entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _make_member_folders(channel_dir: Path, scratch: Path) -> socket.socket:
+    """Its channel folder (the host's, mounted read-only) with the run socket listening in it, and its scratch
+    workspace (the container's user's); blocking."""
+    channel_dir.mkdir(parents=True, mode=CHANNEL_DIR_MODE)
+    if host_is_root():
+        os.chown(channel_dir, 0, CONTAINER_GID, follow_symlinks=False)
+    channel_dir.chmod(CHANNEL_DIR_MODE)
+    scratch.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    scratch.mkdir()
+    hand_to_container(scratch)
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        path = channel_dir / CHANNEL_SOCKET_FILE
+        listening.bind(str(path))
+        os.chmod(path, SOCKET_MODE)
+        listening.listen(LISTEN_BACKLOG)
+        listening.setblocking(False)
+    except BaseException:
+        listening.close()
+        raise
+    return listening
+
+
+def _remove_folders(*folders: Path) -> None:
+    """shutil.rmtree opens each folder by descriptor and never follows a link (the scratch is the container's)."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
