@@ -54,6 +54,7 @@ BENCHMARKS: dict[str, str] = {
     "webhook": "bench.webhook",
     "runtime_class": "bench.runtime_class",
     "kube": "bench.kube",
+    "kube_pool": "bench.kube_pool",
     "mcp": "bench.mcp",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -78,7 +78,7 @@ async def run_main(
     delays = BRIDGED_CONNECT_RETRY_DELAYS_SECONDS if bridged else CONNECT_RETRY_DELAYS_SECONDS
     async with RunChannel(paths.channel_socket, log, connect_delays_seconds=delays) as channel:
         try:
-            task = await (_pooled_task(paths) if pooled else while_host_away(channel.task, "the task", log))
+            task = await (_pooled_task(paths, bridged) if pooled else while_host_away(channel.task, "the task", log))
         except (ChannelRefused, OSError, ValueError) as exc:
             log(f"no usable task from the run channel: {describe_error(exc)}")
             return EXIT_BAD_TASK
@@ -98,10 +98,13 @@ async def run_main(
     return EXIT_FAILED
 
 
-async def _pooled_task(paths: ContainerPaths) -> Task:
+async def _pooled_task(paths: ContainerPaths, bridged: bool) -> Task:
     """A warm pool member's task: one request on the socket the host bound before the container started, not
-    tried again (a host that closed it drained the pool), waited for with no time limit until a run claims it."""
-    return await RunChannel(paths.channel_socket, log, connect_delays_seconds=()).task(wait_seconds=None)
+    tried again (a host that closed it drained the pool), waited for with no time limit until a run claims it.
+    Bridged (a pod), the socket is the bridge's, which the host execs once the pod runs: it is waited for (a
+    connection that fails sent nothing)."""
+    delays = BRIDGED_CONNECT_RETRY_DELAYS_SECONDS if bridged else ()
+    return await RunChannel(paths.channel_socket, log, connect_delays_seconds=delays).task(wait_seconds=None)
 
 
 async def _run_synced(task: Task, channel: RunChannel, paths: ContainerPaths) -> RunResult:

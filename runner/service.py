@@ -96,8 +96,8 @@ class SubagentService:
         accounting = RunAccounting(self.runs, self.metrics)
         self.egress = EgressStore(stores.db)
         self.egress_log = EgressLog(self.egress, self.metrics, on_written=self.runs.changed)
-        # Containers kept ready (Docker; Kubernetes' pods come with its own branch): read at start.
-        pooled = settings.subagent_warm_pool > 0 and settings.subagent_runtime == RuntimeKind.DOCKER
+        # Containers (Docker) or pods (Kubernetes: runner/kube/kube_runtime.py) kept ready: read at start.
+        pooled = settings.subagent_warm_pool > 0
         self.pool = (
             WarmPool(settings, runtime, self.paths, image_id=getattr(runtime, "image_id", None)) if pooled else None
         )

@@ -230,6 +230,7 @@ class TaskManager:
 
         async def body(chat: Chat) -> None:
             await self._opener.open(live, chat, record.task, record.include_context, record, record.files)
+            await self._containers.reattached(live)
             await self._supervise(live, chat)
 
         await self._guarded(live, body)

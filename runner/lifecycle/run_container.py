@@ -26,7 +26,7 @@ from core.store.chats import Chat
 from runner.lifecycle.container_spec import run_container_spec
 from runner.lifecycle.warm_pool import Claimed, WarmPool
 from runner.runs.live_runs import LiveRun
-from runner.runtimes.runtime import ContainerRuntime
+from runner.runtimes.runtime import POOL_NAME_PREFIX, ContainerRuntime
 from runner.storage.paths import DataPaths, hand_to_container
 from runner.storage.workspace_archive import WorkspaceArchives
 from runner.storage.workspace_usage import clear
@@ -88,6 +88,12 @@ class RunContainers:
             sync_workspace=place.synced,
         )
         return await self._runtime.start(spec)
+
+    async def reattached(self, live: LiveRun) -> None:
+        """A run re-attached after a restart: a claimed pool member's name says nothing of its run, so the runtime
+        is told again which run's folder it serves (Kubernetes makes its bridge towards it; Docker: nothing)."""
+        if live.container_id is not None and live.container_id.startswith(POOL_NAME_PREFIX):
+            await self._runtime.claim(live.container_id, self._paths.channel_dir(live.id))
 
     async def release(self, live: LiveRun) -> None:
         """After its container is removed: its scratch folder goes; a chat folder moved into the archive is
