@@ -31,6 +31,8 @@ def kube_env(tg: FakeTelegram, data_dir: Path, chats: list[int], target: KubeTar
         KUBECONFIG=KUBECONFIG_FOR_TESTS,
         KUBE_NAMESPACE=target.namespace,
         KUBE_IMAGE_PULL_POLICY="Never",
+        # Runs started cold, re-attached by their run id; two at 1 CPU fill the kit's node, with no room for a pool.
+        SUBAGENT_WARM_POOL="0",
     )
     return env
 

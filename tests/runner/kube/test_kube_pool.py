@@ -121,7 +121,10 @@ def test_a_members_job_is_a_runs_job_but_for_its_name_labels_and_idle_deadline(t
     assert run_pod == member_pod  # user, seccomp, runtime class, no token, volumes (emptyDirs): all the same
     assert member_pod["runtimeClassName"] == "gvisor" and member_pod["automountServiceAccountToken"] is False
     run_env, member_env = run_agent.pop("env"), member_agent.pop("env")
-    assert run_agent == member_agent  # image, limits, securityContext, mounts
+    run_resources, member_resources = run_agent.pop("resources"), member_agent.pop("resources")
+    assert run_agent == member_agent  # image, securityContext, mounts
+    assert member_resources["limits"] == run_resources["limits"] == {"memory": "512Mi", "cpu": "1000m"}
+    assert member_resources["requests"] == {"memory": "512Mi", "cpu": "100m"}  # an idle member holds no cores
     assert {"name": "CREWBOT_POOLED", "value": "1"} in member_env and {e["name"] for e in run_env} < {
         e["name"] for e in member_env
     }
