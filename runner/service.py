@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 
 from core.allowances import Allowances
@@ -31,6 +32,7 @@ from runner.lifecycle.egress_log import EgressLog
 from runner.lifecycle.manager import TaskManager
 from runner.lifecycle.manager_ports import RunStores
 from runner.lifecycle.metrics import RunMetrics
+from runner.lifecycle.pool_status import status_file, write_status
 from runner.lifecycle.recovery import Recovery
 from runner.lifecycle.run_accounting import RunAccounting
 from runner.lifecycle.run_container import RunContainers
@@ -99,7 +101,15 @@ class SubagentService:
         # Containers (Docker) or pods (Kubernetes: runner/kube/kube_runtime.py) kept ready: read at start.
         pooled = settings.subagent_warm_pool > 0
         self.pool = (
-            WarmPool(settings, runtime, self.paths, image_id=getattr(runtime, "image_id", None)) if pooled else None
+            WarmPool(
+                settings,
+                runtime,
+                self.paths,
+                image_id=getattr(runtime, "image_id", None),
+                publish=functools.partial(write_status, status_file(settings.data_dir)),
+            )
+            if pooled
+            else None
         )
         if self.pool is not None:
             self.metrics.watch_pool(self.pool.counts, lambda: settings.subagent_warm_pool)

@@ -22,20 +22,19 @@ import asyncio
 import contextlib
 import os
 import secrets
-import shutil
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from container.contract import CHANNEL_SOCKET_FILE
 from core.backoff import backoff_seconds
 from core.logging import get_logger
 from core.settings import Settings
 from runner.lifecycle.container_spec import pool_config, pool_container_spec
+from runner.lifecycle.pool_folders import make_member_folders, remove_folders, sweep_leftovers
 from runner.lifecycle.pool_memory import MemoryCheck
 from runner.runtimes.runtime import ContainerGone, ContainerRuntime, ContainerStartError, RuntimeUnavailable
-from runner.storage.paths import CONTAINER_GID, POOL_PREFIX, DataPaths, hand_to_container, host_is_root
+from runner.storage.paths import DataPaths
 
 log = get_logger(__name__)
 
@@ -43,9 +42,6 @@ MEMBER_READY_SECONDS = 30.0  # an agent that has not connected by then never wil
 RECHECK_SECONDS = 10.0  # how often an idle pool looks at its image, its settings and the host's memory again
 ENGINE_RETRY_FIRST_SECONDS = 2.0
 ENGINE_RETRY_MAX_SECONDS = 60.0
-SOCKET_MODE = 0o666  # as a run's socket: the channel folder's mode guards who reaches it
-CHANNEL_DIR_MODE = 0o750  # as a run's channel folder (runner/storage/run_files.py)
-LISTEN_BACKLOG = 16
 MEMBER_ID_BYTES = 6
 
 ImageId = Callable[[str], Awaitable[str | None]]
@@ -114,6 +110,7 @@ class WarmPool:
         image_id: ImageId | None = None,
         memory: MemoryCheck | None = None,
         ready_seconds: float = MEMBER_READY_SECONDS,
+        publish: Callable[[PoolStats], None] | None = None,
     ) -> None:
         self._settings = settings
         self._runtime = runtime
@@ -121,6 +118,7 @@ class WarmPool:
         self._image_id = image_id  # None: the image's name stands for its id (a runtime that cannot tell)
         self._memory = memory or MemoryCheck()
         self._ready_seconds = ready_seconds
+        self._publish = publish  # told the pool's state after each look (blocking: called in a thread)
         self._members = _Members()
         self._counts = _Counts()
         self._wake = asyncio.Event()
@@ -209,7 +207,7 @@ class WarmPool:
     # --- refilling ------------------------------------------------------------------------------
 
     async def _refill_forever(self) -> None:
-        await asyncio.to_thread(self._sweep_leftovers)
+        await asyncio.to_thread(sweep_leftovers, self._paths)
         while not self._closing:
             try:
                 delay = await self._refill_once()
@@ -219,6 +217,7 @@ class WarmPool:
                 log.exception("warm_pool_refill_failed")
                 self._counts.paused = f"internal error: {exc}"
                 delay = ENGINE_RETRY_MAX_SECONDS
+            await self._published()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow close()'s cancel
                 async with asyncio.timeout(delay):
@@ -251,6 +250,14 @@ class WarmPool:
             self._counts.paused = None
         return RECHECK_SECONDS
 
+    async def _published(self) -> None:
+        if self._publish is None:
+            return
+        try:
+            await asyncio.to_thread(self._publish, await self.stats())
+        except Exception as exc:  # the figures are for stats and doctor: never stop the pool for them
+            log.warning("warm_pool_status_not_written", error=str(exc))
+
     async def _config_or_pause(self) -> str | None:
         try:
             return await self._config()
@@ -274,7 +281,7 @@ class WarmPool:
     async def _add(self, config: str) -> None:
         member_id = secrets.token_hex(MEMBER_ID_BYTES)
         channel_dir, scratch = self._paths.pool_channel_dir(member_id), self._paths.pool_scratch(member_id)
-        listening = await asyncio.to_thread(_make_member_folders, channel_dir, scratch)
+        listening = await asyncio.to_thread(make_member_folders, channel_dir, scratch)
         member = Member(member_id, config, listening, channel_dir, scratch)
         self._members.all.append(member)
         try:
@@ -350,46 +357,9 @@ class WarmPool:
                 await self._runtime.remove(member.container_id)  # force: kills it first
             except Exception as exc:  # recovery removes it at the next start
                 log.warning("warm_pool_member_not_removed", member=member.id, error=str(exc))
-        await asyncio.to_thread(_remove_folders, member.channel_dir, member.scratch)
-
-    def _sweep_leftovers(self) -> None:
-        """Folders of members an earlier process made (their containers recovery removed)."""
-        for parent in (self._paths.channels_dir, self._paths.scratch_dir):
-            with contextlib.suppress(FileNotFoundError), os.scandir(parent) as entries:
-                for entry in entries:
-                    if entry.name.startswith(POOL_PREFIX) and entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path, ignore_errors=True)
+        await asyncio.to_thread(remove_folders, member.channel_dir, member.scratch)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _make_member_folders(channel_dir: Path, scratch: Path) -> socket.socket:
-    """Its channel folder (the host's, mounted read-only) with the run socket listening in it, and its scratch
-    workspace (the container's user's); blocking."""
-    channel_dir.mkdir(parents=True, mode=CHANNEL_DIR_MODE)
-    if host_is_root():
-        os.chown(channel_dir, 0, CONTAINER_GID, follow_symlinks=False)
-    channel_dir.chmod(CHANNEL_DIR_MODE)
-    scratch.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    scratch.mkdir()
-    hand_to_container(scratch)
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        path = channel_dir / CHANNEL_SOCKET_FILE
-        listening.bind(str(path))
-        os.chmod(path, SOCKET_MODE)
-        listening.listen(LISTEN_BACKLOG)
-        listening.setblocking(False)
-    except BaseException:
-        listening.close()
-        raise
-    return listening
-
-
-def _remove_folders(*folders: Path) -> None:
-    """shutil.rmtree opens each folder by descriptor and never follows a link (the scratch is the container's)."""
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,55 @@
+"""A warm pool member's host folders: its channel folder (the host's, mounted read-only) with the run socket
+bound and listening in it before the container starts, and its scratch workspace (the container's user's)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+from pathlib import Path
+
+from container.contract import CHANNEL_SOCKET_FILE
+from runner.storage.paths import CONTAINER_GID, POOL_PREFIX, DataPaths, hand_to_container, host_is_root
+
+SOCKET_MODE = 0o666  # as a run's socket: the channel folder's mode guards who reaches it
+CHANNEL_DIR_MODE = 0o750  # as a run's channel folder (runner/storage/run_files.py)
+LISTEN_BACKLOG = 16
+
+
+def make_member_folders(channel_dir: Path, scratch: Path) -> socket.socket:
+    """Its channel folder (the host's, mounted read-only) with the run socket listening in it, and its scratch
+    workspace (the container's user's); blocking."""
+    channel_dir.mkdir(parents=True, mode=CHANNEL_DIR_MODE)
+    if host_is_root():
+        os.chown(channel_dir, 0, CONTAINER_GID, follow_symlinks=False)
+    channel_dir.chmod(CHANNEL_DIR_MODE)
+    scratch.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    scratch.mkdir()
+    hand_to_container(scratch)
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        path = channel_dir / CHANNEL_SOCKET_FILE
+        listening.bind(str(path))
+        os.chmod(path, SOCKET_MODE)
+        listening.listen(LISTEN_BACKLOG)
+        listening.setblocking(False)
+    except BaseException:
+        listening.close()
+        raise
+    return listening
+
+
+def remove_folders(*folders: Path) -> None:
+    """shutil.rmtree opens each folder by descriptor and never follows a link (the scratch is the container's)."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def sweep_leftovers(paths: DataPaths) -> None:
+    """Folders of members an earlier process made (their containers recovery removed)."""
+    for parent in (paths.channels_dir, paths.scratch_dir):
+        with contextlib.suppress(FileNotFoundError), os.scandir(parent) as entries:
+            for entry in entries:
+                if entry.name.startswith(POOL_PREFIX) and entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
