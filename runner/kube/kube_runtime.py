@@ -275,6 +275,7 @@ class KubeRuntime:
             return pod.exit_code
         if pod is not None and pod.waiting_reason in FATAL_WAITING_REASONS:
             self._notes[job] = f"crewbot: the pod could not start: {pod.waiting_reason}: {pod.waiting_message or ''}\n"
+            log.warning("kube_pod_could_not_start", job=job, reason=pod.waiting_reason, detail=pod.waiting_message)
             await self._run(self._api.delete_job, job)
             await self._run(self._api.delete_pod_now, pod.name)
             return START_FAILED_EXIT_CODE
@@ -285,6 +286,7 @@ class KubeRuntime:
             raise ContainerGone(f"the pod of Job {job} ended without an exit code ({pod.ended_why or pod.phase})")
         if pod is None and (refusal := await self._run(self._api.pod_refusal, job)) is not None:
             self._notes[job] = f"crewbot: the cluster made no pod for the run: {refusal}\n"
+            log.warning("kube_job_made_no_pod", job=job, reason=refusal)  # a pool member's too: its refill pauses
             await self._run(self._api.delete_job, job)
             return START_FAILED_EXIT_CODE
         if pod is None or pod.deleting:
