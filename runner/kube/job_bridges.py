@@ -67,7 +67,10 @@ class JobBridges:
     async def claim(self, job: str, channel_dir: Path) -> None:
         """Its streams go to `channel_dir`'s sockets from now on (those its agent opened while idle went with the
         renamed folder)."""
-        sockets = self._claims[job] = await sockets_in(channel_dir)
+        # Both, whether the run has its door yet or not: a claim comes before the run's door opens, and a stream to
+        # a socket that is not there is reset as one to no target is (the folder is the host's own, never a path
+        # from the pod).
+        sockets = self._claims[job] = {target: channel_dir / name for target, name in BRIDGE_SOCKETS.items()}
         bridge = self._live.get(job)
         if bridge is not None:
             bridge.repoint(sockets)

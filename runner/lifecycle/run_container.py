@@ -68,12 +68,14 @@ class RunContainers:
         if claimed is not None:
             live.container_id = claimed.container_id  # removed with the run from here on, whatever happens
             self._claimed[live.id] = claimed.listening
+            # Before the channel answers the agent's waiting request: its next connections must reach the run's
+            # folder (Kubernetes repoints the pod's bridge there; Docker's bind mount followed the rename).
+            await self._runtime.claim(claimed.container_id, self._paths.channel_dir(live.id))
         return claimed
 
     async def start(self, live: LiveRun, chat: Chat, claimed: Claimed | None) -> str:
-        """The run's container, running: the claimed member told it is the run's, or a new one."""
-        if claimed is not None:
-            await self._runtime.claim(claimed.container_id, self._paths.channel_dir(live.id))
+        """The run's container, running: the claimed member, or a new one."""
+        if claimed is not None:  # told at its claim
             return claimed.container_id
         place = await self._placement(live.id, chat)
         if place.moving_folder:

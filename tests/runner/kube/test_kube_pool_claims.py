@@ -146,7 +146,9 @@ async def test_after_a_restart_a_claimed_member_is_bridged_again_towards_its_run
     assert len(rig.bridges) == 1  # no run id on a member's Job: its bridge waits for the claim to know its folder
     await after.claim(job, run_dir)
     again = await rig.bridge_of(job, count=2)
-    assert again.pointed == [{BRIDGE_TARGET_RUN: run_dir / CHANNEL_SOCKET_FILE, BRIDGE_TARGET_EGRESS: None}]
+    assert again.pointed == [
+        {BRIDGE_TARGET_RUN: run_dir / CHANNEL_SOCKET_FILE, BRIDGE_TARGET_EGRESS: run_dir / EGRESS_SOCKET_FILE}
+    ]  # the door's socket is looked for when a stream opens: a claim comes before the run's door opens
     await after.kill(job)
     await after.close()
 

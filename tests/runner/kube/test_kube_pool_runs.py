@@ -27,6 +27,7 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID, telegram_app
 from tests.runner.kube.polling import until, until_async
 from tests.runner.kube.test_kube_subagents import RUN_WAIT_SECONDS, kube_settings
+from tests.runner.test_egress_e2e import PAGE, fetch, run_result
 
 pytestmark = pytest.mark.kubernetes
 
@@ -139,3 +140,25 @@ async def test_members_an_earlier_process_left_are_removed_at_the_start(
     assert job in await asyncio.to_thread(jobs, kube_target)
     async with telegram_app(settings, with_subagents=True):
         await until(lambda: job not in jobs(kube_target), timeout_seconds=RUN_WAIT_SECONDS)
+
+
+async def test_the_web_door_reaches_a_pooled_pod_claimed_before_its_run_had_a_door(
+    tmp_path: Path, tg: FakeTelegram, kube_target: KubeTarget, web_site: tuple[int, int]
+) -> None:
+    allowed, other = web_site
+    settings = kube_settings(
+        tmp_path,
+        tg,
+        kube_target,
+        SUBAGENT_WARM_POOL=1,
+        SUBAGENT_EGRESS="allowlist",
+        SUBAGENT_EGRESS_ALLOW=f"127.0.0.1:{allowed}",
+    )
+    async with telegram_app(settings, with_subagents=True) as app:
+        (member,) = await until_async(lambda: ready_members(pool_of(app)))
+        text = await run_result(
+            tg, f"{fetch(f'http://127.0.0.1:{allowed}/hello')}\n{fetch(f'http://127.0.0.1:{other}/hello')}"
+        )
+        assert (await latest_run(app)).container_id == member  # a hit
+        assert PAGE in text  # through the pod's forwarder, its bridge (repointed at the claim) and the run's door
+        assert f"127.0.0.1:{other} is not in SUBAGENT_EGRESS_ALLOW" in text
