@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -90,7 +91,7 @@ def _exists(container_id: str) -> bool:
 
 
 @asynccontextmanager
-async def docker_rig(tmp_path: Path, image: str, **overrides: object) -> AsyncIterator[DockerRig]:
+async def docker_rig(tmp_path: Path, image: str, **overrides: Any) -> AsyncIterator[DockerRig]:
     settings = make_settings(tmp_path / "data", SUBAGENT_IMAGE=image, **overrides)
     stores = await Stores.open(settings)
     channel = RecordingChannel()
