@@ -205,7 +205,7 @@ class TaskManager:
             if over is not None:
                 await self._conclude(live, RunStatus.FAILED, error=over)
                 return
-            claimed = await self._containers.claim(live)  # a warm pool member, or None: it starts cold below
+            claimed = await self._containers.claim(live, chat)  # a warm pool member, or None: it starts cold below
             listening = claimed.listening if claimed is not None else None
             await self._opener.open(live, chat, task, include_context, record, files, listening=listening)
             marked_running_at = time.time()

@@ -60,9 +60,13 @@ class RunContainers:
         self._moving: dict[str, str] = {}  # run id -> the chat's folder its run is moving into the archive
         self._claimed: dict[str, socket.socket] = {}  # a claimed member's listening socket, closed with its run
 
-    async def claim(self, live: LiveRun) -> Claimed | None:
-        """Before the run's channel opens (its folder is the member's, renamed): a member, or None (cold)."""
+    async def claim(self, live: LiveRun, chat: Chat) -> Claimed | None:
+        """Before the run's channel opens (its folder is the member's, renamed): a member, or None (cold; a chat
+        whose old folder is to be moved into its archive too: that needs the folder mounted)."""
         if self._pool is None:
+            return None
+        if await self._moves_folder(chat):
+            self._pool.missed()
             return None
         claimed = await self._pool.claim(live.id)
         if claimed is not None:
@@ -113,13 +117,17 @@ class RunContainers:
     async def _placement(self, run_id: str, chat: Chat) -> Placement:
         if self._archives is None:
             return Placement(self._paths.workspace(chat.folder), synced=False)
-        folder = self._paths.workspace(chat.folder)
-        has_archive = await self._archives.chat(chat.folder).size_bytes() is not None
-        if not has_archive and await asyncio.to_thread(_has_entries, folder):
-            return Placement(folder, synced=True, moving_folder=True)
+        if await self._moves_folder(chat):
+            return Placement(self._paths.workspace(chat.folder), synced=True, moving_folder=True)
         scratch = self._paths.run_scratch(run_id)
         await asyncio.to_thread(_make_scratch, scratch)
         return Placement(scratch, synced=True)
+
+    async def _moves_folder(self, chat: Chat) -> bool:
+        """The chat's folder still holds files from before the pool, and it has no archive yet."""
+        if self._archives is None or await self._archives.chat(chat.folder).size_bytes() is not None:
+            return False
+        return await asyncio.to_thread(_has_entries, self._paths.workspace(chat.folder))
 
 
 def _has_entries(folder: Path) -> bool:

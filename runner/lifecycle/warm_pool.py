@@ -178,6 +178,10 @@ class WarmPool:
         self._wake.set()
         return None
 
+    def missed(self) -> None:
+        """A run started cold without asking (it needs its chat's folder mounted): a miss all the same."""
+        self._counts.misses += 1
+
     async def stats(self) -> PoolStats:
         ready = self._members.ready()
         samples = await asyncio.gather(
