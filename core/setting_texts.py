@@ -141,9 +141,9 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "SUBAGENT_PIDS": "Processes (and threads) one container may hold.",
             "SUBAGENT_WARM_POOL": "Containers kept started ahead, each with its agent waiting for one run (`0`: "
             "none). A run takes a ready one and skips the container's start; after its run a container is removed, "
-            "never reused. With a pool (on Docker), chats' workspaces are kept as archives that each run fetches "
-            "and saves over its channel; an existing workspace folder is moved into its archive by the chat's "
-            "next run. Read at start.",
+            "never reused. A chat whose workspace is empty when a run starts is then kept as an archive its runs "
+            "fetch and save over the channel, pool or not; a chat whose workspace folder holds files keeps it "
+            "mounted and is never pooled, until an admin's /workspace clear (docs/operating.md). Read at start.",
             "SUBAGENT_MAX_TOKENS": "LLM tokens (input and output) one run may use; over it the proxy refuses and "
             "the run ends with that message.",
             "SUBAGENT_MAX_MESSAGES": "Progress messages one run may send to its chat (the result is not counted).",

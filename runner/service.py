@@ -32,6 +32,7 @@ from runner.lifecycle.egress_log import EgressLog
 from runner.lifecycle.manager import TaskManager
 from runner.lifecycle.manager_ports import RunStores
 from runner.lifecycle.metrics import RunMetrics
+from runner.lifecycle.pool_folders import sweep_leftovers
 from runner.lifecycle.pool_status import status_file, write_status
 from runner.lifecycle.recovery import Recovery
 from runner.lifecycle.run_accounting import RunAccounting
@@ -48,6 +49,7 @@ from runner.storage.retention import Retention
 from runner.storage.run_files import ChatNotes, RunFiles
 from runner.storage.run_inputs import RunInputsBuilder
 from runner.storage.workspace_archive import WorkspaceArchives
+from runner.storage.workspace_placement import WorkspacePlacements
 from runner.storage.workspaces import Workspaces
 
 log = get_logger(__name__)
@@ -113,15 +115,14 @@ class SubagentService:
         )
         if self.pool is not None:
             self.metrics.watch_pool(self.pool.counts, lambda: settings.subagent_warm_pool)
-        # A pod shares no folder with the bot, nor does a pooled container before its claim: the chat's workspace
-        # travels as an archive over the channel, for every run of the deployment (runner/lifecycle/run_container.py).
-        self.archives = (
-            WorkspaceArchives(self.paths, lambda: settings.workspace_quota_mb)
-            if settings.subagent_runtime == RuntimeKind.KUBERNETES or self.pool is not None
-            else None
+        # Chats' archives exist on both runtimes whatever the pool's setting: a chat is archived once a run pushed
+        # its workspace, and its runs sync from then on (runner/storage/workspace_placement.py says the rule).
+        self.archives = WorkspaceArchives(self.paths, lambda: settings.workspace_quota_mb)
+        self.placements = WorkspacePlacements(
+            self.paths, self.archives, always_synced=settings.subagent_runtime == RuntimeKind.KUBERNETES
         )
         self.workspaces = Workspaces(
-            self.paths, stores.chats, self.live, settings.workspace_quota_mb, archives=self.archives
+            self.paths, stores.chats, self.live, settings.workspace_quota_mb, placements=self.placements
         )
         policy = RequestPolicy(
             provider=settings.llm_provider,
@@ -158,7 +159,7 @@ class SubagentService:
             accounting=accounting,
             doors=RunDoors(settings, self.egress_log, self.questions, self.runs),
             mcp=mcp,  # the operator's MCP tools offered to subagents, called here on their behalf
-            containers=RunContainers(settings, runtime, self.paths, pool=self.pool, archives=self.archives),
+            containers=RunContainers(settings, runtime, self.paths, pool=self.pool, placements=self.placements),
             inputs=RunInputsBuilder(
                 settings,
                 ChatFileStore(stores.db),
@@ -239,8 +240,7 @@ class SubagentService:
     async def start(self) -> None:
         """Reconcile with the engine before taking new work, then watch the IPC folders."""
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
-        if self.archives is not None:
-            await self.archives.sweep_partial()  # uploads a previous process left unfinished
+        await self.archives.sweep_partial()  # uploads a previous process left unfinished
         if self._allowances is not None:
             await self._allowances.load()  # today's use so far, for the gauges, before the first call
         self.egress_log.start()
@@ -270,6 +270,8 @@ class SubagentService:
         except RuntimeUnavailable as exc:
             log.error("docker_unavailable_at_start", error=str(exc))
             return False
+        # What an earlier process left: its members' folders and the scratch workspaces of runs not live now.
+        await asyncio.to_thread(sweep_leftovers, self.paths, self.live.__contains__)
         if self.pool is not None:  # after recovery, which removes the members an earlier process left
             self.pool.start()
         return True

@@ -205,7 +205,7 @@ class TaskManager:
             if over is not None:
                 await self._conclude(live, RunStatus.FAILED, error=over)
                 return
-            claimed = await self._containers.claim(live, chat)  # a warm pool member, or None: it starts cold below
+            claimed = await self._containers.claim(live, chat)  # placed, then a pool member (or None: cold below)
             listening = claimed.listening if claimed is not None else None
             await self._opener.open(live, chat, task, include_context, record, files, listening=listening)
             marked_running_at = time.time()
@@ -213,7 +213,7 @@ class TaskManager:
                 return  # cancelled while queued
             live.started_monotonic = time.monotonic()
             try:
-                live.container_id = await self._containers.start(live, chat, claimed)
+                live.container_id = await self._containers.start(live, claimed)
             except (RuntimeUnavailable, ContainerStartError) as exc:
                 log.error("container_start_failed", run_id=live.id, error=str(exc))
                 live.stopped = True
@@ -229,8 +229,8 @@ class TaskManager:
         """A run re-attached after a restart: its container runs (or has exited) already."""
 
         async def body(chat: Chat) -> None:
+            await self._containers.reattached(live, chat)  # its placement as it started, before its channel opens
             await self._opener.open(live, chat, record.task, record.include_context, record, record.files)
-            await self._containers.reattached(live)
             await self._supervise(live, chat)
 
         await self._guarded(live, body)
@@ -293,8 +293,7 @@ class TaskManager:
             await self._questions.end_run(live.id, "its run ended")
         if live.container_id is not None:
             await self._supervisor.remove(live, self._files.keep_logs, lambda: self._stopping)
-        await self._containers.release(live)
-        await self._files.remove_channel(live.id)
+        await self._containers.release(live)  # its channel and scratch folders
         live.stopped = True
         await self._accounting.ended(live)
         self._releases.release(live)
@@ -377,7 +376,7 @@ class TaskManager:
             live.recovering = True
         live.released = live.stopped = True
         self._live.discard(record.id)
-        await self._files.remove_channel(record.id)
+        await self._containers.release(live)  # its channel and scratch folders
         recorded = await self._conclude(live, RunStatus.INTERRUPTED, error=reason)
         if recorded:
             await self._accounting.ended(live)

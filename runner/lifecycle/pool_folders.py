@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 from container.contract import CHANNEL_SOCKET_FILE
@@ -46,10 +47,18 @@ def remove_folders(*folders: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def sweep_leftovers(paths: DataPaths) -> None:
-    """Folders of members an earlier process made (their containers recovery removed)."""
+def sweep_leftovers(paths: DataPaths, is_live: Callable[[str], bool]) -> int:
+    """At a start, after recovery (with the pool on or off): the folders of members an earlier process made
+    (their containers recovery removed) and the scratch workspaces of runs no longer live; their count.
+    Blocking; removed by descriptor, never following a link. `is_live` is asked per folder, as late as can be: a
+    run that started meanwhile is live before its scratch folder is made."""
+    removed = 0
     for parent in (paths.channels_dir, paths.scratch_dir):
         with contextlib.suppress(FileNotFoundError), os.scandir(parent) as entries:
             for entry in entries:
-                if entry.name.startswith(POOL_PREFIX) and entry.is_dir(follow_symlinks=False):
+                member = entry.name.startswith(POOL_PREFIX)
+                stale_scratch = parent == paths.scratch_dir and not is_live(entry.name)
+                if (member or stale_scratch) and entry.is_dir(follow_symlinks=False):
                     shutil.rmtree(entry.path, ignore_errors=True)
+                    removed += 1
+    return removed

@@ -75,7 +75,8 @@ class RunOpener:
         *,
         listening: socket.socket | None = None,
     ) -> None:
-        """`listening`: a claimed warm pool member's run socket, bound in the folder now the run's."""
+        """`listening`: a claimed warm pool member's run socket, bound in the folder now the run's. The run's
+        placement is decided before (RunContainers.place): only a synced run is served the chat's archive."""
         context: list[str] = []
         if include_context:
             recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
@@ -118,7 +119,7 @@ class RunOpener:
             max_messages=self._settings.subagent_max_messages,
             session_max_messages=self._settings.subagent_session_max_messages,
             files=desk,
-            workspace=self._workspaces.synced(chat.folder),
+            workspace=self._workspaces.served(live.id, chat.folder),
             asking=self._asking(live),
             mcp=mcp_desk,
         )

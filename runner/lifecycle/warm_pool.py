@@ -31,7 +31,7 @@ from core.backoff import backoff_seconds
 from core.logging import get_logger
 from core.settings import Settings
 from runner.lifecycle.container_spec import pool_config, pool_container_spec
-from runner.lifecycle.pool_folders import make_member_folders, remove_folders, sweep_leftovers
+from runner.lifecycle.pool_folders import make_member_folders, remove_folders
 from runner.lifecycle.pool_memory import MemoryCheck
 from runner.runtimes.runtime import ContainerGone, ContainerRuntime, ContainerStartError, RuntimeUnavailable
 from runner.storage.paths import DataPaths
@@ -147,39 +147,52 @@ class WarmPool:
 
     async def claim(self, run_id: str) -> Claimed | None:
         """A ready member made as a run's container would be now, moved to `run_id`'s folders; None: a miss
-        (the run starts cold, as without a pool). Members found stale on the way are drained."""
-        if self.target == 0 and not self._members.all:
+        (the run starts cold, as without a pool). Members found stale on the way are drained; when nothing can
+        be vouched for (the engine cannot name the image) or after close(), nothing is claimed."""
+        if self._closing or (self.target == 0 and not self._members.all):
             return None
         try:
             config = await self._config()
-        except Exception as exc:  # the engine cannot say which image: no member can be vouched for
+        except Exception as exc:  # the engine cannot say which image: a miss, and no member is drained for it
             log.warning("warm_pool_claim_unchecked", error=str(exc))
-            config = None
+            self._miss()
+            return None
+        if self._closing:  # close() began while the image was looked up: its removals take every member
+            return None
         for member in self._members.ready():  # oldest first: a member idles for as short a time as it can
             if member.config != config:
                 self._drop(member, "stale")
                 continue
             if member.watcher is None or member.watcher.done() or member.container_id is None:
                 continue
+            self._members.all.remove(member)  # taken: no other claim can have it while its folders move
             try:
-                os.rename(member.channel_dir, self._paths.channel_dir(run_id))
-                os.rename(member.scratch, self._paths.run_scratch(run_id))
-            except OSError as exc:
+                await asyncio.to_thread(_move_folders, member, self._paths, run_id)
+            except OSError as exc:  # its own folders are broken: that member goes, the run starts cold
                 log.warning("warm_pool_claim_failed", member=member.id, error=str(exc))
+                self._members.all.append(member)
                 self._drop(member, "unmovable")
-                continue
-            self._members.all.remove(member)
+                self._miss()
+                return None
             member.watcher.cancel()  # the run's supervisor watches its container from now on
             self._counts.hits += 1
             self._wake.set()
             log.info("warm_pool_hit", run_id=run_id, member=member.id)
             return Claimed(member.id, member.container_id, member.listening)
+        self._miss()
+        return None
+
+    def _miss(self) -> None:
         self._counts.misses += 1 if self.target else 0
         self._wake.set()
-        return None
 
     def missed(self) -> None:
         """A run started cold without asking (it needs its chat's folder mounted): a miss all the same."""
+        self._counts.misses += 1
+
+    def lost(self) -> None:
+        """A claimed member could not serve its run (gone before it was told its run): a miss, not a hit."""
+        self._counts.hits -= 1
         self._counts.misses += 1
 
     async def stats(self) -> PoolStats:
@@ -211,8 +224,8 @@ class WarmPool:
     # --- refilling ------------------------------------------------------------------------------
 
     async def _refill_forever(self) -> None:
-        await asyncio.to_thread(sweep_leftovers, self._paths)
         while not self._closing:
+            self._wake.clear()  # before the look, not after: a member dropped during it wakes the next at once
             try:
                 delay = await self._refill_once()
             except asyncio.CancelledError:
@@ -222,7 +235,6 @@ class WarmPool:
                 self._counts.paused = f"internal error: {exc}"
                 delay = ENGINE_RETRY_MAX_SECONDS
             await self._published()
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow close()'s cancel
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
@@ -251,7 +263,7 @@ class WarmPool:
                 log.warning("warm_pool_member_failed", error=str(exc), failures=self._counts.failures)
                 return self._retry_seconds()
             self._counts.failures = 0
-            self._counts.paused = None
+        self._counts.paused = None  # full (or asked for less): nothing holds refilling back
         return RECHECK_SECONDS
 
     async def _published(self) -> None:
@@ -268,6 +280,10 @@ class WarmPool:
         except RuntimeUnavailable as exc:
             self._counts.failures += 1
             self._counts.paused = f"the engine is not answering: {exc}"
+            return None
+        except ContainerStartError as exc:  # the image is not on the engine (removed, or never pulled)
+            self._counts.failures += 1
+            self._counts.paused = f"ContainerStartError: {exc}"
             return None
 
     def _retry_seconds(self) -> float:
@@ -367,3 +383,17 @@ class WarmPool:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _move_folders(member: Member, paths: DataPaths, run_id: str) -> None:
+    """The member's folders renamed to the run's (one parent each: atomic; the bind mounts follow). Whatever sits
+    at the run's names (an earlier attempt's, left by a crash; the host's folders, or a fresh empty scratch) is
+    removed first, never followed, so a re-queued run's claim cannot fail on it. Blocking."""
+    channel_dir, scratch = paths.channel_dir(run_id), paths.run_scratch(run_id)
+    remove_folders(channel_dir, scratch)
+    os.rename(member.channel_dir, channel_dir)
+    try:
+        os.rename(member.scratch, scratch)
+    except OSError:
+        os.rename(channel_dir, member.channel_dir)
+        raise

@@ -1,9 +1,11 @@
 """What `/workspace` shows and does: a chat's workspace measured on disk, and cleared when no run uses it.
 
 The workspace is the one folder a container writes, so both walk it without following a link
-(runner/storage/workspace_usage.py), in a thread. On a backend without a shared folder (Kubernetes) the
-workspace is the chat's archive (runner/storage/workspace_archive.py): its size is the usage, and clearing
-deletes it along with the chat's archives that runs could not unpack and set aside (`/workspace` counts them).
+(runner/storage/workspace_usage.py), in a thread. Which workspace is the chat's follows its placement
+(runner/storage/workspace_placement.py): an archived chat's is its archive (runner/storage/workspace_archive.py),
+whose size is the usage, and while a run of it lasts on Docker that run's scratch folder; a chat whose runs
+mount its folder, that folder. A run is only ever measured where it writes. Clearing deletes the folder and the
+archive, along with the chat's archives that runs could not unpack and set aside (`/workspace` counts them).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from core.store.chats import ChatStore
 from runner.runs.live_runs import LiveRuns
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import ChatArchive, WorkspaceArchives
+from runner.storage.workspace_placement import WorkspacePlacements
 from runner.storage.workspace_usage import WorkspaceUsage, clear, measure_async
 
 BYTES_PER_MB = 1024 * 1024
@@ -28,27 +31,29 @@ class Workspaces:
         live: LiveRuns,
         quota_mb: int,
         archives: WorkspaceArchives | None = None,
+        placements: WorkspacePlacements | None = None,
     ) -> None:
         self._paths = paths
         self._chats = chats
         self._live = live
         self._quota_mb = quota_mb
-        self._archives = archives  # set when runs sync their workspace over the channel
+        self._placements = placements or WorkspacePlacements(paths, archives)
+        self._archives = self._placements.archives  # None: no chat is ever archived (every run mounts its folder)
 
-    def synced(self, folder: str) -> ChatArchive | None:
-        """The chat's archive when runs sync their workspace over the channel; None when it is mounted."""
-        return self._archives.chat(folder) if self._archives is not None else None
+    def served(self, run_id: str, folder: str) -> ChatArchive | None:
+        """The chat's archive when the run's placement is synced (its /workspace is filled from it and pushed back
+        over the channel); None for a run that mounts the chat's folder, or one not placed."""
+        place = self._placements.of(run_id)
+        if self._archives is None or place is None or not place.synced:
+            return None
+        return self._archives.chat(folder)
 
     async def _measure(self, folder: str, run_id: str | None = None) -> WorkspaceUsage:
-        if self._archives is not None and run_id is not None:
-            # A running run's live workspace, where the host has it (Docker with a warm pool): its scratch folder,
-            # or the chat's old folder while a run moves it into the archive; measured, never followed.
-            for path in (self._paths.run_scratch(run_id), self._paths.workspace(folder)):
-                usage = await measure_async(path, max_entries=WORKSPACE_MAX_ENTRIES)
-                if usage.entries or usage.truncated:  # an empty or missing one: the stored archive says
-                    return usage
-        if self._archives is not None:
-            return await self._archives.usage(folder)
+        place = self._placements.of(run_id) if run_id is not None else None
+        if place is not None and place.on_host:  # where that run writes: its scratch folder, or the chat's
+            return await measure_async(place.folder, max_entries=WORKSPACE_MAX_ENTRIES)
+        if self._archives is not None and (self._placements.always_synced or await self._placements.archived(folder)):
+            return await self._archives.usage(folder)  # Kubernetes: the archive, or nothing yet
         return await measure_async(self._paths.workspace(folder), max_entries=WORKSPACE_MAX_ENTRIES)
 
     async def over_quota(self, folder: str, run_id: str | None = None) -> str | None:

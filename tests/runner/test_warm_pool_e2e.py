@@ -1,6 +1,7 @@
 """The warm pool on the real engine and image: the real service, the offline subagent model (a task `$ cmd`
 runs `cmd` in the container), real SQLite. One run per container, a hostile run that tries to outlive it, a
-member killed from outside while idle, and a chat's old workspace folder moved into its archive."""
+member killed from outside while idle, and a chat whose folder holds files (mounted, a miss, never emptied) that
+uses the pool once an admin cleared it."""
 
 from __future__ import annotations
 
@@ -145,7 +146,7 @@ async def test_a_member_killed_from_outside_while_idle_is_replaced(tmp_path: Pat
         assert r.pool.counts()[2] == 1  # a hit, on the new member
 
 
-async def test_a_chats_old_folder_is_moved_into_its_archive_and_pooled_runs_see_it(
+async def test_a_chats_folder_with_files_stays_mounted_and_once_cleared_the_chat_uses_the_pool(
     tmp_path: Path, subagent_image: str
 ) -> None:
     async with docker_rig(tmp_path, subagent_image, SUBAGENT_WARM_POOL=1) as r:
@@ -153,11 +154,15 @@ async def test_a_chats_old_folder_is_moved_into_its_archive_and_pooled_runs_see_
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "notes.txt").write_text("kept from before the pool\n")
         await r.until_ready(1)
-        status, result = await r.run("$ cat notes.txt; echo second > more.txt")  # cold: the folder, moved
+        status, result = await r.run("$ cat notes.txt; echo second > more.txt")  # cold: the folder mounted
         assert status == RunStatus.COMPLETED and "kept from before the pool" in result
-        assert r.pool.counts()[2:] == (0, 1)  # a miss: the move runs cold
-        assert list(folder.iterdir()) == []  # emptied once the archive holds it
+        assert r.pool.counts()[2:] == (0, 1)  # a miss: a member cannot mount the chat's folder
+        assert sorted(p.name for p in folder.iterdir()) == ["more.txt", "notes.txt"]  # never emptied nor moved
+        assert await r.service.workspaces.clear(CHAT_ID) == "Cleared this chat's workspace."
         await r.until_ready(1)
-        status, result = await r.run("$ cat notes.txt more.txt")  # pooled: from the archive
-        assert status == RunStatus.COMPLETED and "kept from before the pool" in result and "second" in result
-        assert r.pool.counts()[2] == 1
+        status, result = await r.run("$ echo pooled > kept.txt; echo ok")  # pooled: its push archives the chat
+        assert status == RunStatus.COMPLETED and r.pool.counts()[2] == 1
+        await r.until_ready(1)
+        status, result = await r.run("$ cat kept.txt")  # pooled again: from the archive
+        assert status == RunStatus.COMPLETED and "pooled" in result and r.pool.counts()[2] == 2
+        assert list(folder.iterdir()) == []

@@ -156,14 +156,16 @@ async def test_the_engine_away_with_a_full_pool_pauses_refilling_and_runs_are_no
     async with rig(tmp_path, completes, SUBAGENT_WARM_POOL=2) as r:
         await until_ready(r)
         r.runtime.set_engine_down(True)
+        dead = {member.id for member in members(r)}
         for member in members(r):  # an engine restart ends its containers
             r.runtime.finish(member.id, 137)
         run_id = await r.spawn("while the engine is away")
         assert await r.until_status(run_id, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.FAILED
         await r.until(lambda: pool_of(r).paused is not None)
         r.runtime.set_engine_down(False)
+        await r.until(lambda: pool_of(r).paused is None)  # the dead members seen and replaced
         await until_ready(r)
-        assert pool_of(r).paused is None
+        assert not ({m.id for m in members(r)} & dead)
         later = await r.spawn("after")
         assert await r.until_status(later, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.COMPLETED
 
