@@ -13,6 +13,7 @@ only measures it, never following a link, for WORKSPACE_QUOTA_MB while the run l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 from core.logging import get_logger
@@ -21,11 +22,14 @@ from core.store.chats import Chat
 from runner.lifecycle.container_spec import run_container_spec
 from runner.lifecycle.warm_pool import Claimed, WarmPool
 from runner.runs.live_runs import LiveRun
-from runner.runtimes.runtime import POOL_NAME_PREFIX, ContainerRuntime
+from runner.runtimes.runtime import POOL_NAME_PREFIX, ContainerGone, ContainerRuntime
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_placement import Placement, WorkspacePlacements, remove_tree
 
 log = get_logger(__name__)
+
+MEMBER_SERVE_SECONDS = 2.0  # a live member's agent asks in milliseconds; after this its exit is looked for
+EXIT_LOOK_SECONDS = 0.2
 
 
 class RunContainers:
@@ -93,8 +97,10 @@ class RunContainers:
 
     async def start(self, live: LiveRun, claimed: Claimed | None) -> str:
         """The run's container, running: the claimed member, or a new one."""
-        if claimed is not None:  # told at its claim
+        if claimed is not None and await self._serves(live, claimed.container_id):
             return claimed.container_id
+        if claimed is not None:  # exited before its agent took its task: a miss, the run starts cold
+            await self._exited_before_served(live, claimed)
         place = self._placements.of(live.id)
         assert place is not None, "placed before its channel opened"
         spec = run_container_spec(
@@ -107,6 +113,34 @@ class RunContainers:
             sync_workspace=place.synced,
         )
         return await self._runtime.start(spec)
+
+    async def _serves(self, live: LiveRun, container_id: str) -> bool:
+        """A claimed member's agent asked for its workspace after its task (at once on a hit: a pooled run is
+        synced); False when it is seen exited before that."""
+        if live.inbox is None:
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(MEMBER_SERVE_SECONDS):
+                await live.inbox.workspace_asked.wait()
+                return True
+        try:  # not heard from yet: alive (slow, a loaded host) or dead since just before its claim
+            return await self._runtime.wait(container_id, EXIT_LOOK_SECONDS) is None
+        except ContainerGone:
+            return False
+        except Exception:  # the engine away: the supervisor decides, as for any run
+            return True
+
+    async def _exited_before_served(self, live: LiveRun, claimed: Claimed) -> None:
+        log.warning("warm_pool_member_exited_before_served", run_id=live.id, container_id=claimed.container_id)
+        live.container_id = None
+        assert self._pool is not None
+        self._pool.lost()
+        try:
+            await self._runtime.remove(claimed.container_id)
+        except Exception as exc:  # recovery removes it at the next start
+            log.warning("warm_pool_member_not_removed", container_id=claimed.container_id, error=str(exc))
+        await discard_scratch(self._paths, live.id)  # the channel stays: its server listens on the member's socket
+        await self._placements.ensure(live.id)
 
     async def reattached(self, live: LiveRun, chat: Chat) -> None:
         """A run re-attached after a restart, before its channel opens again: its placement as it started (synced

@@ -43,6 +43,7 @@ class Concurrency:
 
     async def __call__(self, channel: RunChannel, container: MemoryContainer) -> int | None:
         task = await channel.task()
+        await pulls_if_synced(channel, container)
         self.now += 1
         self.most = max(self.most, self.now)
         try:
@@ -53,8 +54,15 @@ class Concurrency:
         return 0
 
 
+async def pulls_if_synced(channel: RunChannel, container: MemoryContainer) -> None:
+    """As the agent does first with a synced workspace (a pooled run's always is): asks for it."""
+    if container.spec is not None and container.spec.environment.get(WORKSPACE_SYNC_ENV):
+        await channel.fetch_workspace(lambda response: 0)
+
+
 async def completes(channel: RunChannel, container: MemoryContainer) -> int | None:
     task = await channel.task()
+    await pulls_if_synced(channel, container)
     await channel.report(RunResult(status="completed", result=f"done: {task.task}"))
     return 0
 

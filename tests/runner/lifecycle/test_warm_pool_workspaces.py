@@ -112,3 +112,23 @@ async def test_an_earlier_processs_scratch_and_member_folders_are_swept_at_start
         assert not any(folder.exists() for folder in left)
         run_id = await r.spawn()
         assert await r.until_status(run_id, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.COMPLETED
+
+
+async def test_a_member_that_exits_before_its_task_is_served_is_a_miss_and_the_run_starts_cold(tmp_path: Path) -> None:
+    async with rig(tmp_path, completes, SUBAGENT_WARM_POOL=2) as r:
+        await until_ready(r)
+        claim = r.runtime.claim
+
+        async def dies_at_its_claim(container_id: str, channel_dir: Path) -> None:
+            await claim(container_id, channel_dir)
+            r.runtime.finish(container_id, 137)  # after the pool stopped watching it, before its task
+
+        r.runtime.claim = dies_at_its_claim  # type: ignore[method-assign]
+        run_id = await r.spawn()
+        assert await r.until_status(run_id, RunStatus.COMPLETED, RunStatus.FAILED) == RunStatus.COMPLETED
+        (spec,) = run_specs(r)  # started cold
+        assert workspace_of(spec) == r.service.paths.run_scratch(run_id).resolve()
+        await r.settled()
+        (dead, _), *_ = r.runtime.claims
+        assert r.runtime.container(dead).removed
+        assert pool_of(r).counts()[2:] == (0, 1)
