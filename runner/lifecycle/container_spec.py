@@ -50,27 +50,43 @@ def run_container_spec(
 
 
 def pool_container_spec(
-    settings: Settings, *, member_id: str, instance_id: str, channel_dir: Path, workspace: Path, config: str
+    settings: Settings, *, member_id: str, instance_id: str, channel_dir: Path, workspace: Path, image_id: str
 ) -> ContainerSpec:
     """A warm pool member: a run's container in all but its chat, which it has none of until a run claims it.
-    `config` is `pool_config(...)` for the settings and image it is made with."""
-    labels = {LABEL_POOL: member_id, LABEL_POOL_CONFIG: config}
+    Its LABEL_POOL_CONFIG is the fingerprint of this very spec (`image_id`: the engine's id of its image), so a
+    setting changed while it was built can never hide behind a fingerprint taken before."""
+    labels = {LABEL_POOL: member_id}
     environment = {WORKSPACE_SYNC_ENV: "1", POOLED_ENV: "1"}
-    return _hardened(settings, pool_container_name(member_id), instance_id, labels, workspace, channel_dir, environment)
+    spec = _hardened(settings, pool_container_name(member_id), instance_id, labels, workspace, channel_dir, environment)
+    spec.labels[LABEL_POOL_CONFIG] = _fingerprint(spec, image_id, str(settings.subagent_egress))
+    return spec
 
 
 def pool_config(settings: Settings, image_id: str) -> str:
-    """What a member was made with, as a short fingerprint: a member made otherwise is drained, never claimed.
-    `image_id` is the engine's id of SUBAGENT_IMAGE (an image rebuilt under the same tag changes it)."""
+    """What a member made now would be, as a short fingerprint: a member made otherwise is drained, never
+    claimed. `image_id` is the engine's id of SUBAGENT_IMAGE (an image rebuilt under the same tag changes it).
+    A member is created by the tag after its id was read: a rebuild in between gives it a newer image than its
+    fingerprint names, which drains it at the next look; never an older one handed out."""
+    template = _hardened(settings, "", "", {}, Path("/"), Path("/"), {})
+    return _fingerprint(template, image_id, str(settings.subagent_egress))
+
+
+def _fingerprint(spec: ContainerSpec, image_id: str, egress: str) -> str:
+    """Every create option of the spec but what differs between members (name, labels, mount sources)."""
     parts = (
         image_id,
-        settings.subagent_memory,
-        repr(settings.subagent_cpus),
-        str(settings.subagent_pids),
-        settings.subagent_runtime_class or "",
-        settings.subagent_network,
-        str(settings.subagent_egress),
-        container_user(),
+        spec.image,
+        repr(spec.command),
+        spec.user,
+        spec.network,
+        spec.memory,
+        repr(spec.cpus),
+        str(spec.pids),
+        spec.workdir,
+        repr(spec.entrypoint),
+        spec.runtime_class or "",
+        repr([(m.target, m.read_only) for m in spec.mounts]),
+        egress,  # the door's mode reaches the agent in its task, not the spec: a member is made for one
     )
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:POOL_CONFIG_CHARS]
 

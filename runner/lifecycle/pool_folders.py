@@ -47,6 +47,20 @@ def remove_folders(*folders: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def move_member_folders(member_channel: Path, member_scratch: Path, paths: DataPaths, run_id: str) -> None:
+    """The member's folders renamed to the run's (one parent each: atomic; the bind mounts follow). Whatever sits
+    at the run's names (an earlier attempt's, left by a crash; the host's folders, or a fresh empty scratch) is
+    removed first, never followed, so a re-queued run's claim cannot fail on it. Blocking."""
+    channel_dir, scratch = paths.channel_dir(run_id), paths.run_scratch(run_id)
+    remove_folders(channel_dir, scratch)
+    os.rename(member_channel, channel_dir)
+    try:
+        os.rename(member_scratch, scratch)
+    except OSError:
+        os.rename(channel_dir, member_channel)
+        raise
+
+
 def sweep_leftovers(paths: DataPaths, is_live: Callable[[str], bool]) -> int:
     """At a start, after recovery (with the pool on or off): the folders of members an earlier process made
     (their containers recovery removed) and the scratch workspaces of runs no longer live; their count.

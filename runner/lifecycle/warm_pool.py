@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
@@ -31,9 +30,15 @@ from core.backoff import backoff_seconds
 from core.logging import get_logger
 from core.settings import Settings
 from runner.lifecycle.container_spec import pool_config, pool_container_spec
-from runner.lifecycle.pool_folders import make_member_folders, remove_folders
+from runner.lifecycle.pool_folders import make_member_folders, move_member_folders, remove_folders
 from runner.lifecycle.pool_memory import MemoryCheck
-from runner.runtimes.runtime import ContainerGone, ContainerRuntime, ContainerStartError, RuntimeUnavailable
+from runner.runtimes.runtime import (
+    LABEL_POOL_CONFIG,
+    ContainerGone,
+    ContainerRuntime,
+    ContainerStartError,
+    RuntimeUnavailable,
+)
 from runner.storage.paths import DataPaths
 
 log = get_logger(__name__)
@@ -167,7 +172,7 @@ class WarmPool:
                 continue
             self._members.all.remove(member)  # taken: no other claim can have it while its folders move
             try:
-                await asyncio.to_thread(_move_folders, member, self._paths, run_id)
+                await asyncio.to_thread(move_member_folders, member.channel_dir, member.scratch, self._paths, run_id)
             except OSError as exc:  # its own folders are broken: that member goes, the run starts cold
                 log.warning("warm_pool_claim_failed", member=member.id, error=str(exc))
                 self._members.all.append(member)
@@ -241,9 +246,10 @@ class WarmPool:
 
     async def _refill_once(self) -> float:
         """Drain stale members, then add members one at a time up to the target; the pause before the next look."""
-        config = await self._config_or_pause()
-        if config is None:
+        image_id = await self._image_or_pause()
+        if image_id is None:
             return self._retry_seconds()
+        config = pool_config(self._settings, image_id)
         for member in list(self._members.all):
             if member.config != config and member.ready:
                 self._drop(member, "stale")
@@ -256,7 +262,7 @@ class WarmPool:
                 self._counts.paused = short
                 return RECHECK_SECONDS
             try:
-                await self._add(config)
+                await self._add(image_id)
             except (RuntimeUnavailable, ContainerStartError, MemberFailed, OSError) as exc:
                 self._counts.failures += 1
                 self._counts.paused = f"{type(exc).__name__}: {exc}"
@@ -274,9 +280,9 @@ class WarmPool:
         except Exception as exc:  # the figures are for stats and doctor: never stop the pool for them
             log.warning("warm_pool_status_not_written", error=str(exc))
 
-    async def _config_or_pause(self) -> str | None:
+    async def _image_or_pause(self) -> str | None:
         try:
-            return await self._config()
+            return await self._image()
         except RuntimeUnavailable as exc:
             self._counts.failures += 1
             self._counts.paused = f"the engine is not answering: {exc}"
@@ -292,17 +298,20 @@ class WarmPool:
         )
 
     async def _config(self) -> str:
+        return pool_config(self._settings, await self._image())
+
+    async def _image(self) -> str:
         image = self._settings.subagent_image
         image_id = await self._image_id(image) if self._image_id is not None else image
         if image_id is None:
             raise ContainerStartError(f"image {image!r} not found on the engine")
-        return pool_config(self._settings, image_id)
+        return image_id
 
-    async def _add(self, config: str) -> None:
+    async def _add(self, image_id: str) -> None:
         member_id = secrets.token_hex(MEMBER_ID_BYTES)
         channel_dir, scratch = self._paths.pool_channel_dir(member_id), self._paths.pool_scratch(member_id)
         listening = await asyncio.to_thread(make_member_folders, channel_dir, scratch)
-        member = Member(member_id, config, listening, channel_dir, scratch)
+        member = Member(member_id, "", listening, channel_dir, scratch)
         self._members.all.append(member)
         try:
             spec = pool_container_spec(
@@ -311,8 +320,9 @@ class WarmPool:
                 instance_id=self._paths.instance_id,
                 channel_dir=channel_dir,
                 workspace=scratch,
-                config=config,
+                image_id=image_id,
             )
+            member.config = spec.labels[LABEL_POOL_CONFIG]  # the spec's own: what a claim compares
             member.container_id = await self._runtime.start(spec)
             member.watcher = asyncio.create_task(self._watch(member), name=f"pool-{member_id}")
             await self._until_ready(member)
@@ -383,17 +393,3 @@ class WarmPool:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _move_folders(member: Member, paths: DataPaths, run_id: str) -> None:
-    """The member's folders renamed to the run's (one parent each: atomic; the bind mounts follow). Whatever sits
-    at the run's names (an earlier attempt's, left by a crash; the host's folders, or a fresh empty scratch) is
-    removed first, never followed, so a re-queued run's claim cannot fail on it. Blocking."""
-    channel_dir, scratch = paths.channel_dir(run_id), paths.run_scratch(run_id)
-    remove_folders(channel_dir, scratch)
-    os.rename(member.channel_dir, channel_dir)
-    try:
-        os.rename(member.scratch, scratch)
-    except OSError:
-        os.rename(channel_dir, member.channel_dir)
-        raise

@@ -67,7 +67,7 @@ def member_spec(settings: Settings, channel_dir: Path, *, script: str | None = A
         instance_id="test",
         channel_dir=channel_dir,
         workspace=channel_dir.parent / "scratch",
-        config="0123456789abcdef",
+        image_id="sha256:0123456789abcdef",
     )
     return spec if script is None else replace(spec, entrypoint=[PYTHON, "-c", script])
 

@@ -82,7 +82,7 @@ class Rig:
             instance_id="test",
             channel_dir=channel_dir,
             workspace=self.paths.pool_scratch(member_id),
-            config="0123456789abcdef",
+            image_id="sha256:0123456789abcdef",
         )
 
     async def bridge_of(self, job: str, count: int = 1) -> RecordingBridge:

@@ -133,7 +133,7 @@ async def test_members_an_earlier_process_left_are_removed_at_the_start(
         instance_id=paths.instance_id,
         channel_dir=left,
         workspace=paths.pool_scratch("0123456789ab"),
-        config="0123456789abcdef",
+        image_id="sha256:0123456789abcdef",
     )
     job = await runtime.start(spec)  # an earlier process's member, never claimed
     await runtime.close()

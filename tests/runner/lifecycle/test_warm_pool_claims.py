@@ -14,9 +14,11 @@ import pytest
 
 from container.channel import RunChannel
 from core.store.chats import Chat
+from runner.lifecycle.container_spec import pool_config, pool_container_spec
 from runner.lifecycle.run_container import RunContainers
 from runner.lifecycle.warm_pool import WarmPool
 from runner.runs.live_runs import LiveRun
+from runner.runtimes.runtime import LABEL_POOL_CONFIG
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import WorkspaceArchives
 from runner.storage.workspace_placement import WorkspacePlacements
@@ -111,3 +113,15 @@ async def test_an_image_missing_while_refilling_pauses_with_its_reason(tmp_path:
             assert (pool.paused or "").startswith("ContainerStartError: image") and "not found" in (pool.paused or "")
         finally:
             await pool.close()
+
+
+def test_a_members_fingerprint_is_its_own_specs_not_one_taken_before_it_was_built(tmp_path: Path) -> None:
+    before = make_settings(tmp_path / "data", SUBAGENT_MEMORY="512m")
+    built_with = make_settings(tmp_path / "data", SUBAGENT_MEMORY="768m")  # the live setting changed meanwhile
+    spec = pool_container_spec(
+        built_with, member_id="m1", instance_id="i", channel_dir=tmp_path, workspace=tmp_path, image_id="sha256:1"
+    )
+    assert spec.memory == "768m"
+    assert spec.labels[LABEL_POOL_CONFIG] == pool_config(built_with, "sha256:1")
+    assert spec.labels[LABEL_POOL_CONFIG] != pool_config(before, "sha256:1")
+    assert pool_config(built_with, "sha256:1") != pool_config(built_with, "sha256:2")
