@@ -132,6 +132,7 @@ class KubeRuntime:
         # By image name: what the nodes ran for its first pod this process saw running, and for its latest.
         self._first_image_ids: dict[str, str] = {}
         self._image_ids: dict[str, str] = {}
+        self._member_images: dict[str, tuple[str, str]] = {}  # a pool member's pod's image: (name, the node's id)
         self._closed = False
 
     @property
@@ -195,6 +196,10 @@ class KubeRuntime:
         its bridge is made again towards them. Raises ContainerGone for a member this runtime retired."""
         if container_id in self._killed:
             raise ContainerGone(f"pool member {container_id} was retired")
+        image, own = self._member_images.pop(container_id, ("", ""))
+        newest = self._image_ids.get(image)
+        if own and newest is not None and own != newest:  # its node ran another image than the newest pod's
+            raise ContainerStartError(f"pool member {container_id} runs image {own}, not the newest seen ({newest})")
         retirement = self._retirements.pop(container_id, None)
         if retirement is not None:
             retirement.cancel()
@@ -225,6 +230,8 @@ class KubeRuntime:
                     if pod.image_id is not None and pod.image is not None:
                         self._first_image_ids.setdefault(pod.image, pod.image_id)
                         self._image_ids[pod.image] = pod.image_id
+                        if job in self._retirements:  # an idle pool member: its own image, checked at its claim
+                            self._member_images[job] = (pod.image, pod.image_id)
                     return pod
                 if pod is not None and (pod.exit_code is not None or pod.phase in ("Succeeded", "Failed")):
                     return None
@@ -317,6 +324,7 @@ class KubeRuntime:
     def _forget(self, job: str) -> None:
         self._notes.pop(job, None)
         self._identities.pop(job, None)
+        self._member_images.pop(job, None)
         self._killed.discard(job)
         retirement = self._retirements.pop(job, None)
         if retirement is not None:

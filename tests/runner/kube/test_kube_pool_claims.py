@@ -16,7 +16,7 @@ from core.settings import load_settings
 from runner.kube.job_spec import JobOptions
 from runner.kube.kube_runtime import SIGKILL_EXIT_CODE, KubeRuntime
 from runner.lifecycle.container_spec import pool_container_spec
-from runner.runtimes.runtime import ContainerGone, ContainerSpec
+from runner.runtimes.runtime import ContainerGone, ContainerSpec, ContainerStartError
 from runner.storage.paths import DataPaths
 from tests.fakes.memory_kube import MemoryKube
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
@@ -189,4 +189,19 @@ async def test_the_image_id_is_the_names_until_a_pod_runs_another_image_then_tha
     third = await runtime.start(rig.member("m0000003"))
     await rig.bridge_of(third)
     assert await runtime.image_id(image) == changed  # and stays
+    await runtime.close()
+
+
+async def test_a_member_whose_pod_runs_an_older_image_than_the_newest_seen_is_refused_at_its_claim(rig: Rig) -> None:
+    runtime = rig.runtime()
+    old = await runtime.start(rig.member("m0000001"))
+    await rig.bridge_of(old)
+    rig.engine.image_generation += 1  # rebuilt and loaded under the same tag: the next pod runs the new one
+    new = await runtime.start(rig.member("m0000002"))
+    await rig.bridge_of(new)
+    with pytest.raises(ContainerStartError, match="not the newest"):
+        await runtime.claim(old, run_folder(rig, "m0000001", "run-old-img", door=False))
+    await runtime.claim(new, run_folder(rig, "m0000002", "run-new-img", door=False))
+    for job in (old, new):
+        await runtime.kill(job)
     await runtime.close()
