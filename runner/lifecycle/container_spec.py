@@ -4,7 +4,8 @@ The chat's workspace (read-write; the host never reads it) and the run's channel
 the socket the host listens on). Nothing else of the host: no IPC folder (so no spawning from inside),
 no run dir, no other chat. A warm pool member (runner/lifecycle/warm_pool.py) is built by the same code with
 the same hardening; it belongs to no chat until a run claims it, so its workspace is a scratch folder filled
-over the channel at the claim (WORKSPACE_SYNC_ENV), and a run started cold when the pool is on does the same.
+over the channel at the claim (WORKSPACE_SYNC_ENV), as is a cold run of a chat whose rule says synced
+(runner/storage/workspace_placement.py).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def run_container_spec(
     channel_dir: Path,
     sync_workspace: bool = False,
 ) -> ContainerSpec:
-    """`sync_workspace`: `workspace` is the run's scratch folder (or a chat folder whose files go into the
-    chat's archive) and the chat's stored workspace reaches it over the channel, as a pooled run's does."""
+    """`sync_workspace`: `workspace` is the run's scratch folder and the chat's stored workspace reaches it over
+    the channel, as a pooled run's does; else `workspace` is the chat's folder, mounted."""
     labels = {LABEL_RUN_ID: run_id, LABEL_CHAT_ID: str(chat_id)}
     environment = {WORKSPACE_SYNC_ENV: "1"} if sync_workspace else {}
     return _hardened(settings, container_name(run_id), instance_id, labels, workspace, channel_dir, environment)

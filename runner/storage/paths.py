@@ -70,8 +70,8 @@ class DataPaths:
 
     @property
     def scratch_dir(self) -> Path:
-        """Workspaces of runs whose chat's workspace travels as an archive over the channel (a warm pool on Docker):
-        each run's /workspace is a folder here, mounted read-write, that the host only measures and removes."""
+        """Workspaces of synced runs on Docker (an archived chat's, or a pool member's): each run's /workspace is a
+        folder here, mounted read-write, that the host only measures and removes (storage/workspace_placement)."""
         return self.data_dir / "scratch"
 
     def run_scratch(self, run_id: str) -> Path:
