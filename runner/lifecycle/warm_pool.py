@@ -129,6 +129,7 @@ class WarmPool:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._last_claim = 0.0  # monotonic
+        self._config_flight: asyncio.Task[str] | None = None
 
     @property
     def target(self) -> int:
@@ -156,7 +157,7 @@ class WarmPool:
         if self.target == 0 and not self._members.all:
             return None
         try:
-            config = await self._config()
+            config = await self._claim_config()
         except Exception as exc:  # the engine cannot say which image: no member can be vouched for
             log.warning("warm_pool_claim_unchecked", error=str(exc))
             config = None
@@ -283,6 +284,13 @@ class WarmPool:
         return backoff_seconds(
             self._counts.failures, first_seconds=ENGINE_RETRY_FIRST_SECONDS, max_seconds=ENGINE_RETRY_MAX_SECONDS
         )
+
+    async def _claim_config(self) -> str:
+        """The current fingerprint, one engine call for claims that ask at once (a burst's): each still sees an
+        answer the engine gave after its request arrived."""
+        if self._config_flight is None or self._config_flight.done():
+            self._config_flight = asyncio.create_task(self._config())
+        return await asyncio.shield(self._config_flight)
 
     async def _config(self) -> str:
         image = self._settings.subagent_image
