@@ -1,8 +1,10 @@
 """A warm pool member's host folders: its channel folder (the host's, mounted read-only) with the run socket
-bound and listening in it before the container starts, and its scratch workspace (the container's user's)."""
+bound and listening in it before the container starts, and its scratch workspace (the container's user's); the
+socket's readiness, and the folders' moves and removals."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -76,3 +78,25 @@ def sweep_leftovers(paths: DataPaths, is_live: Callable[[str], bool]) -> int:
                     shutil.rmtree(entry.path, ignore_errors=True)
                     removed += 1
     return removed
+
+
+async def until_connected(listening: socket.socket, exited: asyncio.Task[None], timeout_seconds: float) -> str | None:
+    """Until the member's agent connects (its waiting connection makes the socket readable): None; else why not
+    (its container exited first, or the time ran out)."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+    fd = listening.fileno()
+    loop.add_reader(fd, _resolve, readable)
+    try:
+        done, _ = await asyncio.wait({readable, exited}, timeout=timeout_seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        loop.remove_reader(fd)
+        readable.cancel()
+    if readable in done:
+        return None
+    return "its container exited" if exited in done else f"not ready in {timeout_seconds:g} s"
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import secrets
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from core.backoff import backoff_seconds
 from core.logging import get_logger
 from core.settings import Settings
 from runner.lifecycle.container_spec import pool_config, pool_container_spec
-from runner.lifecycle.pool_folders import make_member_folders, move_member_folders, remove_folders
+from runner.lifecycle.pool_folders import make_member_folders, move_member_folders, remove_folders, until_connected
 from runner.lifecycle.pool_memory import MemoryCheck
 from runner.runtimes.runtime import (
     LABEL_POOL_CONFIG,
@@ -44,7 +45,10 @@ from runner.storage.paths import DataPaths
 log = get_logger(__name__)
 
 MEMBER_READY_SECONDS = 30.0  # an agent that has not connected by then never will: the member is replaced
-RECHECK_SECONDS = 10.0  # how often an idle pool looks at its image, its settings and the host's memory again
+RECHECK_SECONDS = 10.0
+# Refilling waits until no run has claimed a member for this long: a burst's runs get the engine and the CPU
+# first, and the containers started for the pool come after them, not between them.
+QUIET_SECONDS = 1.0  # how often an idle pool looks at its image, its settings and the host's memory again
 ENGINE_RETRY_FIRST_SECONDS = 2.0
 ENGINE_RETRY_MAX_SECONDS = 60.0
 MEMBER_ID_BYTES = 6
@@ -129,6 +133,8 @@ class WarmPool:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._last_claim = 0.0  # monotonic
+        self._config_flight: asyncio.Task[str] | None = None
 
     @property
     def target(self) -> int:
@@ -157,7 +163,7 @@ class WarmPool:
         if self._closing or (self.target == 0 and not self._members.all):
             return None
         try:
-            config = await self._config()
+            config = await self._claim_config()
         except Exception as exc:  # the engine cannot say which image: a miss, and no member is drained for it
             log.warning("warm_pool_claim_unchecked", error=str(exc))
             self._miss()
@@ -181,6 +187,7 @@ class WarmPool:
                 return None
             member.watcher.cancel()  # the run's supervisor watches its container from now on
             self._counts.hits += 1
+            self._last_claim = time.monotonic()
             self._wake.set()
             log.info("warm_pool_hit", run_id=run_id, member=member.id)
             return Claimed(member.id, member.container_id, member.listening)
@@ -230,7 +237,7 @@ class WarmPool:
 
     async def _refill_forever(self) -> None:
         while not self._closing:
-            self._wake.clear()  # before the look, not after: a member dropped during it wakes the next at once
+            self._wake.clear()  # before the look, so that a change during it wakes the next one
             try:
                 delay = await self._refill_once()
             except asyncio.CancelledError:
@@ -257,6 +264,9 @@ class WarmPool:
             if member.ready:
                 self._drop(member, "over the target")
         while len(self._members.all) < self.target and not self._closing:
+            quiet = QUIET_SECONDS - (time.monotonic() - self._last_claim)
+            if quiet > 0:
+                return quiet
             short = self._memory.short_of(self.target - len(self._members.all))
             if short is not None:
                 self._counts.paused = short
@@ -297,6 +307,13 @@ class WarmPool:
             self._counts.failures, first_seconds=ENGINE_RETRY_FIRST_SECONDS, max_seconds=ENGINE_RETRY_MAX_SECONDS
         )
 
+    async def _claim_config(self) -> str:
+        """The current fingerprint, one engine call for claims that ask at once (a burst's): each still sees an
+        answer the engine gave after its request arrived."""
+        if self._config_flight is None or self._config_flight.done():
+            self._config_flight = asyncio.create_task(self._config())
+        return await asyncio.shield(self._config_flight)
+
     async def _config(self) -> str:
         return pool_config(self._settings, await self._image())
 
@@ -334,21 +351,10 @@ class WarmPool:
 
     async def _until_ready(self, member: Member) -> None:
         """Its agent's connection waits on the socket (it is readable), or MemberFailed."""
-        loop = asyncio.get_running_loop()
-        readable: asyncio.Future[None] = loop.create_future()
-        fd = member.listening.fileno()
-        loop.add_reader(fd, _resolve, readable)
         assert member.watcher is not None
-        try:
-            done, _ = await asyncio.wait(
-                {readable, member.watcher}, timeout=self._ready_seconds, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            loop.remove_reader(fd)
-            readable.cancel()
-        if readable not in done:
-            why = "its container exited" if member.watcher in done else f"not ready in {self._ready_seconds:g} s"
-            raise MemberFailed(f"a pool member's agent did not come up ({why})")
+        outcome = await until_connected(member.listening, member.watcher, self._ready_seconds)
+        if outcome is not None:
+            raise MemberFailed(f"a pool member's agent did not come up ({outcome})")
 
     async def _watch(self, member: Member) -> None:
         """Until the member's container exits while idle (killed from outside, the engine restarted): then it
@@ -388,8 +394,3 @@ class WarmPool:
             except Exception as exc:  # recovery removes it at the next start
                 log.warning("warm_pool_member_not_removed", member=member.id, error=str(exc))
         await asyncio.to_thread(remove_folders, member.channel_dir, member.scratch)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
