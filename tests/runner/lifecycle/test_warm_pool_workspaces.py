@@ -12,12 +12,13 @@ from container.channel import RunChannel
 from container.contract import WORKSPACE_SYNC_ENV
 from container.protocol import WORKSPACE_DIR
 from container.task import RunResult
-from core.store.runs import RunStatus
-from runner.runtimes.runtime import LABEL_POOL, ContainerGone, ContainerSpec
+from core.store.runs import RunStatus, RunStore
+from core.stores import Stores
+from runner.runtimes.runtime import LABEL_APP, LABEL_INSTANCE, LABEL_POOL, LABEL_RUN_ID, ContainerGone, ContainerSpec
 from runner.storage.workspace_archive import WorkspaceArchives
-from tests.fakes.memory_runtime import MemoryContainer
+from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 from tests.runner.lifecycle.test_warm_pool import completes, members, pool_of, until_ready
-from tests.runner.lifecycle_helpers import Rig, rig
+from tests.runner.lifecycle_helpers import CHAT_ID, Rig, rig
 
 
 def workspace_of(spec: ContainerSpec) -> Path:
@@ -132,3 +133,31 @@ async def test_a_member_that_exits_before_its_task_is_served_is_a_miss_and_the_r
         (dead, _), *_ = r.runtime.claims
         assert r.runtime.container(dead).removed
         assert pool_of(r).counts()[2:] == (0, 1)
+
+
+async def test_a_synced_run_reattached_after_a_restart_stays_synced_and_its_scratch_goes_with_it(
+    tmp_path: Path,
+) -> None:
+    run_id = "synced-run-1"
+    scratch = tmp_path / "data" / "scratch" / run_id
+    scratch.mkdir(parents=True)  # its /workspace, as the earlier process made it
+
+    async def prepare(stores: Stores, runtime: MemoryRuntime, instance: str) -> None:
+        labels = {LABEL_APP: "1", LABEL_INSTANCE: instance, LABEL_RUN_ID: run_id}
+        container = runtime.add_existing(labels)
+        runs = RunStore(stores.db)
+        await runs.create(
+            run_id, chat_id=CHAT_ID, turn_id=None, task="synced", label="synced",
+            include_context=False, status=RunStatus.QUEUED,
+        )  # fmt: skip
+        await runs.mark_running(run_id, None)
+        await runs.set_container(run_id, container)
+
+    async with rig(tmp_path, completes, prepare=prepare) as r:
+        assert run_id in r.service.live and scratch.is_dir()  # not swept: its run lives
+        place = r.service.placements.of(run_id)
+        assert place is not None and place.synced and place.folder == scratch
+        (container,) = [c for c in r.runtime._containers.values() if c.labels.get(LABEL_RUN_ID) == run_id]
+        r.runtime.finish(container.id, 0)
+        await r.until(lambda: run_id not in r.service.live)
+        assert not scratch.exists()
