@@ -11,6 +11,7 @@ archive, along with the chat's archives that runs could not unpack and set aside
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from core.store.chats import ChatStore
 from runner.runs.live_runs import LiveRuns
@@ -50,11 +51,21 @@ class Workspaces:
 
     async def _measure(self, folder: str, run_id: str | None = None) -> WorkspaceUsage:
         place = self._placements.of(run_id) if run_id is not None else None
-        if place is not None and place.on_host:  # where that run writes: its scratch folder, or the chat's
+        if place is not None and place.on_host and place.synced:  # the scratch folders of the chat's live runs
+            return await self._total(self._placements.scratches(folder))  # (each pushes; together they use this)
+        if place is not None and place.on_host:  # the chat's folder, where that run writes
             return await measure_async(place.folder, max_entries=WORKSPACE_MAX_ENTRIES)
         if self._archives is not None and (self._placements.always_synced or await self._placements.archived(folder)):
             return await self._archives.usage(folder)  # Kubernetes: the archive, or nothing yet
         return await measure_async(self._paths.workspace(folder), max_entries=WORKSPACE_MAX_ENTRIES)
+
+    async def _total(self, folders: list[Path]) -> WorkspaceUsage:
+        usages = [await measure_async(folder, max_entries=WORKSPACE_MAX_ENTRIES) for folder in folders]
+        return WorkspaceUsage(
+            bytes=sum(u.bytes for u in usages),
+            entries=sum(u.entries for u in usages),
+            truncated=any(u.truncated for u in usages),
+        )
 
     async def over_quota(self, folder: str, run_id: str | None = None) -> str | None:
         """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, else None; `run_id`: while that run

@@ -113,3 +113,17 @@ async def test_a_synced_run_is_measured_in_its_scratch_never_in_the_chats_folder
     assert not mounted.synced and workspaces.served("mounted", FOLDER) is None
     assert await workspaces.over_quota(FOLDER, "mounted") is not None
     assert "2.0 MB" in await workspaces.describe(1)  # no archive: the folder is the chat's workspace
+
+
+async def test_the_chats_live_synced_runs_count_together_against_its_quota(tmp_path: Path) -> None:
+    places = placements(tmp_path)
+    workspaces = Workspaces(
+        DataPaths(tmp_path), cast(ChatStore, OneChat(FOLDER)), cast(LiveRuns, NoRuns()), 1, placements=places
+    )
+    first = await places.place("first", FOLDER, pool_on=True)
+    second = await places.place("second", FOLDER, pool_on=True)
+    (first.folder / "half").write_bytes(b"x" * (MIB * 3 // 4))
+    (second.folder / "half").write_bytes(b"x" * (MIB * 3 // 4))  # each under 1 MB, together over
+    assert await workspaces.over_quota(FOLDER, "second") is not None
+    places.release("first")
+    assert await workspaces.over_quota(FOLDER, "second") is None
