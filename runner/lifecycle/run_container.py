@@ -97,10 +97,11 @@ class RunContainers:
 
     async def start(self, live: LiveRun, claimed: Claimed | None) -> str:
         """The run's container, running: the claimed member, or a new one."""
-        if claimed is not None and await self._serves(live, claimed.container_id):
-            return claimed.container_id
-        if claimed is not None:  # exited before its agent took its task: a miss, the run starts cold
-            await self._exited_before_served(live, claimed)
+        if claimed is not None:
+            # A cancel meanwhile killed it: the supervisor sees that exit and records the cancel, no cold start.
+            if live.cancelled or await self._serves(live, claimed.container_id) or live.cancelled:
+                return claimed.container_id
+            await self._exited_before_served(live, claimed)  # a miss: the run starts cold
         place = self._placements.of(live.id)
         assert place is not None, "placed before its channel opened"
         spec = run_container_spec(

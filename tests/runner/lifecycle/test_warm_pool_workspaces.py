@@ -161,3 +161,20 @@ async def test_a_synced_run_reattached_after_a_restart_stays_synced_and_its_scra
         r.runtime.finish(container.id, 0)
         await r.until(lambda: run_id not in r.service.live)
         assert not scratch.exists()
+
+
+async def test_a_run_cancelled_while_its_dead_member_is_looked_at_starts_nothing_cold(tmp_path: Path) -> None:
+    async with rig(tmp_path, completes, SUBAGENT_WARM_POOL=2) as r:
+        await until_ready(r)
+        claim = r.runtime.claim
+
+        async def dies_at_its_claim(container_id: str, channel_dir: Path) -> None:
+            await claim(container_id, channel_dir)
+            r.runtime.finish(container_id, 137)
+
+        r.runtime.claim = dies_at_its_claim  # type: ignore[method-assign]
+        run_id = await r.spawn()
+        await r.until_status(run_id, RunStatus.RUNNING)  # its start waits to hear from the member
+        assert await r.service.manager.cancel_run(CHAT_ID, run_id) == RunStatus.CANCELLED
+        await r.until(lambda: run_id not in r.service.live)
+        assert run_specs(r) == []  # no cold container for a cancelled run
