@@ -314,7 +314,13 @@ class WarmPool:
                 workspace=scratch,
                 config=config,
             )
-            member.container_id = await self._runtime.start(spec)
+            starting = asyncio.ensure_future(self._runtime.start(spec))
+            try:
+                member.container_id = await asyncio.shield(starting)
+            except asyncio.CancelledError:  # close() during the start: its container, once made, is removed below
+                with contextlib.suppress(Exception):
+                    member.container_id = await starting
+                raise
             member.watcher = asyncio.create_task(self._watch(member), name=f"pool-{member_id}")
             await self._until_ready(member)
         except BaseException:
