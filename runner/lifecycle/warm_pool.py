@@ -293,13 +293,10 @@ class WarmPool:
     async def _image_or_pause(self) -> str | None:
         try:
             return await self._image()
-        except RuntimeUnavailable as exc:
+        except (RuntimeUnavailable, ContainerStartError) as exc:  # the engine away, or the image not on it
             self._counts.failures += 1
-            self._counts.paused = f"the engine is not answering: {exc}"
-            return None
-        except ContainerStartError as exc:  # the image is not on the engine (removed, or never pulled)
-            self._counts.failures += 1
-            self._counts.paused = f"ContainerStartError: {exc}"
+            away = isinstance(exc, RuntimeUnavailable)
+            self._counts.paused = f"the engine is not answering: {exc}" if away else f"ContainerStartError: {exc}"
             return None
 
     def _retry_seconds(self) -> float:
@@ -340,7 +337,13 @@ class WarmPool:
                 image_id=image_id,
             )
             member.config = spec.labels[LABEL_POOL_CONFIG]  # the spec's own: what a claim compares
-            member.container_id = await self._runtime.start(spec)
+            starting = asyncio.ensure_future(self._runtime.start(spec))
+            try:
+                member.container_id = await asyncio.shield(starting)
+            except asyncio.CancelledError:  # close() during the start: its container, once made, is removed below
+                with contextlib.suppress(Exception):
+                    member.container_id = await starting
+                raise
             member.watcher = asyncio.create_task(self._watch(member), name=f"pool-{member_id}")
             await self._until_ready(member)
         except BaseException:
