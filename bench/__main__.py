@@ -36,6 +36,7 @@ from tests.fakes.loopback_guard import install_loopback_guard
 BENCHMARKS: dict[str, str] = {
     "pickup": "bench.pickup",
     "spawn": "bench.spawn",
+    "warm_pool": "bench.warm_pool",
     "cancel": "bench.cancel",
     "burst": "bench.burst",
     "ingest": "bench.ingest",

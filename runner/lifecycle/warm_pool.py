@@ -23,6 +23,7 @@ import contextlib
 import os
 import secrets
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,10 @@ from runner.storage.paths import DataPaths
 log = get_logger(__name__)
 
 MEMBER_READY_SECONDS = 30.0  # an agent that has not connected by then never will: the member is replaced
-RECHECK_SECONDS = 10.0  # how often an idle pool looks at its image, its settings and the host's memory again
+RECHECK_SECONDS = 10.0
+# Refilling waits until no run has claimed a member for this long: a burst's runs get the engine and the CPU
+# first, and the containers started for the pool come after them, not between them.
+QUIET_SECONDS = 1.0  # how often an idle pool looks at its image, its settings and the host's memory again
 ENGINE_RETRY_FIRST_SECONDS = 2.0
 ENGINE_RETRY_MAX_SECONDS = 60.0
 MEMBER_ID_BYTES = 6
@@ -124,6 +128,8 @@ class WarmPool:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._last_claim = 0.0  # monotonic
+        self._config_flight: asyncio.Task[str] | None = None
 
     @property
     def target(self) -> int:
@@ -151,7 +157,7 @@ class WarmPool:
         if self.target == 0 and not self._members.all:
             return None
         try:
-            config = await self._config()
+            config = await self._claim_config()
         except Exception as exc:  # the engine cannot say which image: no member can be vouched for
             log.warning("warm_pool_claim_unchecked", error=str(exc))
             config = None
@@ -171,6 +177,7 @@ class WarmPool:
             self._members.all.remove(member)
             member.watcher.cancel()  # the run's supervisor watches its container from now on
             self._counts.hits += 1
+            self._last_claim = time.monotonic()
             self._wake.set()
             log.info("warm_pool_hit", run_id=run_id, member=member.id)
             return Claimed(member.id, member.container_id, member.listening)
@@ -213,6 +220,7 @@ class WarmPool:
     async def _refill_forever(self) -> None:
         await asyncio.to_thread(sweep_leftovers, self._paths)
         while not self._closing:
+            self._wake.clear()  # before the look, so that a change during it wakes the next one
             try:
                 delay = await self._refill_once()
             except asyncio.CancelledError:
@@ -222,7 +230,6 @@ class WarmPool:
                 self._counts.paused = f"internal error: {exc}"
                 delay = ENGINE_RETRY_MAX_SECONDS
             await self._published()
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):  # not wait_for: on 3.11 it can swallow close()'s cancel
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
@@ -239,6 +246,9 @@ class WarmPool:
             if member.ready:
                 self._drop(member, "over the target")
         while len(self._members.all) < self.target and not self._closing:
+            quiet = QUIET_SECONDS - (time.monotonic() - self._last_claim)
+            if quiet > 0:
+                return quiet
             short = self._memory.short_of(self.target - len(self._members.all))
             if short is not None:
                 self._counts.paused = short
@@ -274,6 +284,13 @@ class WarmPool:
         return backoff_seconds(
             self._counts.failures, first_seconds=ENGINE_RETRY_FIRST_SECONDS, max_seconds=ENGINE_RETRY_MAX_SECONDS
         )
+
+    async def _claim_config(self) -> str:
+        """The current fingerprint, one engine call for claims that ask at once (a burst's): each still sees an
+        answer the engine gave after its request arrived."""
+        if self._config_flight is None or self._config_flight.done():
+            self._config_flight = asyncio.create_task(self._config())
+        return await asyncio.shield(self._config_flight)
 
     async def _config(self) -> str:
         image = self._settings.subagent_image

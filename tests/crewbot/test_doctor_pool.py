@@ -9,6 +9,8 @@ from pathlib import Path
 from crewbot.doctor_pool import check_pool
 from runner.lifecycle.pool_status import read_status, status_file, write_status
 from runner.lifecycle.warm_pool import PoolStats
+from runner.storage.paths import DataPaths
+from runner.storage.workspace_archive import archives_dir
 from tests.harness import make_settings
 
 MIB = 1024 * 1024
@@ -55,3 +57,12 @@ def test_off_and_garbage(tmp_path: Path) -> None:
     bad = tmp_path / "warm-pool.json"
     bad.write_text("{not json")
     assert read_status(bad) is None
+
+
+def test_a_pool_turned_off_with_chats_archived_fails_with_the_way_back(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "data", SUBAGENT_WARM_POOL=0)
+    archives = archives_dir(DataPaths(settings.data_dir))
+    archives.mkdir(parents=True)
+    (archives / "chat_1.tar").write_bytes(b"")
+    result = check_pool(settings)
+    assert result.status == "FAIL" and "1 chat(s) keep their workspace in an archive" in result.detail
