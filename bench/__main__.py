@@ -36,6 +36,7 @@ from tests.fakes.loopback_guard import install_loopback_guard
 BENCHMARKS: dict[str, str] = {
     "pickup": "bench.pickup",
     "spawn": "bench.spawn",
+    "warm_pool": "bench.warm_pool",
     "cancel": "bench.cancel",
     "burst": "bench.burst",
     "ingest": "bench.ingest",
@@ -55,6 +56,7 @@ BENCHMARKS: dict[str, str] = {
     "runtime_class": "bench.runtime_class",
     "kube": "bench.kube",
     "bridge": "bench.bridge",
+    "kube_pool": "bench.kube_pool",
     "mcp": "bench.mcp",
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -47,6 +47,8 @@ def bench_settings(
         "LLM_PROVIDER": "offline",
         "LOG_LEVEL": "WARNING",
         "SUBAGENT_NETWORK": "none",
+        # The cold path unless a benchmark asks for a warm pool (bench/warm_pool.py measures it).
+        "SUBAGENT_WARM_POOL": 0,
     }
     if token is not None:
         values["TELEGRAM_BOT_TOKEN"] = token

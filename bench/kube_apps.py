@@ -85,14 +85,22 @@ async def kube_app(
 
 
 async def subagents(
-    stack: AsyncExitStack, ctx: BenchContext, index: int, backend: str, namespace: str, model: Model | None = None
+    stack: AsyncExitStack,
+    ctx: BenchContext,
+    index: int,
+    backend: str,
+    namespace: str,
+    model: Model | None = None,
+    *,
+    warm_pool: int = 0,
 ) -> Subagents:
     """The app on `backend` in `stack` (Kubernetes runs in `namespace`), with chat `index` allowed and its folders
-    made; `model` is the main agent's (a merge window long enough for bench/cancel.py's holding turn)."""
+    made; `model` is the main agent's (a merge window long enough for bench/cancel.py's holding turn);
+    `warm_pool` its SUBAGENT_WARM_POOL (off by default: today's cold path)."""
     chat_id = ctx.chat_id(index)
     tg = await stack.enter_async_context(FakeTelegram())
     tg.add_chat(chat_id, title=f"bench {backend}")
-    overrides: dict[str, object] = {"ALLOWED_CHAT_IDS": str(chat_id)}
+    overrides: dict[str, object] = {"ALLOWED_CHAT_IDS": str(chat_id), "SUBAGENT_WARM_POOL": warm_pool}
     if model is not None:
         overrides |= {
             "MERGE_WINDOW_SECONDS": MERGE_WINDOW_SECONDS,

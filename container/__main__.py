@@ -20,7 +20,7 @@ from container.channel import (
     RunChannel,
     while_host_away,
 )
-from container.contract import CHANNEL_BRIDGED_ENV
+from container.contract import CHANNEL_BRIDGED_ENV, POOLED_ENV
 from container.paths import ContainerPaths
 from container.run import describe_error, run_task
 from container.task import RunResult, Task
@@ -68,14 +68,17 @@ async def _run_until_signal(task: Task, channel: RunChannel, paths: ContainerPat
                 loop.remove_signal_handler(stop_signal)
 
 
-async def run_main(paths: ContainerPaths, *, sync_workspace: bool = False, bridged: bool = False) -> int:
+async def run_main(
+    paths: ContainerPaths, *, sync_workspace: bool = False, bridged: bool = False, pooled: bool = False
+) -> int:
     """The whole run; returns the exit code. Awaitable in-process, which the tests do. With `sync_workspace`
     the workspace is pulled over the channel first and pushed back before the result (container/workspace_sync.py).
-    `bridged`: the run socket is the bridge's (container/bridge.py), which the host starts just after the agent."""
+    `bridged`: the run socket is the bridge's (container/bridge.py), which the host starts just after the agent.
+    `pooled`: a warm pool member, everything imported already, waiting on its channel until a run claims it."""
     delays = BRIDGED_CONNECT_RETRY_DELAYS_SECONDS if bridged else CONNECT_RETRY_DELAYS_SECONDS
     async with RunChannel(paths.channel_socket, log, connect_delays_seconds=delays) as channel:
         try:
-            task = await while_host_away(channel.task, "the task", log)
+            task = await (_pooled_task(paths, bridged) if pooled else while_host_away(channel.task, "the task", log))
         except (ChannelRefused, OSError, ValueError) as exc:
             log(f"no usable task from the run channel: {describe_error(exc)}")
             return EXIT_BAD_TASK
@@ -93,6 +96,15 @@ async def run_main(paths: ContainerPaths, *, sync_workspace: bool = False, bridg
         return EXIT_COMPLETED
     log(f"run {task.run_id}: failed: {result.error}")
     return EXIT_FAILED
+
+
+async def _pooled_task(paths: ContainerPaths, bridged: bool) -> Task:
+    """A warm pool member's task: one request on the socket the host bound before the container started, not
+    tried again (a host that closed it drained the pool), waited for with no time limit until a run claims it.
+    Bridged (a pod), the socket is the bridge's, which the host execs once the pod runs: it is waited for (a
+    connection that fails sent nothing)."""
+    delays = BRIDGED_CONNECT_RETRY_DELAYS_SECONDS if bridged else ()
+    return await RunChannel(paths.channel_socket, log, connect_delays_seconds=delays).task(wait_seconds=None)
 
 
 async def _run_synced(task: Task, channel: RunChannel, paths: ContainerPaths) -> RunResult:
@@ -129,7 +141,8 @@ def main() -> int:
         # report, so PID 1 ends at once (its processes with it) instead of at the kubelet's SIGKILL 2 s later.
         signal.signal(signal.SIGTERM, _exit_now)
     paths = ContainerPaths.from_env(os.environ)
-    return asyncio.run(run_main(paths, sync_workspace=sync_enabled(os.environ), bridged=bridged))
+    pooled = os.environ.get(POOLED_ENV) == "1"
+    return asyncio.run(run_main(paths, sync_workspace=sync_enabled(os.environ), bridged=bridged, pooled=pooled))
 
 
 if __name__ == "__main__":

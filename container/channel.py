@@ -84,7 +84,7 @@ class ChannelRefused(Exception):
 
 
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, socket_path: Path, timeout: float) -> None:
+    def __init__(self, socket_path: Path, timeout: float | None) -> None:
         super().__init__("run", timeout=timeout)
         self._socket_path = socket_path
 
@@ -123,8 +123,9 @@ class RunChannel:
     ) -> None:
         return None
 
-    async def task(self) -> Task:
-        status, body = await self._request("GET", TASK_PATH)
+    async def task(self, wait_seconds: float | None = CHANNEL_TIMEOUT_SECONDS) -> Task:
+        """`wait_seconds` None: no time limit (a warm pool member waits for its run, blocked in a read)."""
+        status, body = await self._request("GET", TASK_PATH, None, wait_seconds)
         if status != 200:
             raise ChannelRefused(_reason(status, body))
         return Task.from_json(body)
@@ -278,7 +279,7 @@ class RunChannel:
         return _detail(status, answer)
 
     async def _request(
-        self, method: str, path: str, body: bytes | None = None, wait_seconds: float = CHANNEL_TIMEOUT_SECONDS
+        self, method: str, path: str, body: bytes | None = None, wait_seconds: float | None = CHANNEL_TIMEOUT_SECONDS
     ) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json"} if body is not None else {}
         payload = None if body is None else (lambda: body)
@@ -307,7 +308,7 @@ class RunChannel:
         path: str,
         body: Callable[[], bytes | Iterable[bytes]] | None,
         headers: dict[str, str],
-        timeout: float,
+        timeout: float | None,
         read: Callable[[http.client.HTTPResponse], T],
     ) -> tuple[int, T]:
         last_error: OSError | None = None

@@ -75,6 +75,9 @@ BRIDGE_TARGET_EGRESS = "egress"  # a connection to the door to the web
 # The same backends keep a chat's workspace on the host as one opaque archive (tar) the host never opens:
 # `GET` it at the start into an empty /workspace, `PUT` it back before the result, up to WORKSPACE_QUOTA_MB.
 WORKSPACE_SYNC_ENV = "CREWBOT_WORKSPACE_SYNC"
+# A warm pool member (set to "1"): the agent imports everything, connects to its channel and waits for its task
+# without a time limit, blocked in a read (no CPU while idle); the host answers once a run claims the container.
+POOLED_ENV = "CREWBOT_POOLED"
 WORKSPACE_PATH = "/run/workspace"
 # A GET's answer names the archive it served (WORKSPACE_SERVED_HEADER: an id the host chose, SERVED_ID_PATTERN).
 # A run that cannot unpack it says so with `POST` (protocol.UnreadableWorkspace: that id, and why, in at most

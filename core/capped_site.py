@@ -9,6 +9,7 @@ over the cap are closed as they arrive, before aiohttp makes anything for them. 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 
 from aiohttp import web
@@ -53,14 +54,23 @@ def capped_protocols(
 
 
 class CappedUnixSite(web.UnixSite):
-    __slots__ = ("_max_connections", "_on_refused")
+    __slots__ = ("_listening", "_max_connections", "_on_refused")
 
     def __init__(
-        self, runner: web.BaseRunner, path: str, *, max_connections: int, on_refused: OnRefused | None = None
+        self,
+        runner: web.BaseRunner,
+        path: str,
+        *,
+        max_connections: int,
+        on_refused: OnRefused | None = None,
+        listening: socket.socket | None = None,
     ) -> None:
+        """`listening`: a socket already bound (at `path`) and listening, served as it is: the connections waiting
+        on it are accepted (a warm pool member's agent, connected before its run was known)."""
         super().__init__(runner, path)
         self._max_connections = max_connections
         self._on_refused = on_refused
+        self._listening = listening
 
     async def start(self) -> None:
         # As UnixSite.start, with a protocol factory that refuses connections over the cap.
@@ -68,7 +78,11 @@ class CappedUnixSite(web.UnixSite):
         server = self._runner.server
         assert server is not None  # the runner is set up before its sites start
         protocols = capped_protocols(server, self._max_connections, self._on_refused)
-        self._server = await asyncio.get_running_loop().create_unix_server(protocols, self._path, backlog=self._backlog)
+        loop = asyncio.get_running_loop()
+        if self._listening is not None:
+            self._server = await loop.create_unix_server(protocols, sock=self._listening, backlog=self._backlog)
+        else:
+            self._server = await loop.create_unix_server(protocols, self._path, backlog=self._backlog)
 
 
 class CappedTCPSite(web.TCPSite):

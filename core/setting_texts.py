@@ -139,6 +139,11 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "from `6m` to this host's memory.",
             "SUBAGENT_CPUS": "A container's CPU limit, in cores.",
             "SUBAGENT_PIDS": "Processes (and threads) one container may hold.",
+            "SUBAGENT_WARM_POOL": "Containers kept started ahead, each with its agent waiting for one run (`0`: "
+            "none). A run takes a ready one and skips the container's start; after its run a container is removed, "
+            "never reused. A chat whose workspace is empty when a run starts is then kept as an archive its runs "
+            "fetch and save over the channel, pool or not; a chat whose workspace folder holds files keeps it "
+            "mounted and is never pooled, until an admin's /workspace clear (docs/operating.md). Read at start.",
             "SUBAGENT_MAX_TOKENS": "LLM tokens (input and output) one run may use; over it the proxy refuses and "
             "the run ends with that message.",
             "SUBAGENT_MAX_MESSAGES": "Progress messages one run may send to its chat (the result is not counted).",

@@ -55,6 +55,8 @@ from core.setting_webhook import DEFAULT_WEBHOOK_LISTEN, WebhookListen, WebhookS
 
 MAX_TCP_PORT = 65535
 MAX_SUBAGENTS_CEILING = 100  # the highest cap a setting accepts (the Docker runtime's pool is sized for it)
+MAX_WARM_POOL = 20  # containers kept ready: each holds an idle agent's memory (the Docker runtime's threads too)
+DEFAULT_WARM_POOL = 2  # a small pool suits a 2-core host: two runs at once meet a ready agent
 DEFAULT_TELEGRAM_API_BASE_URL = "https://api.telegram.org/bot"
 # Docker's format for memory limits (the SDK's parse_bytes): digits with an optional unit.
 MEMORY_LIMIT = re.compile(r"^(\d{1,20})([bkmg]?)$", re.IGNORECASE)  # more digits: past int64 anyway
@@ -176,6 +178,7 @@ class Settings(QuestionSettings):
         default=1.0, ge=MIN_SUBAGENT_CPUS, allow_inf_nan=False, alias="SUBAGENT_CPUS"
     )
     subagent_pids: int = Field(default=256, ge=MIN_SUBAGENT_PIDS, le=MAX_SUBAGENT_PIDS, alias="SUBAGENT_PIDS")
+    subagent_warm_pool: int = Field(default=DEFAULT_WARM_POOL, ge=0, le=MAX_WARM_POOL, alias="SUBAGENT_WARM_POOL")
 
     # Budgets: what one run may cause, enforced on the host (docs/security.md "How the boundary is held").
     subagent_max_tokens: int = Field(

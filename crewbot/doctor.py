@@ -352,7 +352,9 @@ async def run_doctor(
     else:
         results.extend(await _docker_checks(settings, runtime))
     from crewbot.doctor_mcp import check_mcp
+    from crewbot.doctor_pool import check_pool
 
+    results.append(("pool", check_pool(settings)))
     results.extend(await check_mcp(settings))
     # Library errors quote what they were given (a rejected token, say): never print a secret.
     redactor = SecretRedactor(secrets_of(settings))

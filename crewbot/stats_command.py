@@ -30,6 +30,7 @@ from crewbot.memory_stats import MemoryUse, gather_memory, memory_json, render_m
 from crewbot.spend_stats import DailyUse, Prices, SpendStats, compute_spend, day_of, render_spend, spend_json
 from crewbot.stream_stats import StreamUse, gather_streams, render_streams, streams_json
 from crewbot.usage_stats import CapAt, Spread, UsageStats, compute
+from runner.lifecycle.pool_status import describe, read_status, status_file
 
 SINCE_UNITS_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 SINCE_SHAPE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -162,6 +163,7 @@ def as_json(
     streams: StreamUse | None = None,
     memory: MemoryUse | None = None,
     mcp: McpUse | None = None,
+    pool: dict[str, object] | None = None,
 ) -> str:
     data = asdict(stats)
     data.pop("timeline")
@@ -175,6 +177,8 @@ def as_json(
         data["memory"] = memory_json(memory)
     if mcp is not None:
         data["mcp"] = mcp_json(mcp)
+    if pool is not None:
+        data["warm_pool"] = pool
     return json.dumps(data, indent=2, sort_keys=True)
 
 
@@ -186,15 +190,19 @@ async def show_stats(
     streams = await gather_streams(settings, parse_since(since), chat_id)
     memory = await gather_memory(settings, chat_id)  # what is kept now, whatever the period
     mcp = await gather_mcp(settings, parse_since(since), chat_id)
+    pool = read_status(status_file(settings.data_dir))  # the running bot's last word on its warm pool
     if plot is not None:
         from crewbot.stats_plot import draw
 
         draw(stats.timeline, stats.start, stats.end, plot)
     if as_json_output:
-        print(as_json(stats, advice, chat_id, spend, allowances, streams, memory, mcp))
+        pool_json = None if pool is None else {**asdict(pool[0]), "current": pool[1]}
+        print(as_json(stats, advice, chat_id, spend, allowances, streams, memory, mcp, pool_json))
     else:
         lines = render(stats, advice, chat_id, settings.max_concurrent_subagents)
         more = [*render_streams(streams), *render_memory(memory), *render_mcp(mcp), *render_spend(spend)]
+        if pool is not None:
+            more.append(f"Warm pool{'' if pool[1] else ' (when the bot last ran)'}: {describe(pool[0])}")
         print("\n".join([*lines, *more, *allowances.lines]))
         if plot is not None:
             print(f"plot: {plot}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 
 from core.allowances import Allowances
@@ -12,7 +13,7 @@ from core.logging import get_logger
 from core.mcp_servers import McpServers
 from core.questions import Questions
 from core.setting_runtime import RuntimeKind
-from core.settings import MAX_SUBAGENTS_CEILING, Settings
+from core.settings import MAX_SUBAGENTS_CEILING, MAX_WARM_POOL, Settings
 from core.store.chat_files import ChatFileStore
 from core.store.egress import EgressStore
 from core.store.questions import QuestionStore
@@ -31,9 +32,13 @@ from runner.lifecycle.egress_log import EgressLog
 from runner.lifecycle.manager import TaskManager
 from runner.lifecycle.manager_ports import RunStores
 from runner.lifecycle.metrics import RunMetrics
+from runner.lifecycle.pool_folders import sweep_leftovers
+from runner.lifecycle.pool_status import status_file, write_status
 from runner.lifecycle.recovery import Recovery
 from runner.lifecycle.run_accounting import RunAccounting
+from runner.lifecycle.run_container import RunContainers
 from runner.lifecycle.run_doors import RunDoors
+from runner.lifecycle.warm_pool import WarmPool
 from runner.runs.file_source import FileSource
 from runner.runs.live_runs import LiveRuns
 from runner.runtimes.docker_runtime import DockerRuntime
@@ -44,6 +49,7 @@ from runner.storage.retention import Retention
 from runner.storage.run_files import ChatNotes, RunFiles
 from runner.storage.run_inputs import RunInputsBuilder
 from runner.storage.workspace_archive import WorkspaceArchives
+from runner.storage.workspace_placement import WorkspacePlacements
 from runner.storage.workspaces import Workspaces
 
 log = get_logger(__name__)
@@ -94,14 +100,29 @@ class SubagentService:
         accounting = RunAccounting(self.runs, self.metrics)
         self.egress = EgressStore(stores.db)
         self.egress_log = EgressLog(self.egress, self.metrics, on_written=self.runs.changed)
-        # A pod shares no folder with the bot: its chat's workspace travels as an archive over the channel.
-        self.archives = (
-            WorkspaceArchives(self.paths, lambda: settings.workspace_quota_mb)
-            if settings.subagent_runtime == RuntimeKind.KUBERNETES
+        # Containers (Docker) or pods (Kubernetes: runner/kube/kube_runtime.py) kept ready: read at start.
+        pooled = settings.subagent_warm_pool > 0
+        self.pool = (
+            WarmPool(
+                settings,
+                runtime,
+                self.paths,
+                image_id=getattr(runtime, "image_id", None),
+                publish=functools.partial(write_status, status_file(settings.data_dir)),
+            )
+            if pooled
             else None
         )
+        if self.pool is not None:
+            self.metrics.watch_pool(self.pool.counts, lambda: settings.subagent_warm_pool)
+        # Chats' archives exist on both runtimes whatever the pool's setting: a chat is archived once a run pushed
+        # its workspace, and its runs sync from then on (runner/storage/workspace_placement.py says the rule).
+        self.archives = WorkspaceArchives(self.paths, lambda: settings.workspace_quota_mb)
+        self.placements = WorkspacePlacements(
+            self.paths, self.archives, always_synced=settings.subagent_runtime == RuntimeKind.KUBERNETES
+        )
         self.workspaces = Workspaces(
-            self.paths, stores.chats, self.live, settings.workspace_quota_mb, archives=self.archives
+            self.paths, stores.chats, self.live, settings.workspace_quota_mb, placements=self.placements
         )
         policy = RequestPolicy(
             provider=settings.llm_provider,
@@ -138,6 +159,7 @@ class SubagentService:
             accounting=accounting,
             doors=RunDoors(settings, self.egress_log, self.questions, self.runs),
             mcp=mcp,  # the operator's MCP tools offered to subagents, called here on their behalf
+            containers=RunContainers(settings, runtime, self.paths, pool=self.pool, placements=self.placements),
             inputs=RunInputsBuilder(
                 settings,
                 ChatFileStore(stores.db),
@@ -218,8 +240,7 @@ class SubagentService:
     async def start(self) -> None:
         """Reconcile with the engine before taking new work, then watch the IPC folders."""
         await asyncio.to_thread(ensure_ipc_root, self.paths.ipc_root)
-        if self.archives is not None:
-            await self.archives.sweep_partial()  # uploads a previous process left unfinished
+        await self.archives.sweep_partial()  # uploads a previous process left unfinished
         if self._allowances is not None:
             await self._allowances.load()  # today's use so far, for the gauges, before the first call
         self.egress_log.start()
@@ -249,6 +270,10 @@ class SubagentService:
         except RuntimeUnavailable as exc:
             log.error("docker_unavailable_at_start", error=str(exc))
             return False
+        # What an earlier process left: its members' folders and the scratch workspaces of runs not live now.
+        await asyncio.to_thread(sweep_leftovers, self.paths, self.live.__contains__)
+        if self.pool is not None:  # after recovery, which removes the members an earlier process left
+            self.pool.start()
         return True
 
     async def _recover_when_engine_returns(self) -> None:
@@ -262,6 +287,8 @@ class SubagentService:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.pool is not None:
+            await self.pool.close()
         await self.manager.close()
         await self.egress_log.close()
         await self.proxy.close()
@@ -293,4 +320,4 @@ def build_runtime(settings: Settings) -> ContainerRuntime:
         from runner.kube.kube_setup import kube_runtime
 
         return kube_runtime(settings, DataPaths(settings.data_dir).channel_dir, max_concurrency=MAX_SUBAGENTS_CEILING)
-    return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING)
+    return DockerRuntime(max_concurrency=MAX_SUBAGENTS_CEILING + MAX_WARM_POOL)

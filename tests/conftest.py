@@ -66,6 +66,9 @@ def _isolated_settings_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.upper() in names:
             monkeypatch.delenv(key)
+    # No warm pool unless a test asks for one (SUBAGENT_WARM_POOL=n to load_settings): a pool of real containers
+    # per bot-level test would swamp the suite. The product's default stays DEFAULT_WARM_POOL.
+    monkeypatch.setenv("SUBAGENT_WARM_POOL", "0")
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ def make_settings(data_dir: Path, tg: FakeTelegram | None = None, **overrides: A
         # Tests count whole messages; streamed answers are tested on their own (tests/bot/agent/test_live_reply*.py).
         "STREAM_REPLIES": "false",
         "LOG_LEVEL": "DEBUG",
+        "SUBAGENT_WARM_POOL": 0,  # the pool's own tests ask for one (tests/runner/test_warm_pool_e2e.py)
     }
     if tg is not None:
         values["TELEGRAM_BOT_TOKEN"] = tg.token

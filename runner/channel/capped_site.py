@@ -7,6 +7,8 @@ the cap are closed as they arrive; the agent itself needs two or three.
 
 from __future__ import annotations
 
+import socket
+
 from aiohttp import web
 
 from core import capped_site
@@ -17,5 +19,12 @@ MAX_CONNECTIONS_PER_RUN = 16
 class CappedUnixSite(capped_site.CappedUnixSite):
     __slots__ = ()
 
-    def __init__(self, runner: web.BaseRunner, path: str, *, max_connections: int = MAX_CONNECTIONS_PER_RUN) -> None:
-        super().__init__(runner, path, max_connections=max_connections)
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        path: str,
+        *,
+        max_connections: int = MAX_CONNECTIONS_PER_RUN,
+        listening: socket.socket | None = None,
+    ) -> None:
+        super().__init__(runner, path, max_connections=max_connections, listening=listening)

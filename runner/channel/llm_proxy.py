@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import socket
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -156,9 +157,11 @@ class LlmProxy:
         endpoint: RunEndpoint | None = None,
         spent: Spent | None = None,
         payer: Payer | None = None,
+        listening: socket.socket | None = None,
     ) -> None:
         """Listen on `socket_path` for this run: its LLM calls, spent by `payer`, and its run API served by
-        `endpoint`. The socket's folder must be the host's alone (the container mounts it read-only)."""
+        `endpoint`. The socket's folder must be the host's alone (the container mounts it read-only).
+        `listening`: the socket already bound there (a claimed warm pool member's), served as it is."""
         if run_id in self._runs:
             raise ValueError(f"run {run_id} already has an LLM socket")
         if len(os.fsencode(socket_path)) > MAX_UNIX_PATH_BYTES:
@@ -182,7 +185,7 @@ class LlmProxy:
         )
         await runner.setup()
         try:
-            await CappedUnixSite(runner, str(socket_path)).start()
+            await CappedUnixSite(runner, str(socket_path), listening=listening).start()
             os.chmod(socket_path, SOCKET_MODE)
         except BaseException:
             await runner.cleanup()

@@ -82,6 +82,9 @@ class RunInbox:
         self.session_json: bytes | None = None
         self.session_in: str | None = None  # the session the run started from, for its record
         self.reported = asyncio.Event()
+        # Its agent asked for the chat's workspace (a synced run's first request after its task): it is alive. A
+        # task request alone says nothing of that: one sent before its container died is still served.
+        self.workspace_asked = asyncio.Event()
         self._session_uploads = 0
         self._model_steps = 0
         self._stepping = False
@@ -93,8 +96,14 @@ class RunInbox:
         self.mcp = mcp(self._check_not_stopping, self.invalid) if mcp is not None else None
         # Its chat's archive when the run syncs its workspace over the channel (no shared folder); else None.
         self.workspace = (
-            None if workspace is None else WorkspaceDesk(workspace, check_live=self._check_live, invalid=self.invalid)
+            None
+            if workspace is None
+            else WorkspaceDesk(workspace, check_live=self._workspace_live, invalid=self.invalid)
         )
+
+    def _workspace_live(self) -> None:
+        self.workspace_asked.set()
+        self._check_live()
 
     def _check_live(self) -> None:
         if self._live.cancelled or self._live.released:

@@ -10,6 +10,10 @@ The spec's two mounts become emptyDirs: the channel folder (the bridge's sockets
 workspace (filled over the channel from the chat's archive, runner/storage/workspace_archive.py). Nothing of
 the host reaches the pod through its spec, and nothing secret is in it: the bridge's exec stream is the run's
 identity, as the socket is on Docker.
+
+A warm pool member (LABEL_POOL, runner/lifecycle/container_spec.py) is the same body from the same spec builder:
+only its name, labels, a longer deadline (it may wait idle first) and a small CPU request (it holds no node's
+cores while idle; its limit is a run's) differ.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from container.contract import CHANNEL_BRIDGED_ENV, CHANNEL_DIR, WORKSPACE_DIR, WORKSPACE_SYNC_ENV
 from core.setting_runtime import PullPolicy
 from runner.kube.kube_calls import CONTAINER_NAME
-from runner.runtimes.runtime import ContainerSpec, ContainerStartError
+from runner.runtimes.runtime import LABEL_POOL, ContainerSpec, ContainerStartError
 
 RUN_UID = 1000  # the image's non-root `agent` user (runner/runtimes/subagent.Dockerfile)
 RUN_GID = 1000
@@ -35,6 +39,13 @@ CHANNEL_SIZE = "1Mi"  # two sockets
 # The run's own time limit (the supervisor's) ends it first, with its reason; the Job's deadline is the backstop
 # for a bot that is away.
 DEADLINE_SLACK_SECONDS = 60
+# A warm pool member's Job waits idle for a run before its run's time: the runtime retires a member idle this long
+# (runner/kube/kube_runtime.py), so its deadline is this, plus a run's.
+POOL_IDLE_LIMIT_SECONDS = 3_600
+# An idle member's CPU request: a request is the node's room held for the pod, and an idle agent uses none, so a
+# pool of SUBAGENT_CPUS-sized requests would keep runs' pods from being scheduled (2 members at 1 CPU fill a
+# 2-core node). Its limit stays the run's, and its memory request the run's (it is never evicted before a run's).
+POOL_CPU_REQUEST_MILLICPUS = 100
 BYTES_PER_MIB = 1024 * 1024
 MEMORY_UNITS = {"b": 1, "k": 1024, "m": BYTES_PER_MIB, "g": 1024 * BYTES_PER_MIB}
 MILLICPUS_PER_CPU = 1000
@@ -109,7 +120,9 @@ def job_body(spec: ContainerSpec, options: JobOptions) -> dict[str, Any]:
     volumes, mounts = _volumes(spec, options)
     labels = kube_labels(spec.labels)
     memory = memory_quantity(spec.memory)
-    cpu = f"{max(round(spec.cpus * MILLICPUS_PER_CPU), 1)}m"
+    millicpus = max(round(spec.cpus * MILLICPUS_PER_CPU), 1)
+    cpu = f"{millicpus}m"
+    cpu_request = f"{min(millicpus, POOL_CPU_REQUEST_MILLICPUS)}m" if LABEL_POOL in spec.labels else cpu
     environment = {"HOME": TMP_DIR, CHANNEL_BRIDGED_ENV: "1", WORKSPACE_SYNC_ENV: "1", **spec.environment}
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
@@ -118,7 +131,7 @@ def job_body(spec: ContainerSpec, options: JobOptions) -> dict[str, Any]:
         "env": [{"name": name, "value": value} for name, value in environment.items()],
         "workingDir": spec.workdir,
         "volumeMounts": mounts,
-        "resources": {"limits": {"memory": memory, "cpu": cpu}, "requests": {"memory": memory, "cpu": cpu}},
+        "resources": {"limits": {"memory": memory, "cpu": cpu}, "requests": {"memory": memory, "cpu": cpu_request}},
         "securityContext": {
             "runAsUser": uid,
             "runAsGroup": gid,
@@ -153,6 +166,9 @@ def job_body(spec: ContainerSpec, options: JobOptions) -> dict[str, Any]:
     }
     if spec.runtime_class is not None:
         pod_spec["runtimeClassName"] = spec.runtime_class
+    deadline_seconds = int(options.deadline_seconds) + DEADLINE_SLACK_SECONDS
+    if LABEL_POOL in spec.labels:
+        deadline_seconds += POOL_IDLE_LIMIT_SECONDS
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -164,7 +180,7 @@ def job_body(spec: ContainerSpec, options: JobOptions) -> dict[str, Any]:
         },
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": int(options.deadline_seconds) + DEADLINE_SLACK_SECONDS,
+            "activeDeadlineSeconds": deadline_seconds,
             "ttlSecondsAfterFinished": options.ttl_seconds,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },

@@ -58,6 +58,8 @@ class PodView:
     waiting_message: str | None
     deleting: bool  # a deletion was asked for
     ended_why: str | None = None  # the pod's own reason and message (Evicted: ...), when the kubelet gives one
+    image: str | None = None  # the image its spec names
+    image_id: str | None = None  # the image the node runs for it (its digest), once the container exists
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,8 @@ def pod_view(pod: Any) -> PodView:
         waiting_message=waiting.message if waiting is not None else None,
         deleting=pod.metadata.deletion_timestamp is not None,
         ended_why=": ".join(part for part in (status.reason, status.message) if part) or None,
+        image=next((c.image for c in pod.spec.containers or [] if c.name == CONTAINER_NAME), None),
+        image_id=(statuses[0].image_id or None) if statuses else None,
     )
 
 

@@ -10,25 +10,32 @@ Cancel is immediate: the Job and its running pod are deleted at once (the pod wi
 so its controller makes no replacement pod). The official client is synchronous: every call runs in the runtime's
 own threads, and waiting is a watch of the job's pods in slices, so a thread never outlives `close()` by more
 than a slice.
+
+A warm pool member (LABEL_POOL) is a Job like a run's. Its bridge comes up as soon as its pod runs, towards the
+member's folder, where the pool listens and the idle agent's task request waits; `claim()` points it at the run's
+channel folder (the member's, renamed). A claim is then one host-side call, no exec to open. A member left
+idle for POOL_IDLE_LIMIT_SECONDS is retired (killed: its waiter sees it end and the pool makes a fresh one), so its
+Job's deadline never ends a run. After a restart a claimed member is re-attached by `claim()` again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from container.contract import CHANNEL_DIR, CHANNEL_SOCKET_FILE, EGRESS_SOCKET_FILE, ID_PATTERN
+from container.contract import CHANNEL_DIR, ID_PATTERN
 from core.logging import get_logger
-from runner.kube.job_spec import JobOptions, job_body, kube_labels, run_labels
+from runner.kube.job_bridges import BridgeFactory, JobBridges
+from runner.kube.job_spec import POOL_IDLE_LIMIT_SECONDS, JobOptions, job_body, kube_labels, run_labels
 from runner.kube.kube_calls import JobView, PodView
 from runner.kube.pod_usage import pod_sample
 from runner.runtimes.resource_use import ResourceSample
 from runner.runtimes.runtime import (
+    LABEL_POOL,
     LABEL_RUN_ID,
     ContainerGone,
     ContainerInfo,
@@ -62,7 +69,6 @@ FATAL_WAITING_REASONS = frozenset(
 RUN_ID_SHAPE = re.compile(ID_PATTERN)
 BRIDGE_RETRY_SECONDS = 1.0  # the pod's state is asked again this soon when the API server did not answer
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
-BRIDGE_SOCKETS = {"run": CHANNEL_SOCKET_FILE, "egress": EGRESS_SOCKET_FILE}
 
 
 class KubeApi(Protocol):
@@ -82,17 +88,6 @@ class KubeApi(Protocol):
     def pod_log(self, name: str) -> bytes: ...
     def watch_job_pods(self, job_name: str, timeout_seconds: int, since: str) -> Iterator[PodView]: ...
     def close(self) -> None: ...
-
-
-class Bridge(Protocol):
-    async def run(self) -> None: ...
-    async def close(self) -> None: ...
-
-
-# (job name, pod name, host sockets by bridge target (None: that target is refused), whether its container still
-# runs) → the run's bridge.
-StillRunning = Callable[[], Awaitable[bool]]
-BridgeFactory = Callable[[str, str, dict[str, Path | None], StillRunning], Bridge]
 
 
 def _selector(labels: dict[str, str]) -> str:
@@ -121,19 +116,24 @@ class KubeRuntime:
         channel_dir: Callable[[str], Path],
         wait_slice_seconds: int = WAIT_SLICE_SECONDS,
         server: str = "the cluster",
+        pool_idle_seconds: float = POOL_IDLE_LIMIT_SECONDS,  # at most that: the Job's deadline allows for it
     ) -> None:
         self._api = api
         self._server = server
         self._options = options  # read at each start: SUBAGENT_TIMEOUT_SECONDS and the quota are live
-        self._bridges = bridges
+        self._bridges = JobBridges(bridges, until_running=self._until_running, pod=self._pod)
         self._channel_dir = channel_dir
         self._wait_slice_seconds = wait_slice_seconds
+        self._pool_idle_seconds = min(pool_idle_seconds, POOL_IDLE_LIMIT_SECONDS)
         self._executor = ThreadPoolExecutor(max_workers=2 * max_concurrency + 8, thread_name_prefix="kube-runtime")
-        self._bridge_tasks: dict[str, asyncio.Task[None]] = {}
         self._killed: set[str] = set()
         self._notes: dict[str, str] = {}  # why a pod could not start, for its logs
         self._identities: dict[str, tuple[str, str]] = {}  # a running pod's uid and container id, by job
-        self._running_pods: dict[str, str] = {}  # the pod a run's bridge found running, by job: a kill's target
+        self._retirements: dict[str, asyncio.Task[None]] = {}  # an idle pool member's end, cancelled by its claim
+        # By image name: what the nodes ran for its first pod this process saw running, and for its latest.
+        self._first_image_ids: dict[str, str] = {}
+        self._image_ids: dict[str, str] = {}
+        self._member_images: dict[str, tuple[str, str]] = {}  # a pool member's pod's image: (name, the node's id)
         self._closed = False
 
     @property
@@ -184,44 +184,55 @@ class KubeRuntime:
             raise ContainerStartError(f"the cluster refused Job {spec.name!r}: {exc}") from exc
         if not created:
             raise ContainerStartError(f"a Job named {spec.name!r} exists already in namespace {self.namespace}")
+        pooled = LABEL_POOL in spec.labels
+        if pooled:
+            self._retirements[spec.name] = asyncio.create_task(self._retire_idle(spec.name), name=f"retire-{spec.name}")
         channel = next((mount.source for mount in spec.mounts if mount.target == CHANNEL_DIR), None)
         if channel is not None:
-            self._ensure_bridge(spec.name, channel)
+            self._bridges.ensure(spec.name, channel, pooled=pooled)
         return spec.name
 
-    def _ensure_bridge(self, job: str, channel_dir: Path) -> None:
-        task = self._bridge_tasks.get(job)
-        if task is None or task.done():
-            self._bridge_tasks[job] = asyncio.create_task(self._bridge(job, channel_dir), name=f"bridge-{job}")
+    async def claim(self, container_id: str, channel_dir: Path) -> None:
+        """The pool member's bridge carries its streams to `channel_dir`'s sockets from now on; after a restart,
+        its bridge is made again towards them. Raises ContainerGone for a member this runtime retired."""
+        if container_id in self._killed:
+            raise ContainerGone(f"pool member {container_id} was retired")
+        image, own = self._member_images.pop(container_id, ("", ""))
+        newest = self._image_ids.get(image)
+        if own and newest is not None and own != newest:  # its node ran another image than the newest pod's
+            raise ContainerStartError(f"pool member {container_id} runs image {own}, not the newest seen ({newest})")
+        retirement = self._retirements.pop(container_id, None)
+        if retirement is not None:
+            retirement.cancel()
+        await self._bridges.claim(container_id, channel_dir)
 
-    async def _bridge(self, job: str, channel_dir: Path) -> None:
-        """Once the pod runs, the bridge carries its connections until the run ends (this task is cancelled)."""
-        pod = await self._until_running(job)
-        if pod is None:
-            return
-        self._running_pods[job] = pod.name
-        sockets: dict[str, Path | None] = {}
-        for target, file_name in BRIDGE_SOCKETS.items():
-            path = channel_dir / file_name
-            sockets[target] = path if await asyncio.to_thread(path.exists) else None
-
-        async def still_running() -> bool:
-            now = await self._pod(job)
-            return now is not None and now.name == pod.name and now.exit_code is None and not now.deleting
-
-        bridge = self._bridges(job, pod.name, sockets, still_running)
+    async def _retire_idle(self, job: str) -> None:
+        await asyncio.sleep(self._pool_idle_seconds)
+        self._retirements.pop(job, None)
+        log.info("kube_pool_member_retired", job=job, idle_seconds=self._pool_idle_seconds)
         try:
-            await bridge.run()
-        except Exception as exc:  # not expected (the bridge ends quietly), but never an unretrieved task error
-            log.error("kube_bridge_failed", job=job, error=str(exc))
-        finally:
-            await asyncio.shield(bridge.close())
+            await self.kill(job)
+        except Exception as exc:  # the API server away: its Job's own deadline ends it instead
+            log.warning("kube_pool_member_not_retired", job=job, error=str(exc))
+
+    async def image_id(self, image: str) -> str | None:
+        """Which image a pod of `image` runs, for the pool's fingerprint. The nodes' images are not the bot's to
+        list (a namespaced Role), so it is what the nodes report for the pods it starts: the name stands for the
+        image its first pod ran (members made before any pod ran stay good), and once a later pod runs another
+        one (an image rebuilt and loaded under the same tag, a new pull), that one's id, which drains the pool."""
+        latest = self._image_ids.get(image)
+        return image if latest is None or latest == self._first_image_ids.get(image) else latest
 
     async def _until_running(self, job: str) -> PodView | None:
         while True:
             try:
                 pod, version = await self._pod_at(job)
                 if pod is not None and pod.phase == "Running" and pod.exit_code is None:
+                    if pod.image_id is not None and pod.image is not None:
+                        self._first_image_ids.setdefault(pod.image, pod.image_id)
+                        self._image_ids[pod.image] = pod.image_id
+                        if job in self._retirements:  # an idle pool member: its own image, checked at its claim
+                            self._member_images[job] = (pod.image, pod.image_id)
                     return pod
                 if pod is not None and (pod.exit_code is not None or pod.phase in ("Succeeded", "Failed")):
                     return None
@@ -236,13 +247,13 @@ class KubeRuntime:
             return
 
     async def _reattach_bridge(self, job: str) -> None:
-        if job in self._bridge_tasks or job in self._killed:
+        if job in self._bridges or job in self._killed:
             return
         view = await self._run(self._api.read_job, job)
         run_id = run_labels(view.annotations, view.labels).get(LABEL_RUN_ID) if view is not None else None
         # The run id names a host folder: only one the Job's own name agrees with (never a path from the cluster).
         if run_id and RUN_ID_SHAPE.fullmatch(run_id) and container_name(run_id) == job:
-            self._ensure_bridge(job, self._channel_dir(run_id))
+            self._bridges.ensure(job, self._channel_dir(run_id))
 
     async def wait(self, container_id: str, timeout_seconds: float | None = None) -> int | None:
         loop = asyncio.get_running_loop()
@@ -251,7 +262,7 @@ class KubeRuntime:
         while True:
             code, version, no_pod = await self._exit_code(container_id)
             if code is not None:
-                await self._stop_bridge(container_id)
+                await self._bridges.stop(container_id)
                 return code
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
@@ -272,6 +283,7 @@ class KubeRuntime:
             return pod.exit_code
         if pod is not None and pod.waiting_reason in FATAL_WAITING_REASONS:
             self._notes[job] = f"crewbot: the pod could not start: {pod.waiting_reason}: {pod.waiting_message or ''}\n"
+            log.warning("kube_pod_could_not_start", job=job, reason=pod.waiting_reason, detail=pod.waiting_message)
             await self._run(self._api.delete_job, job)
             await self._run(self._api.delete_pod_now, pod.name)
             return START_FAILED_EXIT_CODE
@@ -282,6 +294,7 @@ class KubeRuntime:
             raise ContainerGone(f"the pod of Job {job} ended without an exit code ({pod.ended_why or pod.phase})")
         if pod is None and (refusal := await self._run(self._api.pod_refusal, job)) is not None:
             self._notes[job] = f"crewbot: the cluster made no pod for the run: {refusal}\n"
+            log.warning("kube_job_made_no_pod", job=job, reason=refusal)  # a pool member's too: its refill pauses
             await self._run(self._api.delete_job, job)
             return START_FAILED_EXIT_CODE
         if pod is None or pod.deleting:
@@ -296,7 +309,7 @@ class KubeRuntime:
         the gap would be the Job's and go with it); a run whose pod was never seen running has its pods listed
         after the Job is gone. The bridge is stopped last."""
         self._killed.add(container_id)
-        known = self._running_pods.get(container_id)
+        known = self._bridges.running_pod(container_id)
         job_deleted = asyncio.ensure_future(self._run(self._api.delete_job, container_id))
         try:
             if known is not None:
@@ -307,7 +320,7 @@ class KubeRuntime:
             pods, _ = await self._run(self._api.job_pods, container_id)
             for pod in pods:
                 await self._run(self._api.delete_pod_now, pod.name)
-        await self._stop_bridge(container_id)
+        await self._bridges.stop(container_id)
 
     async def logs(self, container_id: str) -> bytes:
         note = self._notes.get(container_id, "").encode()
@@ -316,12 +329,18 @@ class KubeRuntime:
         return output + note
 
     async def remove(self, container_id: str) -> None:
-        await self._stop_bridge(container_id)
+        await self._bridges.forget(container_id)
         await self._run(self._api.delete_job, container_id)
-        self._notes.pop(container_id, None)
-        self._identities.pop(container_id, None)
-        self._running_pods.pop(container_id, None)
-        self._killed.discard(container_id)
+        self._forget(container_id)
+
+    def _forget(self, job: str) -> None:
+        self._notes.pop(job, None)
+        self._identities.pop(job, None)
+        self._member_images.pop(job, None)
+        self._killed.discard(job)
+        retirement = self._retirements.pop(job, None)
+        if retirement is not None:
+            retirement.cancel()
 
     async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:
         infos: list[ContainerInfo] = []
@@ -351,16 +370,10 @@ class KubeRuntime:
         the kubelet's reason (ErrImageNeverPull, ImagePullBackOff) instead."""
         return True
 
-    async def _stop_bridge(self, job: str) -> None:
-        task = self._bridge_tasks.pop(job, None)
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
     async def close(self) -> None:
-        for job in list(self._bridge_tasks):
-            await self._stop_bridge(job)
+        for retirement in self._retirements.values():
+            retirement.cancel()
+        await self._bridges.close()
         self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self._api.close)

@@ -7,12 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from container.contract import BRIDGE_MODULE, BRIDGE_TARGET_EGRESS
+from core.egress_rules import EgressMode
 from core.settings import Settings
 from runner.kube.exec_stream import ExecStream, open_exec
+from runner.kube.job_bridges import BridgeFactory, StillRunning
 from runner.kube.job_spec import JobOptions
 from runner.kube.kube_calls import CONTAINER_NAME, KubeCalls
 from runner.kube.kube_config import KubeTarget, load_target
-from runner.kube.kube_runtime import BridgeFactory, KubeRuntime, StillRunning
+from runner.kube.kube_runtime import KubeRuntime
 from runner.kube.pod_bridge import PodBridge
 
 # The image's interpreter, as its ENTRYPOINT runs the agent (runner/runtimes/subagent.Dockerfile): -P keeps the
@@ -33,11 +35,18 @@ def job_options(settings: Settings, namespace: str) -> Callable[[], JobOptions]:
     return options
 
 
-def bridge_factory(target: KubeTarget) -> BridgeFactory:
+def bridge_factory(target: KubeTarget, settings: Settings) -> BridgeFactory:
     configuration = target.api.configuration
 
-    def bridge(job: str, pod: str, sockets: dict[str, Path | None], still_running: StillRunning) -> PodBridge:
-        command = [*BRIDGE_PYTHON, *(["--egress"] if sockets.get(BRIDGE_TARGET_EGRESS) is not None else [])]
+    def bridge(
+        job: str, pod: str, sockets: dict[str, Path | None], still_running: StillRunning, pooled: bool
+    ) -> PodBridge:
+        # A pool member's runs will have the door when egress is on (a member made before a change of
+        # SUBAGENT_EGRESS is drained, never claimed); its run's host socket is asked at the claim.
+        door = sockets.get(BRIDGE_TARGET_EGRESS) is not None or (
+            pooled and settings.subagent_egress is not EgressMode.NONE
+        )
+        command = [*BRIDGE_PYTHON, *(["--egress"] if door else [])]
 
         async def opener() -> ExecStream:
             return await open_exec(configuration, target.namespace, pod, command, container=CONTAINER_NAME)
@@ -57,7 +66,7 @@ def kube_runtime(
         KubeCalls(target.api, target.namespace, on_close=target.close),
         max_concurrency=max_concurrency,
         options=job_options(settings, target.namespace),
-        bridges=bridge_factory(target),
+        bridges=bridge_factory(target, settings),
         channel_dir=channel_dir,
         server=target.server,
     )

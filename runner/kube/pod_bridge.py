@@ -7,6 +7,11 @@ host (the run socket, or the door to the web when the run has one), the same soc
 same handlers serve both backends. Everything that comes from the pod is hostile: a broken protocol ends the
 bridge for good (logged); a stream that merely ends is opened again after a pause, a bounded number of times a
 minute, for as long as the run lives. Nothing the pod sends raises into the caller.
+
+A warm pool member's bridge is up before any run is: the exec is open, and the idle agent's task request waits
+on the member's run socket, which the pool listens on without answering. A claim renames the member's folder to
+the run's (that waiting connection goes with it) and `repoint()` sends every later stream to the run's sockets:
+each stream's host socket is looked up when it opens.
 """
 
 from __future__ import annotations
@@ -81,9 +86,7 @@ class PodBridge:
         max_streams: int = MAX_STREAMS,
         window_bytes: int = INITIAL_WINDOW_BYTES,
     ) -> None:
-        unknown = set(sockets) - set(TARGETS)
-        if unknown:
-            raise ValueError(f"unknown bridge targets: {sorted(unknown)}")
+        _check_targets(sockets)
         self._run_id = run_id
         self._opener = opener
         # Asked before opening again after a session ended: a pod whose container has exited is not reopened
@@ -116,6 +119,11 @@ class PodBridge:
     def streams(self) -> int:
         """Streams the current session carries now."""
         return 0 if self._mux is None else self._mux.streams
+
+    def repoint(self, sockets: Mapping[str, Path | None]) -> None:
+        """Streams opened from now on go to these sockets (a pool member claimed by a run: its folder renamed)."""
+        _check_targets(sockets)
+        self._sockets = dict(sockets)
 
     async def wait_for(self, predicate: Callable[[PodBridge], bool]) -> None:
         """Wait until `predicate(self)` holds; it is checked at every change of state or session."""
@@ -253,6 +261,12 @@ class PodBridge:
         self._state = state
         self._changed.set()
         self._changed = asyncio.Event()
+
+
+def _check_targets(sockets: Mapping[str, Path | None]) -> None:
+    unknown = set(sockets) - set(TARGETS)
+    if unknown:
+        raise ValueError(f"unknown bridge targets: {sorted(unknown)}")
 
 
 def _describe(exc: BaseException) -> str:

@@ -26,10 +26,10 @@ from runner.lifecycle.admission import Admission, record_request
 from runner.lifecycle.approvals import Approvals
 from runner.lifecycle.cancels import Cancels
 from runner.lifecycle.conclusion import Conclusion, Releases
-from runner.lifecycle.container_spec import run_container_spec
 from runner.lifecycle.manager_ports import RunChannels, RunStores, TypingHolder
 from runner.lifecycle.rejections import Refusals
 from runner.lifecycle.run_accounting import RunAccounting
+from runner.lifecycle.run_container import RunContainers
 from runner.lifecycle.run_doors import RunDoors
 from runner.lifecycle.run_opening import RunOpener
 from runner.lifecycle.supervisor import Supervisor
@@ -64,8 +64,10 @@ class TaskManager:
         inputs: RunInputsBuilder,
         doors: RunDoors,
         mcp: McpServers | None = None,
+        containers: RunContainers | None = None,
     ) -> None:
         self._settings = settings
+        self._containers = containers or RunContainers(settings, runtime, paths)  # a warm pool's, or cold ones
         self._runs = stores.runs
         self._chats = stores.chats
         self._questions = stores.questions  # a run's open questions end with it (_cleanup)
@@ -211,21 +213,15 @@ class TaskManager:
             if over is not None:
                 await self._conclude(live, RunStatus.FAILED, error=over)
                 return
-            await self._opener.open(live, chat, task, include_context, record, files)
+            claimed = await self._containers.claim(live, chat)  # placed, then a pool member (or None: cold below)
+            listening = claimed.listening if claimed is not None else None
+            await self._opener.open(live, chat, task, include_context, record, files, listening=listening)
             marked_running_at = time.time()
             if not await self._runs.mark_running(live.id, live.inbox.session_in if live.inbox else None):
                 return  # cancelled while queued
             live.started_monotonic = time.monotonic()
-            spec = run_container_spec(
-                self._settings,
-                run_id=live.id,
-                chat_id=live.chat_id,
-                instance_id=self._paths.instance_id,
-                workspace=self._paths.workspace(chat.folder),
-                channel_dir=self._paths.channel_dir(live.id),
-            )
             try:
-                live.container_id = await self._runtime.start(spec)
+                live.container_id = await self._containers.start(live, claimed)
             except (RuntimeUnavailable, ContainerStartError) as exc:
                 log.error("container_start_failed", run_id=live.id, error=str(exc))
                 live.stopped = True
@@ -243,6 +239,7 @@ class TaskManager:
         """A run re-attached after a restart: its container runs (or has exited) already."""
 
         async def body(chat: Chat) -> None:
+            await self._containers.reattached(live, chat)  # its placement as it started, before its channel opens
             await self._opener.open(live, chat, record.task, record.include_context, record, record.files)
             await self._supervise(live, chat)
 
@@ -266,7 +263,9 @@ class TaskManager:
 
     async def _supervise(self, live: LiveRun, chat: Chat) -> None:
         async with self._conclusion.on_report(live, chat):
-            exit_code = await self._supervisor.until_exit(live, lambda: self._workspaces.over_quota(chat.folder))
+            exit_code = await self._supervisor.until_exit(
+                live, lambda: self._workspaces.over_quota(chat.folder, live.id)
+            )
         await self._accounting.stopped(live)
         self.drain_queue()  # its slot is free now that its container is stopped
         quota_hit = live.stop_reason is StopReason.WORKSPACE_QUOTA
@@ -304,7 +303,7 @@ class TaskManager:
             await self._questions.end_run(live.id, "its run ended")
         if live.container_id is not None:
             await self._supervisor.remove(live, self._files.keep_logs, lambda: self._stopping)
-        await self._files.remove_channel(live.id)
+        await self._containers.release(live)  # its channel and scratch folders
         live.stopped = True
         await self._accounting.ended(live)
         self._releases.release(live)
@@ -365,7 +364,7 @@ class TaskManager:
             live.recovering = True
         live.released = live.stopped = True
         self._live.discard(record.id)
-        await self._files.remove_channel(record.id)
+        await self._containers.release(live)  # its channel and scratch folders
         recorded = await self._conclude(live, RunStatus.INTERRUPTED, error=reason)
         if recorded:
             await self._accounting.ended(live)

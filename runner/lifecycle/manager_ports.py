@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +21,14 @@ class RunChannels(Protocol):
     """What the manager needs of the channel server (the LLM proxy): one socket per run."""
 
     async def open_run(
-        self, run_id: str, socket_path: Path, *, endpoint: RunInbox, spent: Spent, payer: Payer
+        self,
+        run_id: str,
+        socket_path: Path,
+        *,
+        endpoint: RunInbox,
+        spent: Spent,
+        payer: Payer,
+        listening: socket.socket | None = None,
     ) -> None: ...
 
     async def close_run(self, run_id: str) -> None: ...

@@ -194,6 +194,19 @@ class RunMetrics:
         self.max_concurrent.set_function(lambda: float(max_concurrent()))
         self.max_per_chat.set_function(lambda: float(max_per_chat()))
 
+    def watch_pool(self, counts: Callable[[], tuple[int, int, int, int]], target: Callable[[], int]) -> None:
+        """The warm pool's gauges and counters, read from it when scraped: (ready, starting, hits, misses)."""
+        r = self.registry
+        pool = {
+            "crewbot_warm_pool_ready": ("Warm pool containers ready for a run", lambda: counts()[0]),
+            "crewbot_warm_pool_starting": ("Warm pool containers starting", lambda: counts()[1]),
+            "crewbot_warm_pool_target": ("SUBAGENT_WARM_POOL in effect", target),
+            "crewbot_warm_pool_hits": ("Runs that took a ready container since the start", lambda: counts()[2]),
+            "crewbot_warm_pool_misses": ("Runs started cold with the pool on, since the start", lambda: counts()[3]),
+        }
+        for name, (text, read) in pool.items():
+            Gauge(name, text, registry=r).set_function(lambda read=read: float(read()))  # type: ignore[misc]
+
     def watch_allowance(self, *, used: Callable[[], int], allowance: Callable[[], int]) -> None:
         """The daily gauges read these when scraped (the whole bot's only: a chat's would be labelled by its id)."""
         self.daily_tokens_used.set_function(lambda: float(used()))

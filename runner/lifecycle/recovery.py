@@ -3,7 +3,8 @@
 A run recorded live whose container still exists is re-attached (a finished container's result is
 collected at once); one whose container is gone is `interrupted` and its chat told once; a queued run
 (it never had a container) waits in the queue again and starts, in its order, as slots free.
-Containers of this deployment with no live run are removed.
+Containers of this deployment with no live run are removed: warm pool members too, unless a run claimed one
+(found by the container id on its record: a member keeps its pool labels), so a restart drains the pool.
 Recovery that waited for the engine (down at start) leaves alone the runs this process started since:
 their containers are its own, not survivors.
 """
@@ -16,7 +17,7 @@ from core.logging import get_logger
 from core.store.runs import RunStatus, RunStore
 from runner.lifecycle.manager import TaskManager
 from runner.runs.live_runs import LiveRuns
-from runner.runtimes.runtime import LABEL_APP, LABEL_INSTANCE, LABEL_RUN_ID, ContainerRuntime
+from runner.runtimes.runtime import LABEL_APP, LABEL_INSTANCE, LABEL_POOL, LABEL_RUN_ID, ContainerRuntime
 from runner.storage.paths import DataPaths
 
 log = get_logger(__name__)
@@ -31,6 +32,7 @@ class RecoveryReport:
     restarted: int = 0
     interrupted: int = 0
     removed: int = 0
+    drained: int = 0  # warm pool members no run had claimed
 
 
 class Recovery:
@@ -46,9 +48,12 @@ class Recovery:
     async def run(self) -> RecoveryReport:
         report = RecoveryReport()
         containers = await self._runtime.list({LABEL_APP: "1", LABEL_INSTANCE: self._paths.instance_id})
-        by_run = {c.labels.get(LABEL_RUN_ID, ""): c for c in containers}
+        members = {c.id: c for c in containers if LABEL_POOL in c.labels}
+        by_run = {c.labels.get(LABEL_RUN_ID, ""): c for c in containers if LABEL_POOL not in c.labels}
         for record in await self._runs.with_status(RunStatus.QUEUED, RunStatus.RUNNING):
             info = by_run.pop(record.id, None)
+            if info is None and record.container_id is not None:
+                info = members.pop(record.container_id, None)  # a claimed member, now this run's
             if self._live.is_own(record.id):
                 continue
             if info is not None and info.status in ADOPTABLE_STATES:
@@ -66,6 +71,9 @@ class Recovery:
                 continue
             await self._discard(info.id)
             report.removed += 1
+        for info in members.values():
+            await self._discard(info.id)
+            report.drained += 1
         self._live.release_holds()
         self._manager.recovered()  # queued runs, in their order, take the slots left free
         log.info(
@@ -74,6 +82,7 @@ class Recovery:
             restarted=report.restarted,
             interrupted=report.interrupted,
             removed=report.removed,
+            drained=report.drained,
         )
         return report
 

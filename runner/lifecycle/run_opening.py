@@ -4,6 +4,7 @@ folders, its endpoint on the channel (runner/channel/run_endpoint.py) and the so
 from __future__ import annotations
 
 import functools
+import socket
 from collections.abc import Callable
 
 from container.protocol import CHANNEL_SOCKET_FILE, TaskSpec
@@ -71,7 +72,11 @@ class RunOpener:
         include_context: bool,
         record: RunRecord | None,
         files: tuple[str, ...],
+        *,
+        listening: socket.socket | None = None,
     ) -> None:
+        """`listening`: a claimed warm pool member's run socket, bound in the folder now the run's. The run's
+        placement is decided before (RunContainers.place): only a synced run is served the chat's archive."""
         context: list[str] = []
         if include_context:
             recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
@@ -114,7 +119,7 @@ class RunOpener:
             max_messages=self._settings.subagent_max_messages,
             session_max_messages=self._settings.subagent_session_max_messages,
             files=desk,
-            workspace=self._workspaces.synced(chat.folder),
+            workspace=self._workspaces.served(live.id, chat.folder),
             asking=self._asking(live),
             mcp=mcp_desk,
         )
@@ -122,7 +127,9 @@ class RunOpener:
         spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
         # Its calls spend its chat's daily allowance, as a scheduled task's work or a turn's (a re-attached run too).
         payer = Payer.of_run(live.chat_id, live.turn_id)
-        await self._channels.open_run(live.id, socket_path, endpoint=live.inbox, spent=spent, payer=payer)
+        await self._channels.open_run(
+            live.id, socket_path, endpoint=live.inbox, spent=spent, payer=payer, listening=listening
+        )
 
     def _asking(self, live: LiveRun) -> RunAsking | None:
         """ask_chat's end on the host, when this process has a chat to ask."""

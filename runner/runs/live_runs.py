@@ -19,6 +19,7 @@ class RunReport(Protocol):
     result_received: RunResult | None
     session_json: bytes | None
     reported: asyncio.Event
+    workspace_asked: asyncio.Event  # its agent asked for its workspace: a synced run's agent is alive
 
 
 class StopReason(StrEnum):

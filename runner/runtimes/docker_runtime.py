@@ -13,9 +13,9 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
@@ -24,6 +24,7 @@ import requests.exceptions
 from docker.types import LogConfig
 from docker.types import Mount as DockerMount
 
+from runner.runtimes.docker_info import info_from_attrs
 from runner.runtimes.resource_use import ResourceSample, cgroup_sample, sample_from_engine_stats
 from runner.runtimes.runtime import (
     LABEL_APP,
@@ -51,8 +52,6 @@ WAIT_SLICE_SECONDS = 5.0
 NANO_CPUS_PER_CPU = 1_000_000_000
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
-# Docker reports "never started" as the zero time.
-_ZERO_TIME_PREFIX = "0001-01-01"
 # An unknown --runtime: "Unknown runtime specified X" (20.10), "unknown or invalid runtime name: X" (later).
 _UNKNOWN_RUNTIME_MARKERS = ("unknown runtime", "unknown or invalid runtime")
 RUNTIME_CLASS_FIX = (
@@ -104,33 +103,6 @@ def create_options(spec: ContainerSpec) -> dict[str, Any]:
         "log_config": LogConfig(type=LogConfig.types.JSON, config={"max-size": LOG_MAX_SIZE, "max-file": "1"}),
         **security_options(spec),
     }
-
-
-def parse_docker_time(value: str | None) -> float | None:
-    """Docker's RFC 3339 time (nanoseconds, `Z`) as unix seconds; None for the zero time or nothing."""
-    if not value or value.startswith(_ZERO_TIME_PREFIX):
-        return None
-    text = value.replace("Z", "+00:00")
-    head, dot, rest = text.partition(".")
-    if dot:
-        # Trim the fraction to microseconds; keep the offset that follows it.
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        text = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
-    return datetime.fromisoformat(text).timestamp()
-
-
-def _info_from_attrs(attrs: Mapping[str, Any]) -> ContainerInfo:
-    state = attrs.get("State") or {}
-    status = str(state.get("Status", "unknown"))
-    running = status in {"created", "running", "paused", "restarting"}
-    return ContainerInfo(
-        id=str(attrs["Id"]),
-        name=str(attrs.get("Name", "")).lstrip("/"),
-        labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
-        status=status,
-        exit_code=None if running else int(state.get("ExitCode", 0)),
-        started_at=parse_docker_time(state.get("StartedAt")),
-    )
 
 
 def _is_engine_unreachable(exc: BaseException) -> bool:
@@ -338,7 +310,7 @@ class DockerRuntime:
 
         def call(client: docker.DockerClient) -> list[ContainerInfo]:
             containers = client.containers.list(all=True, filters=filters, ignore_removed=True)
-            return [_info_from_attrs(container.attrs) for container in containers]
+            return [info_from_attrs(container.attrs) for container in containers]
 
         return await self._run(call)
 
@@ -347,7 +319,7 @@ class DockerRuntime:
 
         def call(client: docker.DockerClient) -> ContainerInfo | None:
             try:
-                return _info_from_attrs(client.api.inspect_container(container_id))
+                return info_from_attrs(client.api.inspect_container(container_id))
             except docker.errors.NotFound:
                 return None
 
@@ -365,6 +337,20 @@ class DockerRuntime:
             except docker.errors.NotFound:
                 return None
             return sample_from_engine_stats(stats)
+
+        return await self._run(call)
+
+    async def claim(self, container_id: str, channel_dir: Path) -> None:
+        """Nothing to tell the engine: the channel's bind mount follows the folder the host renamed."""
+
+    async def image_id(self, image: str) -> str | None:
+        """The engine's id of `image` (it changes when the image is rebuilt under the same tag); None if absent."""
+
+        def call(client: docker.DockerClient) -> str | None:
+            try:
+                return str(client.api.inspect_image(image)["Id"])
+            except docker.errors.ImageNotFound:
+                return None
 
         return await self._run(call)
 

@@ -12,14 +12,24 @@ LABEL_APP = "crewbot"
 LABEL_RUN_ID = "crewbot.run_id"
 LABEL_CHAT_ID = "crewbot.chat_id"
 LABEL_INSTANCE = "crewbot.instance"  # which deployment (data dir) owns it: recovery touches only its own
+# A warm pool member (runner/lifecycle/warm_pool.py): its member id, and a short fingerprint of what it was made with
+# (image id, limits, runtime class, network, egress mode, user); a run takes only a member whose fingerprint matches.
+LABEL_POOL = "crewbot.pool"
+LABEL_POOL_CONFIG = "crewbot.pool_config"
 
 
 CONTAINER_NAME_PREFIX = "crewbot-run-"
+POOL_NAME_PREFIX = "crewbot-pool-"
 
 
 def container_name(run_id: str) -> str:
     """The engine-side name of a run's container (a Job's on Kubernetes): unique per run, recognisable."""
     return f"{CONTAINER_NAME_PREFIX}{run_id}"
+
+
+def pool_container_name(member_id: str) -> str:
+    """A warm pool member's engine-side name: it keeps it after a run claims it (names cannot change on a Job)."""
+    return f"{POOL_NAME_PREFIX}{member_id}"
 
 
 class ContainerGone(LookupError):
@@ -98,6 +108,11 @@ class ContainerRuntime(Protocol):
 
     async def usage(self, container_id: str) -> ResourceSample | None:
         """Its peak memory and CPU time so far; None once it has exited or is gone (the engine forgets them)."""
+
+    async def claim(self, container_id: str, channel_dir: Path) -> None:
+        """A pooled container is now a run's: its channel folder, which the host has just renamed to `channel_dir`,
+        is where its sockets are. Docker: nothing to do (the bind mount follows the renamed folder). Kubernetes:
+        the pod's bridge connects to `channel_dir`'s sockets from now on."""
 
     async def image_exists(self, image: str) -> bool: ...
 

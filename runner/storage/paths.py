@@ -9,6 +9,7 @@ from pathlib import Path
 
 CONTAINER_UID = 1000  # the image's non-root `agent` user
 CONTAINER_GID = 1000
+POOL_PREFIX = ".pool."  # a warm pool member's folders: a dot, which no run id has
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,23 @@ class DataPaths:
     def channel_dir(self, run_id: str) -> Path:
         """The run's socket folder: the host's alone, mounted read-only into the container."""
         return self.channels_dir / run_id
+
+    def pool_channel_dir(self, member_id: str) -> Path:
+        """A warm pool member's socket folder, beside the runs' so that a claim renames it to `channel_dir(run_id)`
+        atomically. Its name has a dot, which no run id has (ID_PATTERN): the two can never collide."""
+        return self.channels_dir / f"{POOL_PREFIX}{member_id}"
+
+    @property
+    def scratch_dir(self) -> Path:
+        """Workspaces of synced runs on Docker (an archived chat's, or a pool member's): each run's /workspace is a
+        folder here, mounted read-write, that the host only measures and removes (storage/workspace_placement)."""
+        return self.data_dir / "scratch"
+
+    def run_scratch(self, run_id: str) -> Path:
+        return self.scratch_dir / run_id
+
+    def pool_scratch(self, member_id: str) -> Path:
+        return self.scratch_dir / f"{POOL_PREFIX}{member_id}"
 
     def run_dir(self, run_id: str) -> Path:
         """The run's host-side record (task, container log): never mounted into a container."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from core.settings import LLMProvider, Settings
 from core.store.chats import Chat
 from runner.channel.sessions import SessionFiles
 from runner.runs.live_runs import LiveRun
-from runner.storage.paths import CONTAINER_GID, DataPaths, hand_to_container, host_is_root
+from runner.storage.paths import CONTAINER_GID, DataPaths, host_is_root
 from runner.storage.run_inputs import BYTES_PER_MB, RunInputs
 
 TASK_RECORD_FILE = "task.json"
@@ -76,8 +75,7 @@ class RunFiles:
         channel.mkdir(parents=True, exist_ok=True)
         if host_is_root():
             os.chown(channel, 0, CONTAINER_GID, follow_symlinks=False)
-        channel.chmod(CHANNEL_DIR_MODE)
-        hand_to_container(self._paths.workspace(chat.folder))
+        channel.chmod(CHANNEL_DIR_MODE)  # the run's /workspace is made by its placement (workspace_placement.py)
 
     async def save_session(self, chat: Chat, run_id: str, cleaned: bytes) -> None:
         await asyncio.to_thread(self._sessions.save, chat.folder, run_id, cleaned)
@@ -86,9 +84,6 @@ class RunFiles:
         tail = logs[-MAX_LOG_BYTES:]
         path = self._paths.run_dir(run_id) / LOG_FILE
         await asyncio.to_thread(_write_in_place, path, tail)
-
-    async def remove_channel(self, run_id: str) -> None:
-        await asyncio.to_thread(shutil.rmtree, self._paths.channel_dir(run_id), True)
 
 
 def _write_in_place(path: Path, data: bytes) -> None:

@@ -1,5 +1,6 @@
-"""A chat's workspace kept on the host as one opaque archive, for backends whose containers share no folder with
-it (Kubernetes): the bytes a run's container PUT, served back whole to the chat's next run, never opened here.
+"""A chat's workspace kept on the host as one opaque archive, for runs that share no folder with it (every run on
+Kubernetes; an archived chat's on Docker, runner/storage/workspace_placement.py): the bytes a run's container
+PUT, served back whole to the chat's next run, never opened here.
 
 Host-only: DATA_DIR/workspace-archives/<chat folder>.tar, a folder no container mounts. An upload is written to
 a new file whose name the host chose, counted against WORKSPACE_QUOTA_MB (read at each upload's start) as it

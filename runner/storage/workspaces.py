@@ -1,19 +1,23 @@
 """What `/workspace` shows and does: a chat's workspace measured on disk, and cleared when no run uses it.
 
 The workspace is the one folder a container writes, so both walk it without following a link
-(runner/storage/workspace_usage.py), in a thread. On a backend without a shared folder (Kubernetes) the
-workspace is the chat's archive (runner/storage/workspace_archive.py): its size is the usage, and clearing
-deletes it along with the chat's archives that runs could not unpack and set aside (`/workspace` counts them).
+(runner/storage/workspace_usage.py), in a thread. Which workspace is the chat's follows its placement
+(runner/storage/workspace_placement.py): an archived chat's is its archive (runner/storage/workspace_archive.py),
+whose size is the usage, and while a run of it lasts on Docker that run's scratch folder; a chat whose runs
+mount its folder, that folder. A run is only ever measured where it writes. Clearing deletes the folder and the
+archive, along with the chat's archives that runs could not unpack and set aside (`/workspace` counts them).
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from core.store.chats import ChatStore
 from runner.runs.live_runs import LiveRuns
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import ChatArchive, WorkspaceArchives
+from runner.storage.workspace_placement import WorkspacePlacements
 from runner.storage.workspace_usage import WorkspaceUsage, clear, measure_async
 
 BYTES_PER_MB = 1024 * 1024
@@ -28,25 +32,45 @@ class Workspaces:
         live: LiveRuns,
         quota_mb: int,
         archives: WorkspaceArchives | None = None,
+        placements: WorkspacePlacements | None = None,
     ) -> None:
         self._paths = paths
         self._chats = chats
         self._live = live
         self._quota_mb = quota_mb
-        self._archives = archives  # set when runs sync their workspace over the channel
+        self._placements = placements or WorkspacePlacements(paths, archives)
+        self._archives = self._placements.archives  # None: no chat is ever archived (every run mounts its folder)
 
-    def synced(self, folder: str) -> ChatArchive | None:
-        """The chat's archive when runs sync their workspace over the channel; None when it is mounted."""
-        return self._archives.chat(folder) if self._archives is not None else None
+    def served(self, run_id: str, folder: str) -> ChatArchive | None:
+        """The chat's archive when the run's placement is synced (its /workspace is filled from it and pushed back
+        over the channel); None for a run that mounts the chat's folder, or one not placed."""
+        place = self._placements.of(run_id)
+        if self._archives is None or place is None or not place.synced:
+            return None
+        return self._archives.chat(folder)
 
-    async def _measure(self, folder: str) -> WorkspaceUsage:
-        if self._archives is not None:
-            return await self._archives.usage(folder)
+    async def _measure(self, folder: str, run_id: str | None = None) -> WorkspaceUsage:
+        place = self._placements.of(run_id) if run_id is not None else None
+        if place is not None and place.on_host and place.synced:  # the scratch folders of the chat's live runs
+            return await self._total(self._placements.scratches(folder))  # (each pushes; together they use this)
+        if place is not None and place.on_host:  # the chat's folder, where that run writes
+            return await measure_async(place.folder, max_entries=WORKSPACE_MAX_ENTRIES)
+        if self._archives is not None and (self._placements.always_synced or await self._placements.archived(folder)):
+            return await self._archives.usage(folder)  # Kubernetes: the archive, or nothing yet
         return await measure_async(self._paths.workspace(folder), max_entries=WORKSPACE_MAX_ENTRIES)
 
-    async def over_quota(self, folder: str) -> str | None:
-        """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, else None."""
-        usage = await self._measure(folder)
+    async def _total(self, folders: list[Path]) -> WorkspaceUsage:
+        usages = [await measure_async(folder, max_entries=WORKSPACE_MAX_ENTRIES) for folder in folders]
+        return WorkspaceUsage(
+            bytes=sum(u.bytes for u in usages),
+            entries=sum(u.entries for u in usages),
+            truncated=any(u.truncated for u in usages),
+        )
+
+    async def over_quota(self, folder: str, run_id: str | None = None) -> str | None:
+        """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, else None; `run_id`: while that run
+        lasts (its live workspace, where the host can measure it)."""
+        usage = await self._measure(folder, run_id)
         if not usage.over(self._quota_mb * BYTES_PER_MB):
             return None
         size = f"over {WORKSPACE_MAX_ENTRIES} files" if usage.truncated else f"{usage.bytes / BYTES_PER_MB:.0f} MB"

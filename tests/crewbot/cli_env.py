@@ -23,6 +23,7 @@ def crewbot_env(data_dir: Path, **settings: str) -> dict[str, str]:
         # No engine: these tests are about the chat side, and must not touch a real engine's containers.
         DOCKER_HOST=f"unix://{data_dir.parent}/no-docker-engine.sock",
         PYTHONUNBUFFERED="1",
+        SUBAGENT_WARM_POOL="0",  # no engine to start a pool on (a test may still ask for one)
     )
     env.update(settings)
     return env

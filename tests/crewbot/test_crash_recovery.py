@@ -113,6 +113,10 @@ def bot_env(tg: FakeTelegram, data_dir: Path, chats: list[int], image: str) -> d
         SUBAGENT_IMAGE=image,
         STATUS_CARD="false",  # these tests inject faults into the next sendMessage: the result's, not a card's
         STREAM_REPLIES="false",  # whole answers, as these tests count them (streamed: tests/bot/agent/)
+        # The gate (release()) is a file the test writes into the chat's bind-mounted workspace folder: with a warm
+        # pool a run's /workspace is its own scratch folder (tests/runner/lifecycle/test_warm_pool.py covers the
+        # pool across a restart).
+        SUBAGENT_WARM_POOL="0",
     )
     return env
 

@@ -56,7 +56,7 @@ async def test_a_container_under_the_runtime_class_is_one_ok_line(tmp_path: Path
     async with MemoryRuntime(images={IMAGE}, on_start=sandboxed) as runtime:
         lines = await doctor(tmp_path, runtime, SUBAGENT_RUNTIME_CLASS=RUNSC, SUBAGENT_PIDS="300")
 
-    assert list(lines)[-3:] == ["container", "runtime", "mcp"]  # the MCP servers' line last
+    assert list(lines)[-4:] == ["container", "runtime", "pool", "mcp"]  # the MCP servers' line last
     assert lines["runtime"] == (
         f"ok   runtime   runsc: a test container started under it "
         f"(its own kernel {GVISOR_RELEASE}, not the host's {platform.release()})"

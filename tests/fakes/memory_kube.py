@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +19,7 @@ from container.contract import CHANNEL_DIR
 from runner.kube.job_spec import LABELS_ANNOTATION, kube_labels, run_labels
 from runner.kube.kube_calls import JobView, PodView
 from runner.runtimes.runtime import (
+    LABEL_POOL,
     LABEL_RUN_ID,
     ContainerGone,
     ContainerSpec,
@@ -26,6 +27,7 @@ from runner.runtimes.runtime import (
     Mount,
     RuntimeUnavailable,
 )
+from runner.storage.paths import POOL_PREFIX
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 
 T = TypeVar("T")
@@ -41,6 +43,7 @@ class MemoryKube:
         self.bodies: list[dict[str, Any]] = []  # every Job created, as sent
         self._loop = loop
         self._channel_dir = channel_dir  # run id -> the host folder of its sockets
+        self._images: dict[str, str] = {}  # a Job's image id, as a node reports it
 
     def _on_loop(self, coro: Coroutine[Any, Any, T], timeout: float = CALL_LIMIT_SECONDS) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
@@ -63,16 +66,19 @@ class MemoryKube:
         metadata = body["metadata"]
         labels = run_labels(metadata["annotations"], metadata["labels"])
         container = body["spec"]["template"]["spec"]["containers"][0]
+        # A pool member's folder is beside the runs' (DataPaths.pool_channel_dir), so the same mapping finds it.
+        folder = labels[LABEL_RUN_ID] if LABEL_RUN_ID in labels else f"{POOL_PREFIX}{labels[LABEL_POOL]}"
         spec = ContainerSpec(
             name=metadata["name"],
             image=container["image"],
             command=container.get("args", []),
             labels=labels,
-            mounts=[Mount(Path(self._channel_dir(labels[LABEL_RUN_ID])), CHANNEL_DIR, read_only=True)],
+            mounts=[Mount(Path(self._channel_dir(folder)), CHANNEL_DIR, read_only=True)],
             user=f"{container['securityContext']['runAsUser']}:{container['securityContext']['runAsGroup']}",
             environment={item["name"]: item["value"] for item in container["env"]},
         )
         self.bodies.append(body)
+        self._images[spec.name] = f"sha256:{spec.image}-{self.runtime.image_generation}"  # what its node runs
         try:
             self._on_loop(self.runtime.start(spec))
         except ContainerStartError as exc:
@@ -130,6 +136,8 @@ class MemoryKube:
             waiting_reason=None,
             waiting_message=None,
             deleting=False,
+            image=container.spec.image if container.spec is not None else None,
+            image_id=self._images.get(job_name),
         )
         return [pod], ""
 
@@ -169,6 +177,11 @@ class NoBridge:
     async def close(self) -> None:
         pass
 
+    def repoint(self, sockets: Mapping[str, Path | None]) -> None:
+        pass
 
-def no_bridge(job: str, pod_name: str, sockets: dict[str, Path | None], still_running: object) -> NoBridge:
+
+def no_bridge(
+    job: str, pod_name: str, sockets: dict[str, Path | None], still_running: object, pooled: bool
+) -> NoBridge:
     return NoBridge()

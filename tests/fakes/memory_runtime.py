@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from runner.runtimes.resource_use import ResourceSample
@@ -63,6 +64,8 @@ class MemoryRuntime:
         self.kills: list[str] = []  # every kill the engine answered, no-ops included, in order
         self.removed: list[str] = []  # every container actually removed, in order
         self.max_running = 0
+        self.claims: list[tuple[str, Path]] = []  # (container id, channel folder) of every claim, in order
+        self.image_generation = 0  # image_id() changes with it: a test's image rebuilt under the same tag
         self.container_usage: ResourceSample | None = None  # what containers started from now on report while running
         self.behaviour_errors: list[Exception] = []
         self._containers: dict[str, MemoryContainer] = {}  # removed ones too, for inspection afterwards
@@ -233,6 +236,25 @@ class MemoryRuntime:
         if container is None or container.removed or container.status != "running":
             return None
         return container.usage
+
+    async def claim(self, container_id: str, channel_dir: Path) -> None:
+        """As DockerRuntime's (nothing to tell the engine), recorded for the test. A bind mount follows the folder
+        the host renamed; a behaviour here reaches its socket by the path it was started with: a link from that
+        path to the run's folder stands for the mount."""
+        self._check_engine()
+        self.claims.append((container_id, channel_dir))
+        container = self._get(container_id)
+        if container is not None and container.spec is not None:
+            for mount in container.spec.mounts:
+                if mount.read_only and not mount.source.exists():
+                    mount.source.symlink_to(channel_dir, target_is_directory=True)
+
+    async def image_id(self, image: str) -> str | None:
+        """A stable id per image name and `image_generation` (bump it to stand for a rebuild under the same tag)."""
+        self._check_engine()
+        if self.images is not None and image not in self.images:
+            return None
+        return hashlib.sha256(f"{image}:{self.image_generation}".encode()).hexdigest()
 
     async def image_exists(self, image: str) -> bool:
         self._check_engine()

@@ -31,6 +31,8 @@ def kube_env(tg: FakeTelegram, data_dir: Path, chats: list[int], target: KubeTar
         KUBECONFIG=KUBECONFIG_FOR_TESTS,
         KUBE_NAMESPACE=target.namespace,
         KUBE_IMAGE_PULL_POLICY="Never",
+        # Runs started cold, re-attached by their run id; two at 1 CPU fill the kit's node, with no room for a pool.
+        SUBAGENT_WARM_POOL="0",
     )
     return env
 
@@ -98,5 +100,57 @@ async def test_sigkill_while_jobs_run_reattaches_each_and_reports_a_deleted_one_
         assert len([t for t in sent if t.startswith(STARTED)]) == 1, sent
         told = [t for t in texts(tg, victim) if not t.startswith(STARTED)]
         assert len(told) == 1, told  # the victim's chat hears once what became of its run
+    finally:
+        await asyncio.to_thread(bot.stop)
+
+
+async def test_sigkill_during_a_pooled_run_reattaches_its_member_and_drains_the_idle_ones(
+    tmp_path: Path, tg: FakeTelegram, kube_target: KubeTarget
+) -> None:
+    (chat,) = unique_group_ids(1)
+    tg.add_chat(chat, title=f"kube pool crash {chat}")
+    data_dir = tmp_path / "data"
+    db = data_dir / "crewbot.sqlite3"
+    token = f"res{secrets.token_hex(3)}"
+    env = kube_env(tg, data_dir, [chat], kube_target) | {"SUBAGENT_WARM_POOL": "1"}
+    bot = BotProcess(env, tmp_path)
+    try:
+        bot.start()
+
+        def member_ready() -> bool:  # the pool says so in its log (JSON lines)
+            return "warm_pool_member_ready" in bot.log_path.read_text(errors="replace")
+
+        await until("a ready pool member", member_ready, bot)
+        tg.push_message(chat, f"@{tg.bot_username} background: $ sleep 15 && echo {token}-$((40+2))")
+
+        def pooled_mid_run() -> sqlite3.Row | None:
+            rows = query(db, "SELECT id, status, llm_requests, container_id FROM subagent_runs")
+            ready = [r for r in rows if r["status"] == "running" and r["llm_requests"] >= 1 and r["container_id"]]
+            return ready[0] if ready else None
+
+        before = await until("the run past its first LLM call", pooled_mid_run, bot)
+        assert before["container_id"].startswith("crewbot-pool-")  # a hit: the run is in a member's pod
+        bot.kill()
+        idle_before = {job.metadata.name for job in instance_jobs(kube_target)} - {before["container_id"]}
+        bot.start()
+
+        def told() -> bool:
+            return any(f"{token}-42" in t for t in texts(tg, chat))
+
+        await until("the pooled run's result in its chat", told, bot)
+
+        def settled() -> sqlite3.Row | None:
+            (row,) = query(db, "SELECT status, container_id FROM subagent_runs")
+            return row if row["status"] not in ("queued", "running") else None
+
+        after = await until("the run ended", settled, bot)
+        assert after["status"] == "completed" and after["container_id"] == before["container_id"]  # re-attached
+
+        def members_replaced() -> bool:
+            names = {job.metadata.name for job in instance_jobs(kube_target)}
+            return before["container_id"] not in names and not names & idle_before  # claimed gone, idle drained
+
+        await until("the claimed Job removed and the earlier process's idle members drained", members_replaced, bot)
+        assert len([t for t in texts(tg, chat) if f"{token}-42" in t]) == 1
     finally:
         await asyncio.to_thread(bot.stop)

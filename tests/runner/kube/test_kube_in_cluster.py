@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -232,9 +233,17 @@ async def test_the_deployed_bot_runs_a_subagent_job_and_reports_once(deployed: D
         return next((m for m in tg.sent_messages(GROUP_ID) if "[Task:" in m.plain_text), None)
 
     message = await waited(deployed, "the result in the chat", result, RESULT_WAIT_SECONDS)
-    assert "crunched 42 in crewbot-run-" in message.plain_text  # the Job's pod's hostname: it ran there
-    # Its outcome recorded, the bot deletes the Job with its own account (rbac.yaml's `delete`).
-    await waited(deployed, "the Job deleted", lambda: not deployed.jobs() or None, RESULT_WAIT_SECONDS)
+    # The Job's pod's hostname: it ran there (a warm pool member's, SUBAGENT_WARM_POOL's default, or a run's own).
+    ran_in = re.search(r"crunched 42 in (crewbot-(?:run|pool)-[0-9a-z-]+)-[0-9a-z]{5}\b", message.plain_text)
+    assert ran_in, message.plain_text
+    # Its outcome recorded, the bot deletes the Job with its own account (rbac.yaml's `delete`); the pool's idle
+    # members stay.
+    ran_job = ran_in.group(1)
+
+    def ran_job_deleted() -> bool:
+        return all(job.metadata.name != ran_job for job in deployed.jobs())
+
+    await waited(deployed, f"the Job {ran_job} deleted", ran_job_deleted, RESULT_WAIT_SECONDS)
     results = [m for m in tg.sent_messages(GROUP_ID) if "crunched 42" in m.plain_text]
     assert len(results) == 1, [m.plain_text for m in tg.sent_messages(GROUP_ID)]
     assert deployed.script.spawned == 1 and "subagent" in deployed.script.calls

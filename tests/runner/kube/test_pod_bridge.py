@@ -191,6 +191,47 @@ async def test_a_target_the_run_does_not_have_is_refused(rig: Rig) -> None:
         assert response.status == 200  # the run socket is still served
 
 
+async def test_a_claimed_members_streams_go_to_the_renamed_folders_sockets(rig: Rig, tmp_path: Path) -> None:
+    """A pool member's bridge points at the member's folder, where the pool listens; a claim renames the folder to
+    the run's and repoints the bridge: the idle agent's waiting request is answered, and a new connection reaches
+    the renamed folder's socket."""
+    member_dir, run_dir = tmp_path / ".pool.member", tmp_path / "run-abcdef"
+    member_dir.mkdir()
+    accepted, claimed = asyncio.Event(), asyncio.Event()
+
+    async def channel_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        accepted.set()
+        await claimed.wait()  # the pool answers nothing until a run has the member
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\ntask")
+        await writer.drain()
+        writer.close()
+
+    async with unix_server(member_dir / CHANNEL_SOCKET_FILE, channel_server):
+        bridge = rig.start({BRIDGE_TARGET_RUN: member_dir / CHANNEL_SOCKET_FILE, BRIDGE_TARGET_EGRESS: None})
+        await rig.listening(1)
+        reader, writer = await rig.connect()  # the idle agent's task request
+        writer.write(b"GET /run/task HTTP/1.1\r\nHost: run\r\n\r\n")
+        async with asyncio.timeout(WAIT_SECONDS):
+            await accepted.wait()
+        os.rename(member_dir, run_dir)  # the claim
+        claimed.set()
+        async with asyncio.timeout(WAIT_SECONDS):
+            assert (await read_all(reader)).endswith(b"task")  # it went with the renamed folder
+        writer.close()
+        reader, writer = await rig.connect()
+        writer.write(b"GET /run/task HTTP/1.1\r\nHost: run\r\n\r\n")
+        async with asyncio.timeout(WAIT_SECONDS):
+            assert await read_all(reader) == b""  # not repointed yet: the member's folder is gone, refused
+        bridge.repoint({BRIDGE_TARGET_RUN: run_dir / CHANNEL_SOCKET_FILE, BRIDGE_TARGET_EGRESS: None})
+        reader, writer = await rig.connect()
+        writer.write(b"GET /run/task HTTP/1.1\r\nHost: run\r\n\r\n")
+        async with asyncio.timeout(WAIT_SECONDS):
+            assert (await read_all(reader)).endswith(b"task")
+        assert bridge.sessions == 1  # the claim opened no exec
+        os.rename(run_dir, member_dir)  # for the server's own clean-up
+
+
 async def test_close_ends_the_bridge_and_every_connection(bridged: Rig) -> None:
     reader, writer = await bridged.connect()
     writer.write(b"GET /hello HTTP/1.1\r\nHost: run\r\n\r\n")  # keep-alive: the connection stays open

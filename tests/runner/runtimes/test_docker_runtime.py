@@ -15,7 +15,8 @@ import docker
 import docker.errors
 import pytest
 
-from runner.runtimes.docker_runtime import TMPFS_MOUNTPOINT, DockerRuntime, parse_docker_time
+from runner.runtimes.docker_info import parse_docker_time
+from runner.runtimes.docker_runtime import TMPFS_MOUNTPOINT, DockerRuntime
 from runner.runtimes.runtime import (
     LABEL_APP,
     ContainerGone,

@@ -1,0 +1,129 @@
+"""A chat's workspace placement on the real file system: archived chats sync whatever the pool's setting, a chat
+whose folder holds files keeps it (never emptied, never pooled), one chat never has two workspaces at once, and
+the quota is measured where the run writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+from core.store.chats import ChatStore
+from runner.runs.live_runs import LiveRuns
+from runner.storage.paths import DataPaths
+from runner.storage.workspace_archive import WorkspaceArchives
+from runner.storage.workspace_placement import WorkspacePlacements
+from runner.storage.workspaces import Workspaces
+from tests.runner.storage.test_workspace_set_aside import NoRuns, OneChat
+
+FOLDER = "chat_1"
+MIB = 1024 * 1024
+
+
+def placements(tmp_path: Path, *, kube: bool = False) -> WorkspacePlacements:
+    paths = DataPaths(tmp_path)
+    return WorkspacePlacements(paths, WorkspaceArchives(paths, lambda: 10), always_synced=kube)
+
+
+def archived(tmp_path: Path) -> None:
+    archive = WorkspaceArchives(DataPaths(tmp_path), lambda: 10).chat(FOLDER).path
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    archive.write_bytes(b"a pushed workspace")
+
+
+def with_files(tmp_path: Path) -> Path:
+    folder = DataPaths(tmp_path).workspace(FOLDER)
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_text("from before")
+    return folder
+
+
+async def test_an_archived_chat_is_synced_with_the_pool_on_or_off(tmp_path: Path) -> None:
+    archived(tmp_path)
+    places = placements(tmp_path)
+    off = await places.place("run-off", FOLDER, pool_on=False)
+    on = await places.place("run-on", FOLDER, pool_on=True)
+    assert off.synced and on.synced
+    assert off.folder == DataPaths(tmp_path).run_scratch("run-off") and off.folder.is_dir()
+
+
+async def test_a_chat_whose_folder_holds_files_keeps_it_with_the_pool_on_and_it_is_never_emptied(
+    tmp_path: Path,
+) -> None:
+    folder = with_files(tmp_path)
+    places = placements(tmp_path)
+    for run_id in ("a", "b"):  # two runs of one chat at once, the pool on
+        place = await places.place(run_id, FOLDER, pool_on=True)
+        assert not place.synced and place.folder == folder
+    archived(tmp_path)  # as if some push landed meanwhile: the folder runs' workspace stays theirs
+    places.release("a")
+    assert (await places.place("c", FOLDER, pool_on=True)).folder == folder  # "b" still lasts: the same way
+    places.release("b")
+    places.release("c")
+    assert (folder / "notes.txt").read_text() == "from before"
+
+
+async def test_an_empty_chat_is_synced_only_with_the_pool_on_and_a_run_follows_the_chats_live_runs(
+    tmp_path: Path,
+) -> None:
+    places = placements(tmp_path)
+    first = await places.place("folder-run", FOLDER, pool_on=False)
+    assert not first.synced
+    follows = await places.place("pool-now-on", FOLDER, pool_on=True)
+    assert not follows.synced  # one chat, one workspace: the live folder run's
+    places.release("folder-run")
+    places.release("pool-now-on")
+    assert (await places.place("alone", FOLDER, pool_on=True)).synced
+    assert (await places.place("beside", FOLDER, pool_on=False)).synced  # follows the live synced run
+
+
+async def test_a_leftover_scratch_folder_is_never_mounted_again(tmp_path: Path) -> None:
+    archived(tmp_path)
+    scratch = DataPaths(tmp_path).run_scratch("requeued")
+    scratch.mkdir(parents=True)
+    (scratch / "from-the-crashed-attempt").write_text("x")
+    place = await placements(tmp_path).place("requeued", FOLDER, pool_on=True)
+    assert place.folder == scratch and list(scratch.iterdir()) == []
+
+
+async def test_kubernetes_syncs_every_run_and_never_touches_the_chats_folder(tmp_path: Path) -> None:
+    folder = with_files(tmp_path)
+    places = placements(tmp_path, kube=True)
+    place = await places.place("pod-run", FOLDER, pool_on=True)
+    assert place.synced and not place.on_host
+    assert not DataPaths(tmp_path).run_scratch("pod-run").exists()
+    assert (folder / "notes.txt").read_text() == "from before"
+
+
+async def test_a_synced_run_is_measured_in_its_scratch_never_in_the_chats_folder(tmp_path: Path) -> None:
+    places = placements(tmp_path)
+    folder = DataPaths(tmp_path).workspace(FOLDER)
+    workspaces = Workspaces(
+        DataPaths(tmp_path), cast(ChatStore, OneChat(FOLDER)), cast(LiveRuns, NoRuns()), 1, placements=places
+    )
+    synced = await places.place("synced", FOLDER, pool_on=True)
+    assert synced.synced
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "big").write_bytes(b"x" * 2 * MIB)  # a folder that run cannot see
+    assert await workspaces.over_quota(FOLDER, "synced") is None
+    (synced.folder / "big").write_bytes(b"x" * 2 * MIB)
+    assert await workspaces.over_quota(FOLDER, "synced") is not None
+    assert workspaces.served("synced", FOLDER) is not None
+    places.release("synced")
+    mounted = await places.place("mounted", FOLDER, pool_on=True)  # the folder holds files now: mounted
+    assert not mounted.synced and workspaces.served("mounted", FOLDER) is None
+    assert await workspaces.over_quota(FOLDER, "mounted") is not None
+    assert "2.0 MB" in await workspaces.describe(1)  # no archive: the folder is the chat's workspace
+
+
+async def test_the_chats_live_synced_runs_count_together_against_its_quota(tmp_path: Path) -> None:
+    places = placements(tmp_path)
+    workspaces = Workspaces(
+        DataPaths(tmp_path), cast(ChatStore, OneChat(FOLDER)), cast(LiveRuns, NoRuns()), 1, placements=places
+    )
+    first = await places.place("first", FOLDER, pool_on=True)
+    second = await places.place("second", FOLDER, pool_on=True)
+    (first.folder / "half").write_bytes(b"x" * (MIB * 3 // 4))
+    (second.folder / "half").write_bytes(b"x" * (MIB * 3 // 4))  # each under 1 MB, together over
+    assert await workspaces.over_quota(FOLDER, "second") is not None
+    places.release("first")
+    assert await workspaces.over_quota(FOLDER, "second") is None
