@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,24 @@ def socket_of(container: MemoryContainer) -> Path:
     assert container.spec is not None
     mount = next(m for m in container.spec.mounts if m.target == CHANNEL_DIR)
     return mount.source / CHANNEL_SOCKET_FILE
+
+
+@contextmanager
+def mounted_socket(container: MemoryContainer) -> Iterator[Path]:
+    """The run socket as the container's agent reaches it: through its channel folder's bind mount, which follows
+    the folder when the host renames it (a warm pool claim, before the channel answers the member's task). A
+    descriptor of the folder, opened as the container starts, follows it the same way; the path it was started
+    with would be missing until the memory runtime's claim() and the agent's next request would wait out a retry."""
+    path = socket_of(container)
+    try:
+        folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    except FileNotFoundError:  # no folder to follow (a test's container started without one)
+        yield path
+        return
+    try:
+        yield Path(f"/proc/self/fd/{folder}") / path.name
+    finally:
+        os.close(folder)
 
 
 class FlakyChannel(RecordingChannel):
@@ -194,8 +213,9 @@ async def rig(
     typing = TypingIndicator(channel.send_typing, settings.typing_interval_seconds)
 
     async def on_start(container: MemoryContainer) -> int | None:
-        async with RunChannel(socket_of(container)) as run_channel:
-            return await behaviour(run_channel, container)
+        with mounted_socket(container) as path:
+            async with RunChannel(path) as run_channel:
+                return await behaviour(run_channel, container)
 
     runtime = MemoryRuntime(on_start=on_start)
     allowances = Allowances(settings, SpendStore(stores.db)) if with_allowances else None
