@@ -2,7 +2,8 @@
 
 Two ways: the chat's folder, bind-mounted (a *folder* run), or a scratch folder of the run's own filled from the
 chat's archive over the channel and pushed back at its end (a *synced* run, as on Kubernetes). The rule is the
-chat's, never the deployment's, so that turning SUBAGENT_WARM_POOL off or on never hides or loses a file:
+chat's, never the deployment's, so that turning SUBAGENT_WARM_POOL off or on never hides a chat's files (two synced
+runs of one chat at once still keep only the later push, as on Kubernetes: docs/operating.md):
 
 - a chat is *archived* once its archive exists (its first synced run's push): every run of it is synced, pooled
   or cold, with the pool on or off;

@@ -233,7 +233,7 @@ async def test_the_deployed_bot_runs_a_subagent_job_and_reports_once(deployed: D
         return next((m for m in tg.sent_messages(GROUP_ID) if "[Task:" in m.plain_text), None)
 
     message = await waited(deployed, "the result in the chat", result, RESULT_WAIT_SECONDS)
-    # The Job's pod's hostname: it ran there (a warm pool member's, SUBAGENT_WARM_POOL's default, or a run's own).
+    # The Job's pod's hostname: it ran there (a warm pool member's when SUBAGENT_WARM_POOL is set, else a run's own).
     ran_in = re.search(r"crunched 42 in (crewbot-(?:run|pool)-[0-9a-z-]+)-[0-9a-z]{5}\b", message.plain_text)
     assert ran_in, message.plain_text
     # Its outcome recorded, the bot deletes the Job with its own account (rbac.yaml's `delete`); the pool's idle
