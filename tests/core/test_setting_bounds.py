@@ -63,6 +63,7 @@ RANGES = {
     "MAX_TASKS_PER_CHAT": "a whole number from 1 to 1000",
     "SUBAGENT_MCP_MAX_CALLS": "a whole number from 0 to 10000",
     "SUBAGENT_MCP_MAX_RESULT_MB": "a number from 0 to 100",
+    "SUBAGENT_WARM_POOL": "a whole number from 0 to 20",
 }
 MEMORY_RANGE = "from 6m to 2048m (this host's memory)"
 
