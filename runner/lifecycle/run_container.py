@@ -84,6 +84,14 @@ class RunContainers:
         """A claimed member that cannot serve its run: removed, its socket closed, and the run's folders fresh."""
         self._claimed.pop(live.id, None)
         claimed.listening.close()
+        await self._drop_member(live, claimed)
+        await asyncio.to_thread(remove_tree, self._paths.channel_dir(live.id))  # the host's: its socket file
+        await discard_scratch(self._paths, live.id)
+        await self._placements.ensure(live.id)
+
+    async def _drop_member(self, live: LiveRun, claimed: Claimed) -> None:
+        """The claimed member is no longer the run's: counted lost and removed (recovery does it, if the engine
+        cannot now)."""
         live.container_id = None
         assert self._pool is not None
         self._pool.lost()
@@ -91,9 +99,6 @@ class RunContainers:
             await self._runtime.remove(claimed.container_id)
         except Exception as exc:  # recovery removes it at the next start
             log.warning("warm_pool_member_not_removed", container_id=claimed.container_id, error=str(exc))
-        await asyncio.to_thread(remove_tree, self._paths.channel_dir(live.id))  # the host's: its socket file
-        await discard_scratch(self._paths, live.id)
-        await self._placements.ensure(live.id)
 
     async def start(self, live: LiveRun, claimed: Claimed | None) -> str:
         """The run's container, running: the claimed member, or a new one."""
@@ -133,13 +138,7 @@ class RunContainers:
 
     async def _exited_before_served(self, live: LiveRun, claimed: Claimed) -> None:
         log.warning("warm_pool_member_exited_before_served", run_id=live.id, container_id=claimed.container_id)
-        live.container_id = None
-        assert self._pool is not None
-        self._pool.lost()
-        try:
-            await self._runtime.remove(claimed.container_id)
-        except Exception as exc:  # recovery removes it at the next start
-            log.warning("warm_pool_member_not_removed", container_id=claimed.container_id, error=str(exc))
+        await self._drop_member(live, claimed)
         await discard_scratch(self._paths, live.id)  # the channel stays: its server listens on the member's socket
         await self._placements.ensure(live.id)
 
