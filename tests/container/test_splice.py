@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from container.splice import PIPE_BYTES, RelayEnd, SpliceRelay
+from runner.egress.tunnel import ByteBudget
 
 SAFETY_SECONDS = 30.0  # a bound on a hang, never a wait
 PAYLOAD_BYTES = 8 * 1024 * 1024
@@ -40,27 +41,9 @@ def tcp_pair() -> tuple[socket.socket, socket.socket]:
     return outer, inner
 
 
-class Budget:
-    """An allowance as the door's budget is: what is left, taken from the relay's threads."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.used = limit, 0
-        self._lock = threading.Lock()
-
-    @property
-    def spent(self) -> bool:
-        return self.used >= self.limit
-
-    def take(self, wanted: int) -> int:
-        with self._lock:
-            granted = max(0, min(wanted, self.limit - self.used))
-            self.used += granted
-        return granted
-
-
 @contextlib.asynccontextmanager
 async def rig(
-    budget: Budget | None = None, spent: list[int] | None = None, forward_first: bytes = b""
+    budget: ByteBudget | None = None, spent: list[int] | None = None, forward_first: bytes = b""
 ) -> AsyncIterator[Rig]:
     client, near = tcp_pair()
     far, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -183,7 +166,7 @@ async def test_cancelling_the_run_cuts_both_connections_and_leaves_no_thread() -
 async def test_an_allowance_ends_a_download_at_its_last_byte() -> None:
     limit = 3 * 1024 * 1024 + 17
     spent: list[int] = []
-    budget = Budget(limit)
+    budget = ByteBudget(limit)
     async with rig(budget, spent) as r:
         sending = asyncio.create_task(send_and_end(r.server, os.urandom(PAYLOAD_BYTES)))
         got = await read_to_end(r.client)
@@ -198,7 +181,7 @@ async def test_an_allowance_ends_a_download_at_its_last_byte() -> None:
 
 async def test_an_allowance_counts_both_ways_together_and_nothing_passes_it() -> None:
     limit = 3 * 1024 * 1024 + 17
-    budget = Budget(limit)
+    budget = ByteBudget(limit)
     async with rig(budget, []) as r:
         sending = [
             asyncio.create_task(send_and_end(r.client, os.urandom(PAYLOAD_BYTES))),
@@ -239,7 +222,7 @@ async def test_where_splice_is_refused_the_bytes_are_copied(monkeypatch: pytest.
 
     monkeypatch.setattr(os, "splice", refused)  # the kernel (or a sandbox) refuses it for these sockets
     up, down = os.urandom(PAYLOAD_BYTES), os.urandom(1000)
-    budget = Budget(10 * PAYLOAD_BYTES)
+    budget = ByteBudget(10 * PAYLOAD_BYTES)
     async with rig(budget) as r:
         sending = [asyncio.create_task(send_and_end(r.client, up)), asyncio.create_task(send_and_end(r.server, down))]
         got_up, got_down = await asyncio.gather(read_to_end(r.server), read_to_end(r.client))
