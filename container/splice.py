@@ -1,7 +1,8 @@
 """Bytes between two connected sockets without an event loop on their path: each direction is a thread that moves
 them with `os.splice` through a pipe of its own (the kernel hands pages over; nothing is copied into Python).
 
-What each direction holds is its pipe (PIPE_BYTES) and the kernel's socket buffers: a peer that stops reading
+What each direction holds is its pipe (PIPE_BYTES) and the kernel's socket buffers (a Unix socket's send buffer
+raised to UNIX_SEND_BYTES, doubled by the kernel: fewer wake-ups per chunk): a peer that stops reading
 stops its direction there, and memory does not grow. A direction that reads the end of its source shuts down
 its target's sending (a half-close passes through); one that breaks shuts both sockets down, so the other
 direction ends too. `cut()` (from the event loop, any time) shuts both sockets down: a thread blocked in a
@@ -28,6 +29,10 @@ from enum import Enum
 from typing import Protocol
 
 PIPE_BYTES = 256 * 1024  # one chunk in flight per direction; 1 MiB pipes would exhaust pipe-user-pages-soft sooner
+# A Unix stream socket's send waits once its own queue holds SO_SNDBUF (208 KiB by default: less than one pipe), so
+# a direction slept and woke for every part of a chunk; room for several halves its sleeps and its CPU. The kernel
+# doubles what is asked and caps it at net.core.wmem_max.
+UNIX_SEND_BYTES = 1024 * 1024
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 # splice refused for these file types (or not offered at all): the direction copies instead.
 NOT_SPLICEABLE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
@@ -81,6 +86,9 @@ class SpliceRelay:
         self._finished = self._loop.create_future()
         for sock in (self._near, self._far):
             sock.setblocking(True)
+            if sock.family == socket.AF_UNIX:
+                with contextlib.suppress(OSError):  # the default still carries, at more wake-ups
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BYTES)
         directions = ((self._near, self._far, forward_first, True), (self._far, self._near, back_first, False))
         with self._lock:
             self._running = len(directions)  # before any starts: the first to end must not look like the last
