@@ -13,8 +13,11 @@ are not used (a name would add one getaddrinfo in them per connection).
   through forwarder → door as a plain proxy request (`curl --proxy`), the same inside a CONNECT tunnel
   (`--proxytunnel`), with the forwarder in a Python process of its own (the door alone on this loop), and
   through two bare relays in threads (TCP → Unix → TCP, blocking 1 MiB copies: what any relay on the door's byte
-  path costs here). Per round each once, the order rotated; the median of the rounds' MB/s. Also this process's
-  CPU time (`time.process_time`) per download: door + forwarder, and the door alone.
+  path costs here). Per round each once, the order rotated, each between two straight downloads (straight,
+  door, straight, tunnel, straight, …, straight): its ratio is its MB/s over the geometric mean of the straight
+  ones either side, so a swing in the shared machine's load hits both sides of a ratio; the median of those
+  ratios, their quartiles and range. Also the MB/s medians, this process's CPU time (`time.process_time`) per
+  download (door + forwarder, and the door alone) and curl's own (its rusage).
 - latency: a GET of 5 bytes, a new connection each, straight, through forwarder → door, and in a tunnel; per
   round each once, the order rotated; curl's `time_total`, and through − straight per round.
 The issue's goals: through the door ≥ 0.8× straight; ≤ 5 ms added (p50).
@@ -24,11 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import os
+import resource
 import shutil
+import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import BenchContext, ms
@@ -49,7 +55,7 @@ SMALL_FILE = "small.txt"
 SMALL_BODY = b"hello"
 WARMUP_ROUNDS = 1
 MAX_CONNECTIONS = 16  # SUBAGENT_EGRESS_MAX_CONNECTIONS' default
-STRAIGHT_LABEL = "the same download straight (curl → http.server), same round"
+STRAIGHT_LABEL = "the same download straight (curl → http.server), same rounds"
 SMALL_LABEL = "the same GET straight (curl → http.server), same round"
 
 
@@ -69,8 +75,8 @@ class _Rig:
     door_alone: _Route  # forwarder in a process of its own → door
     relays: _Route
 
-    def throughput_routes(self) -> list[_Route]:
-        return [self.straight, self.door, self.tunnel, self.door_alone, self.relays]
+    def compared_routes(self) -> list[_Route]:
+        return [self.door, self.tunnel, self.door_alone, self.relays]
 
     def latency_routes(self) -> list[_Route]:
         return [self.straight, self.door, self.tunnel]
@@ -81,12 +87,56 @@ def _rotated(routes: Sequence[_Route], index: int) -> list[_Route]:
     return [*routes[shift:], *routes[:shift]]
 
 
-async def _download(route: _Route, work_dir: Path, digest: str | None) -> tuple[float, float]:
-    """One 50 MB download by `route`: (MB/s, this process's CPU ms). With `digest`, the bytes are kept and checked."""
+@dataclass(frozen=True, slots=True)
+class _Download:
+    rate: float  # MB/s
+    cpu_ms: float  # this process's
+    curl_cpu_ms: float
+
+
+@dataclass(slots=True)
+class _Throughput:
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+    curl_cpu: dict[str, list[float]] = field(default_factory=dict)
+    against_straight: dict[str, list[float]] = field(default_factory=dict)  # over the straight ones either side
+
+    def add(self, key: str, download: _Download) -> None:
+        self.rates.setdefault(key, []).append(download.rate)
+        self.cpu.setdefault(key, []).append(download.cpu_ms)
+        self.curl_cpu.setdefault(key, []).append(download.curl_cpu_ms)
+
+
+def _children_cpu_seconds() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)  # curl's, once reaped; the long-lived children are not
+    return used.ru_utime + used.ru_stime
+
+
+async def _round(rig: _Rig, index: int, work_dir: Path, digest: str | None, into: _Throughput | None) -> None:
+    """Straight, then each compared route (the order rotated) followed by a straight one: every compared download
+    sits between two straight ones, and its ratio is taken against their geometric mean."""
+    before = await _download(rig.straight, work_dir, digest)
+    if into is not None:
+        into.add(rig.straight.key, before)
+    for route in _rotated(rig.compared_routes(), index):
+        through = await _download(route, work_dir, digest)
+        after = await _download(rig.straight, work_dir, digest)
+        if into is not None:
+            into.add(route.key, through)
+            into.add(rig.straight.key, after)
+            ratio = through.rate / math.sqrt(before.rate * after.rate)
+            into.against_straight.setdefault(route.key, []).append(ratio)
+        before = after
+
+
+async def _download(route: _Route, work_dir: Path, digest: str | None) -> _Download:
+    """One 50 MB download by `route`. With `digest`, the bytes are kept and checked."""
     output = work_dir / f"got-{route.key}.bin" if digest is not None else None
     cpu = time.process_time()
+    children = _children_cpu_seconds()
     got = await curl(f"{route.origin}/{BIG_FILE}", proxy=route.proxy, tunnel=route.tunnel, output=output)
     cpu = time.process_time() - cpu
+    children = _children_cpu_seconds() - children
     if (got.status, got.size) != (200, SIZE_BYTES):
         raise RuntimeError(f"{route.key}: HTTP {got.status}, {got.size} bytes, not 200 and {SIZE_BYTES}")
     if output is not None:
@@ -94,7 +144,7 @@ async def _download(route: _Route, work_dir: Path, digest: str | None) -> tuple[
         output.unlink()
         if hashlib.sha256(data).hexdigest() != digest:
             raise RuntimeError(f"{route.key}: the downloaded bytes differ from the served ones")
-    return (SIZE_BYTES / MB) / got.seconds, ms(cpu)
+    return _Download((SIZE_BYTES / MB) / got.seconds, ms(cpu), ms(children))
 
 
 async def _small(route: _Route) -> float:
@@ -105,7 +155,7 @@ async def _small(route: _Route) -> float:
 
 
 async def run(ctx: BenchContext) -> list[Row]:
-    rounds = ctx.scaled(15, 5)
+    rounds = ctx.scaled(20, 5)
     pairs = ctx.scaled(100, 30)
     www = ctx.work_dir / "www"
     www.mkdir()
@@ -116,8 +166,7 @@ async def run(ctx: BenchContext) -> list[Row]:
     (www / SMALL_FILE).write_bytes(SMALL_BODY)
     door_path = ctx.work_dir / "egress.sock"
     events: list[EgressEvent] = []
-    rates: dict[str, list[float]] = {}
-    cpu: dict[str, list[float]] = {}
+    throughput = _Throughput()
     small: dict[str, list[float]] = {}
     async with WebServer(www) as server:
         target = f"{LOOPBACK}:{server.port}"
@@ -142,12 +191,8 @@ async def run(ctx: BenchContext) -> list[Row]:
                         relays=_Route("relays", f"http://{LOOPBACK}:{relays.port}"),
                     )
                     for index in range(WARMUP_ROUNDS + rounds):
-                        for route in _rotated(rig.throughput_routes(), index):
-                            warm = index < WARMUP_ROUNDS
-                            rate, spent = await _download(route, ctx.work_dir, digest if warm else None)
-                            if not warm:
-                                rates.setdefault(route.key, []).append(rate)
-                                cpu.setdefault(route.key, []).append(spent)
+                        warm = index < WARMUP_ROUNDS
+                        await _round(rig, index, ctx.work_dir, digest if warm else None, None if warm else throughput)
                     for index in range(WARMUP_ROUNDS + pairs):
                         for route in _rotated(rig.latency_routes(), index):
                             took = await _small(route)
@@ -156,8 +201,8 @@ async def run(ctx: BenchContext) -> list[Row]:
         finally:
             await door.close()
     _check_events(events, (WARMUP_ROUNDS + rounds) * 3 + (WARMUP_ROUNDS + pairs) * 2)
-    await _notes(ctx, rounds, pairs, events, cpu)
-    return _rows(rates, cpu, small)
+    await _notes(ctx, rounds, pairs, events, throughput)
+    return _rows(throughput, small)
 
 
 def _check_events(events: list[EgressEvent], expected: int) -> None:
@@ -168,13 +213,14 @@ def _check_events(events: list[EgressEvent], expected: int) -> None:
 
 
 async def _notes(
-    ctx: BenchContext, rounds: int, pairs: int, events: list[EgressEvent], cpu: dict[str, list[float]]
+    ctx: BenchContext, rounds: int, pairs: int, events: list[EgressEvent], throughput: _Throughput
 ) -> None:
     version = await _curl_version()
     ctx.note(
         f"{rounds} throughput rounds and {pairs} latency rounds, each after {WARMUP_ROUNDS} warm-up (its downloads "
-        f"kept and their sha256 checked against the served bytes); every route once a round, the order rotated; "
-        f"client {version}; server: python -m http.server (a thread per connection, Connection: close)"
+        f"kept and their sha256 checked against the served bytes); every route once a round, the order rotated, a "
+        f"throughput route between two straight downloads; client {version}; server: python -m http.server (a "
+        f"thread per connection, Connection: close)"
     )
     ctx.note(
         "the door and the forwarder in this process, on one asyncio loop (the forwarder in-process as its tests run "
@@ -189,8 +235,14 @@ async def _notes(
     )
     ctx.note(
         f"this process's CPU during a straight download (curl's process management only): "
-        f"{Measure.of(cpu['straight']).median:.1f} ms"
+        f"{Measure.of(throughput.cpu['straight']).median:.1f} ms"
     )
+    ctx.note(f"load average at the end: {', '.join(f'{load:.2f}' for load in os.getloadavg())}")
+
+
+def _spread(ratios: list[float]) -> str:
+    low, _, high = statistics.quantiles(ratios, n=4)
+    return f"{statistics.median(ratios):.2f}× (quartiles {low:.2f}–{high:.2f}; {min(ratios):.2f}–{max(ratios):.2f})"
 
 
 async def _curl_version() -> str:
@@ -200,55 +252,53 @@ async def _curl_version() -> str:
     return " ".join(out.decode().split()[:2])
 
 
-def _rows(rates: dict[str, list[float]], cpu: dict[str, list[float]], small: dict[str, list[float]]) -> list[Row]:
+def _rows(throughput: _Throughput, small: dict[str, list[float]]) -> list[Row]:
+    rates, cpu, ratios = throughput.rates, throughput.cpu, throughput.against_straight
     straight_rate = Measure.rates(rates["straight"])
     straight_small = Measure.of(small["straight"])
     added = [through - straight for through, straight in zip(small["door"], small["straight"], strict=True)]
     added_tunnel = [through - straight for through, straight in zip(small["tunnel"], small["straight"], strict=True)]
     prefix = "50 MB download (curl, a new connection)"
+    routes = {
+        "door": "through forwarder → door, a plain proxy request",
+        "tunnel": "through forwarder → door, in a CONNECT tunnel",
+        "door_alone": "through the door, the forwarder in a process of its own (the door alone on this loop)",
+        "relays": "through two bare relays (TCP → Unix → TCP, threads, blocking 1 MiB copies; no door)",
+    }
+    against = "÷ the straight downloads either side (their geometric mean), median of the rounds"
     return [
-        Row(
-            NAME,
-            f"{prefix} through forwarder → door, a plain proxy request (goal ≥ 0.8×)",
-            "MB/s",
-            Measure.rates(rates["door"]),
-            STRAIGHT_LABEL,
-            straight_rate,
+        *(
+            Row(
+                NAME,
+                f"{prefix} {label} {against}" + (" (goal ≥ 0.8×)" if key == "door" else ""),
+                "×",
+                Measure.rates(ratios[key]),
+                text=_spread(ratios[key]),
+            )
+            for key, label in routes.items()
         ),
-        Row(
-            NAME,
-            f"{prefix} through forwarder → door, in a CONNECT tunnel",
-            "MB/s",
-            Measure.rates(rates["tunnel"]),
-            STRAIGHT_LABEL,
-            straight_rate,
-        ),
-        Row(
-            NAME,
-            f"{prefix} through the door, the forwarder in a process of its own (the door alone on this loop)",
-            "MB/s",
-            Measure.rates(rates["door_alone"]),
-            STRAIGHT_LABEL,
-            straight_rate,
-        ),
-        Row(
-            NAME,
-            f"{prefix} through two bare relays (TCP → Unix → TCP, threads, blocking 1 MiB copies; no door)",
-            "MB/s",
-            Measure.rates(rates["relays"]),
-            STRAIGHT_LABEL,
-            straight_rate,
+        *(
+            Row(NAME, f"{prefix} {label}", "MB/s", Measure.rates(rates[key]), STRAIGHT_LABEL, straight_rate)
+            for key, label in routes.items()
         ),
         Row(
             NAME,
             "the same through forwarder → door (plain)",
             "MB/s",
             Measure.rates(rates["door"]),
-            "two bare relays, same round",
+            "two bare relays, same rounds",
             Measure.rates(rates["relays"]),
         ),
         Row(NAME, "this process's CPU per 50 MB: door + forwarder (plain)", "ms", Measure.of(cpu["door"])),
         Row(NAME, "this process's CPU per 50 MB: the door alone", "ms", Measure.of(cpu["door_alone"])),
+        Row(
+            NAME,
+            "curl's CPU per 50 MB through forwarder → door (plain; its start and exit included)",
+            "ms",
+            Measure.of(throughput.curl_cpu["door"]),
+            "curl's, straight",
+            Measure.of(throughput.curl_cpu["straight"]),
+        ),
         Row(
             NAME,
             "one GET of 5 bytes (curl, a new connection) through forwarder → door",
