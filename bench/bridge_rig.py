@@ -21,13 +21,13 @@ import os
 import secrets
 import socket
 import tarfile
-import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 from kubernetes import client, watch
 
+from bench.thread_server import ThreadServer
 from runner.kube.exec_stream import DEFAULT_CONTAINER, ExecStream, open_exec
 
 IMAGE = "crewbot-agent:latest"
@@ -183,39 +183,20 @@ class ByteServer:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._server = ThreadServer("byte-server", connection_timeout=WAIT_SECONDS)
 
     def __enter__(self) -> Self:
-        self._listener.bind(os.fspath(self.path))
-        self._listener.listen(16)
-        self._listener.settimeout(0.2)
-        self._start(self._accept_loop)
+        self._server.__enter__()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(os.fspath(self.path))
+        self._server.serve(listener, _serve)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(5.0)
-        self._listener.close()
+        self._server.__exit__(exc_type, exc, tb)
         self.path.unlink(missing_ok=True)
-
-    def _start(self, target: Any, *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, name="byte-server", daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            conn.settimeout(WAIT_SECONDS)
-            self._start(_serve, conn)
 
 
 def _serve(conn: socket.socket) -> None:

@@ -20,14 +20,13 @@ import re
 import shutil
 import socket
 import sys
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from bench.common import stop_child
+from bench.thread_server import ThreadServer
 from container.forwarder import shell_environment
 
 LOOPBACK = "127.0.0.1"
@@ -35,7 +34,6 @@ START_TIMEOUT_SECONDS = 30.0
 CURL_TIMEOUT_SECONDS = 60
 CURL_FORMAT = "%{http_code} %{size_download} %{time_total}"
 RELAY_BUFFER_BYTES = 1024 * 1024
-RELAY_POLL_SECONDS = 0.2  # how soon a relay's accept loop sees it should stop
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FORWARDER_CODE = (
     "import asyncio, sys\n"
@@ -169,32 +167,24 @@ class BareRelays:
     def __init__(self, work_dir: Path, server_port: int) -> None:
         self._unix_path = str(work_dir / "relay.sock")
         self._server_port = server_port
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._sockets: list[socket.socket] = []
+        self._server = ThreadServer("bare-relay")
         self.port = 0
 
     def __enter__(self) -> Self:
+        self._server.__enter__()
         back = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         back.bind(self._unix_path)
+        self._server.serve(back, lambda client: self._relay(client, self._dial_server()))
         front = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         front.bind((LOOPBACK, 0))
         self.port = front.getsockname()[1]
-        for listener, dial in ((back, self._dial_server), (front, self._dial_back)):
-            listener.listen(16)
-            listener.settimeout(RELAY_POLL_SECONDS)
-            self._sockets.append(listener)
-            self._start(self._accept_loop, listener, dial)
+        self._server.serve(front, lambda client: self._relay(client, self._dial_back()))
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(5.0)
-        for sock in self._sockets:
-            sock.close()
+        self._server.__exit__(exc_type, exc, tb)
         os.unlink(self._unix_path)
 
     def _dial_server(self) -> socket.socket:
@@ -205,19 +195,7 @@ class BareRelays:
         sock.connect(self._unix_path)
         return sock
 
-    def _start(self, target: Callable[..., None], *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, name="bare-relay", daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _accept_loop(self, listener: socket.socket, dial: Callable[[], socket.socket]) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = listener.accept()
-            except TimeoutError:
-                continue
-            client.settimeout(None)
-            onward = dial()
-            self._sockets.extend((client, onward))
-            self._start(_pipe, client, onward)
-            self._start(_pipe, onward, client)
+    def _relay(self, client: socket.socket, onward: socket.socket) -> None:
+        self._server.keep(onward)
+        self._server.spawn(_pipe, onward, client)
+        _pipe(client, onward)
