@@ -31,7 +31,7 @@ from typing import Protocol
 PIPE_BYTES = 256 * 1024  # one chunk in flight per direction; 1 MiB pipes would exhaust pipe-user-pages-soft sooner
 # A Unix stream socket's send waits once its own queue holds SO_SNDBUF (208 KiB by default: less than one pipe), so
 # a direction slept and woke for every part of a chunk; room for several halves its sleeps and its CPU. The kernel
-# doubles what is asked and caps it at net.core.wmem_max.
+# caps what is asked at net.core.wmem_max, then doubles it.
 UNIX_SEND_BYTES = 1024 * 1024
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 # splice refused for these file types (or not offered at all): the direction copies instead.
