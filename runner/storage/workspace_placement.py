@@ -104,10 +104,6 @@ class WorkspacePlacements:
         known = self._runs.get(run_id)
         return known[1] if known is not None else None
 
-    def scratches(self, folder: str) -> list[Path]:
-        """The scratch folders of the chat's live synced runs on the host: together, its workspace right now."""
-        return [place.folder for f, place in self._runs.values() if f == folder and place.synced and place.on_host]
-
     def release(self, run_id: str) -> Placement | None:
         known = self._runs.pop(run_id, None)
         if known is None:

@@ -3,15 +3,15 @@
 The workspace is the one folder a container writes, so both walk it without following a link
 (runner/storage/workspace_usage.py), in a thread. Which workspace is the chat's follows its placement
 (runner/storage/workspace_placement.py): an archived chat's is its archive (runner/storage/workspace_archive.py),
-whose size is the usage, and while a run of it lasts on Docker that run's scratch folder; a chat whose runs
-mount its folder, that folder. A run is only ever measured where it writes. Clearing deletes the folder and the
+whose size is the usage, and while a run of it lasts on Docker that run's own scratch folder (what its push would
+store: each synced run unpacks the whole archive into its own, so one run's workspace is never the sum of its
+chat's runs'); a chat whose runs mount its folder, that folder. A run is only ever measured where it writes. Clearing deletes the folder and the
 archive, along with the chat's archives that runs could not unpack and set aside (`/workspace` counts them).
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from core.store.chats import ChatStore
 from runner.runs.live_runs import LiveRuns
@@ -51,21 +51,14 @@ class Workspaces:
 
     async def _measure(self, folder: str, run_id: str | None = None) -> WorkspaceUsage:
         place = self._placements.of(run_id) if run_id is not None else None
-        if place is not None and place.on_host and place.synced:  # the scratch folders of the chat's live runs
-            return await self._total(self._placements.scratches(folder))  # (each pushes; together they use this)
-        if place is not None and place.on_host:  # the chat's folder, where that run writes
+        # A synced run's own scratch folder: what its push would make the chat's workspace (each synced run
+        # unpacks the whole archive, so the chat's runs together are never one workspace); a folder run's, the
+        # chat's folder, shared by the chat's runs.
+        if place is not None and place.on_host:
             return await measure_async(place.folder, max_entries=WORKSPACE_MAX_ENTRIES)
         if self._archives is not None and (self._placements.always_synced or await self._placements.archived(folder)):
             return await self._archives.usage(folder)  # Kubernetes: the archive, or nothing yet
         return await measure_async(self._paths.workspace(folder), max_entries=WORKSPACE_MAX_ENTRIES)
-
-    async def _total(self, folders: list[Path]) -> WorkspaceUsage:
-        usages = [await measure_async(folder, max_entries=WORKSPACE_MAX_ENTRIES) for folder in folders]
-        return WorkspaceUsage(
-            bytes=sum(u.bytes for u in usages),
-            entries=sum(u.entries for u in usages),
-            truncated=any(u.truncated for u in usages),
-        )
 
     async def over_quota(self, folder: str, run_id: str | None = None) -> str | None:
         """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, else None; `run_id`: while that run

@@ -1,6 +1,6 @@
 """A chat's workspace placement on the real file system: archived chats sync whatever the pool's setting, a chat
 whose folder holds files keeps it (never emptied, never pooled), one chat never has two workspaces at once, and
-the quota is measured where the run writes."""
+the quota is measured where the run writes (a synced run: its own scratch folder)."""
 
 from __future__ import annotations
 
@@ -115,15 +115,19 @@ async def test_a_synced_run_is_measured_in_its_scratch_never_in_the_chats_folder
     assert "2.0 MB" in await workspaces.describe(1)  # no archive: the folder is the chat's workspace
 
 
-async def test_the_chats_live_synced_runs_count_together_against_its_quota(tmp_path: Path) -> None:
+async def test_each_synced_run_is_measured_alone_against_the_quota(tmp_path: Path) -> None:
+    """Each synced run unpacks the whole archive into its own scratch and pushes only that: two runs of a chat
+    whose archive is over half the quota are both within it (review N1), and each is stopped on its own."""
     places = placements(tmp_path)
     workspaces = Workspaces(
         DataPaths(tmp_path), cast(ChatStore, OneChat(FOLDER)), cast(LiveRuns, NoRuns()), 1, placements=places
     )
     first = await places.place("first", FOLDER, pool_on=True)
     second = await places.place("second", FOLDER, pool_on=True)
-    (first.folder / "half").write_bytes(b"x" * (MIB * 3 // 4))
-    (second.folder / "half").write_bytes(b"x" * (MIB * 3 // 4))  # each under 1 MB, together over
-    assert await workspaces.over_quota(FOLDER, "second") is not None
-    places.release("first")
+    (first.folder / "archive").write_bytes(b"x" * (MIB * 3 // 4))
+    (second.folder / "archive").write_bytes(b"x" * (MIB * 3 // 4))  # each under 1 MB, together over
+    assert await workspaces.over_quota(FOLDER, "first") is None
     assert await workspaces.over_quota(FOLDER, "second") is None
+    (second.folder / "more").write_bytes(b"x" * (MIB // 2))  # this run alone goes over
+    assert await workspaces.over_quota(FOLDER, "second") is not None
+    assert await workspaces.over_quota(FOLDER, "first") is None
