@@ -3,10 +3,13 @@
 The workspace is the one folder a container writes, so both walk it without following a link
 (runner/storage/workspace_usage.py), in a thread. Which workspace is the chat's follows its placement
 (runner/storage/workspace_placement.py): an archived chat's is its archive (runner/storage/workspace_archive.py),
-whose size is the usage, and while a run of it lasts on Docker that run's own scratch folder (what its push would
-store: each synced run unpacks the whole archive into its own, so one run's workspace is never the sum of its
-chat's runs'); a chat whose runs mount its folder, that folder. A run is only ever measured where it writes. Clearing deletes the folder and the
-archive, along with the chat's archives that runs could not unpack and set aside (`/workspace` counts them).
+whose size is the usage, and while a run of it lasts on Docker that run's own scratch folder, which is what its
+push would store (each synced run unpacks the whole archive into its own, so a chat's runs are measured each on
+its own, never summed); a chat whose runs mount its folder, that folder. A run is only ever measured where it
+writes. Clearing deletes the archive, along with the chat's archives that runs could not unpack and set aside
+(`/workspace` counts them), and on Docker the chat's folder; it holds the chat's placement lock throughout, so no
+run of the chat is placed meanwhile (runner/storage/workspace_placement.py). On Kubernetes the chat's folder on the
+host is never touched: no run there uses it.
 """
 
 from __future__ import annotations
