@@ -97,13 +97,17 @@ class Workspaces:
         chat = await self._chats.get(chat_id)
         if chat is None:
             return "This chat has no workspace yet."
-        running = self._live.count(chat_id)
-        if running:
-            return f"{running} subagent run(s) of this chat are using the workspace: /cancel all first, then clear it."
-        dropped = 0
-        if self._archives is not None:
-            await self._archives.chat(chat.folder).clear()
-            dropped = await self._archives.chat(chat.folder).drop_kept_aside()
-        await asyncio.to_thread(clear, self._paths.workspace(chat.folder))
+        async with self._placements.held(chat.folder):  # no run of the chat is placed until the clear is done
+            running = max(self._live.count(chat_id), self._placements.live_runs(chat.folder))
+            if running:
+                return (
+                    f"{running} subagent run(s) of this chat are using the workspace: /cancel all first, then clear it."
+                )
+            dropped = 0
+            if self._archives is not None:
+                await self._archives.chat(chat.folder).clear()
+                dropped = await self._archives.chat(chat.folder).drop_kept_aside()
+            if not self._placements.always_synced:  # Kubernetes: no run uses the host's folder, left as it is
+                await asyncio.to_thread(clear, self._paths.workspace(chat.folder))
         aside = f", and the {dropped} unreadable workspace(s) set aside" if dropped else ""
         return f"Cleared this chat's workspace{aside}."
