@@ -159,7 +159,10 @@ async def test_runs_of_a_chat_see_the_files_an_earlier_run_left(
             f"@{tg.bot_username} background: $ mkdir -p notes && echo kept-between-runs > notes/a.txt"
             " && ln -s notes/a.txt link",
         )
-        await tg.wait_until(lambda: [m for m in tg.sent_messages(GROUP_ID) if "[Task:" in m.plain_text] or None)
+        await tg.wait_until(
+            lambda: [m for m in tg.sent_messages(GROUP_ID) if "[Task:" in m.plain_text] or None,
+            timeout_seconds=RUN_WAIT_SECONDS,  # a pod's start and its run: more than the default on a loaded node
+        )
         tg.push_message(GROUP_ID, f"@{tg.bot_username} background: $ cat notes/a.txt; readlink link")
 
         def second_result() -> Any:
