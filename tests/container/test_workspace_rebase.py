@@ -6,14 +6,19 @@ result instead of dropping its files silently."""
 from __future__ import annotations
 
 import asyncio
+import io
+import os
+import tarfile
 from pathlib import Path
 from typing import Any, cast
 
 from container.channel import ChannelRefused, RunChannel
 from container.contract import EMPTY_VERSION, WORKSPACE_STALE_STATUS
 from container.task import RunResult
-from container.workspace_rebase import changes_since, manifest
+from container.workspace_rebase import Changes, changes_since, manifest, take_newer
+from container.workspace_stream import StreamBody
 from container.workspace_sync import MAX_REBASES, Pulled, PullState, pull_workspace, push_workspace
+from container.workspace_tar import Skips
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import WorkspaceArchives
 from tests.container.test_workspace_sync import DONE, on_host
@@ -127,3 +132,52 @@ async def test_a_run_that_keeps_losing_the_race_says_its_workspace_was_not_saved
     assert host.pushes == MAX_REBASES + 1
     assert result.result.startswith("the answer\n\n[The workspace was not saved: other runs of this chat")
     assert (tmp_path / "mine.txt").read_text() == "the run's work"  # its scratch as it was: nothing dropped
+
+
+def archive(entries: list[tuple[str, bytes, str]]) -> bytes:
+    """A tar stream of (name, kind, link target or file text), as another run of the chat (hostile) may push."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, kind, text in entries:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            data = b""
+            if kind == tarfile.SYMTYPE:
+                info.linkname = text
+            elif kind == tarfile.REGTYPE:
+                data = text.encode()
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    return buffer.getvalue()
+
+
+def take(root: Path, data: bytes, changes: Changes) -> None:
+    take_newer(StreamBody(io.BytesIO(data), len(data)), root, Skips(), changes)
+
+
+async def test_a_hostile_newer_archive_never_leads_the_rebase_outside_the_workspace(tmp_path: Path) -> None:
+    root, outside = tmp_path / "w", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "x.txt").write_text("the host's, or another folder's")
+    (outside / "mine.txt").write_text("not the run's to overwrite")
+    write(root, {"dir/x.txt": "base", "dir/mine.txt": "base", "plain.txt": "base"})
+    pulled = manifest(root)
+    (root / "dir" / "mine.txt").write_text("the run's edit")
+    changes = changes_since(root, pulled)
+    newer = archive(
+        [
+            ("dir", tarfile.SYMTYPE, str(outside)),  # a link where the base had a folder
+            ("dir/mine.txt", tarfile.REGTYPE, "written through the link?"),
+            ("plain.txt", tarfile.SYMTYPE, str(outside / "x.txt")),  # a link in place of a file the run left alone
+        ]
+    )
+
+    take(root, newer, changes)
+
+    assert (outside / "x.txt").read_text() == "the host's, or another folder's"  # nothing removed or written there
+    assert (outside / "mine.txt").read_text() == "not the run's to overwrite"
+    assert (root / "dir").is_dir() and not (root / "dir").is_symlink()  # the run's folder stays a folder
+    assert (root / "dir" / "mine.txt").read_text() == "the run's edit"
+    assert not (root / "dir" / "x.txt").exists()  # gone from the newer archive, left alone by the run
+    assert os.readlink(root / "plain.txt") == str(outside / "x.txt")  # kept as a link, never followed
