@@ -145,6 +145,9 @@ class ArchiveStore(Protocol):
 
     async def begin(self) -> ArchiveUpload: ...
 
+    async def version(self) -> str:
+        """The stored archive's version now (EMPTY_VERSION when there is none)."""
+
     async def set_aside(self, served: ArchiveIdentity, reason: str) -> AsideOutcome:
         """Keep the archive `served` aside for an admin if it is still the chat's; `reason` is the run's word."""
 
@@ -226,19 +229,15 @@ class WorkspaceDesk:
         if declared is not None and declared > quota:
             return answer(413, False, _over_quota(quota, f"{declared} bytes"))
         self._pushes += 1
+        if base is not None and await self._store.version() != base:  # stale already: refused unread
+            return _stale()
         self._uploading = True
         try:
             size = await self._store_body(request, base)
         except OverQuota as exc:
             return answer(413, False, str(exc))
-        except StaleBase:
-            log.info("workspace_push_stale")
-            return answer(
-                WORKSPACE_STALE_STATUS,
-                False,
-                "stale: another run of this chat saved the workspace since this run fetched it; fetch it again, "
-                "put this run's changes on it and send that",
-            )
+        except StaleBase:  # another run's push was kept while this one arrived
+            return _stale()
         except ChannelRefused as exc:
             return answer(exc.status, False, exc.reason)
         # A body cut short (the container hung up, a chunked body that never ended): aiohttp raises these.
@@ -327,6 +326,16 @@ class WorkspaceDesk:
 def declared_short(request: web.Request) -> bool:
     """aiohttp ends the body at EOF when the peer hangs up; its parser flags a Content-Length not reached."""
     return not request.content.is_eof()
+
+
+def _stale() -> web.Response:
+    log.info("workspace_push_stale")
+    return answer(
+        WORKSPACE_STALE_STATUS,
+        False,
+        "stale: another run of this chat saved the workspace since this run fetched it; fetch it again, put this "
+        "run's changes on it and send that",
+    )
 
 
 def _over_quota(quota_bytes: int, what: str) -> str:

@@ -198,6 +198,11 @@ class ChatArchive:
         fd = os.open(partial, _CREATE_FLAGS, FILE_MODE)
         return Upload(fd, partial, self.path, quota_bytes)
 
+    async def version(self) -> str:
+        """The stored archive's version now (EMPTY_VERSION: none): a push based on another is stale already."""
+        st = await asyncio.to_thread(_stat, self.path)
+        return EMPTY_VERSION if st is None else identity_of(st).version
+
     async def size_bytes(self) -> int | None:
         """The stored archive's size; None when there is none."""
         return await asyncio.to_thread(self._size)

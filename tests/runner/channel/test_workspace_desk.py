@@ -371,3 +371,11 @@ async def test_a_push_naming_no_base_replaces_as_before_and_a_malformed_base_is_
     bad = await exchange_raw(rig.socket, based_put(b"x", "../../etc"), [b"x"])
     assert bad.status == 400 and WORKSPACE_BASE_HEADER in detail(bad)
     assert await rig.stored() == b"an agent from before versions" and len(rig.endpoint.invalid_reasons) == 1
+
+
+async def test_a_push_already_stale_when_it_arrives_is_refused_unread(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"another run's"))
+    parts = [b"x" * 64 * 1024] * 15  # more than the socket buffers: a server that read on would take them all
+    answer = await exchange_raw(rig.socket, based_put(b"x" * 15 * 64 * 1024, EMPTY_VERSION), parts)
+    assert answer.status == WORKSPACE_STALE_STATUS and answer.sent < 15 * 64 * 1024
+    assert await rig.stored() == b"another run's" and rig.leftovers() == []
