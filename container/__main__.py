@@ -120,7 +120,7 @@ async def _run_synced(task: Task, channel: RunChannel, paths: ContainerPaths) ->
         run_log(pulled.text)
         return RunResult(status="failed", error=pulled.text)
     result = await _run_until_signal(pulled.noted(task), channel, paths)
-    return await push_workspace(channel, paths.workspace_dir, result, run_log)
+    return await push_workspace(channel, paths.workspace_dir, result, run_log, pulled)
 
 
 async def report(channel: ResultSink, result: RunResult, run_id: str) -> bool:

@@ -15,6 +15,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -28,7 +29,7 @@ from container.channel_files import (
     LocalFileFailed,
     Upload,
     fetch_limit,
-    receive_into,
+    receive_or_refusal,
 )
 from container.channel_threads import in_daemon_thread
 from container.contract import (
@@ -41,7 +42,10 @@ from container.contract import (
     RESULT_PATH,
     SESSION_PATH,
     TASK_PATH,
+    VERSION_PATTERN,
+    WORKSPACE_BASE_HEADER,
     WORKSPACE_PATH,
+    WORKSPACE_VERSION_HEADER,
 )
 from container.task import RunResult, Task
 
@@ -191,7 +195,7 @@ class RunChannel:
 
         def exchange(owned: int) -> tuple[int, bytes | int]:
             return self._blocking_exchange(
-                "GET", path, None, {}, CHANNEL_TIMEOUT_SECONDS, lambda r: _receive(r, owned, limit)
+                "GET", path, None, {}, CHANNEL_TIMEOUT_SECONDS, lambda r: receive_or_refusal(r, owned, limit)
             )
 
         try:
@@ -229,31 +233,38 @@ class RunChannel:
             raise exc.error from None
         return _detail(status, answer)
 
-    async def fetch_workspace(self, unpack: Callable[[http.client.HTTPResponse], T]) -> T | None:
-        """`GET /run/workspace`: None when the host keeps no workspace for the chat yet, else what `unpack` (run in
-        the channel's thread) made of the answer's body. Tried again while the host is away, `unpack` from the
-        start each time; a refusal raises ChannelRefused, and what `unpack` raises that is no OSError goes up."""
+    async def fetch_workspace(self, unpack: Callable[[http.client.HTTPResponse], T]) -> tuple[str | None, T | None]:
+        """`GET /run/workspace`: the stored archive's version (None: the host named none), and what `unpack` (in the
+        channel's thread) made of the body, None when the chat has no workspace yet. Tried again while the host is
+        away, `unpack` from the start; a refusal raises ChannelRefused, and what `unpack` raises goes up."""
 
-        def receive(response: http.client.HTTPResponse) -> tuple[T | None, bytes]:
+        def receive(response: http.client.HTTPResponse) -> tuple[str | None, T | None, bytes]:
+            named = response.getheader(WORKSPACE_VERSION_HEADER, "")
+            version = named if re.fullmatch(VERSION_PATTERN, named) else None
             if response.status == 200:
-                return unpack(response), b""
-            return None, response.read(MAX_REASON_BYTES)
+                return version, unpack(response), b""
+            return version, None, response.read(MAX_REASON_BYTES)
 
-        def exchange() -> tuple[int, tuple[T | None, bytes]]:
+        def exchange() -> tuple[int, tuple[str | None, T | None, bytes]]:
             return self._blocking_exchange("GET", WORKSPACE_PATH, None, {}, WORKSPACE_TIMEOUT_SECONDS, receive)
 
-        status, (unpacked, refusal) = await while_host_away(lambda: self._alone(exchange), "the workspace", self._log)
+        status, (version, unpacked, refusal) = await while_host_away(
+            lambda: self._alone(exchange), "workspace", self._log
+        )
         if status == 204:
-            return None
+            return version, None
         if status != 200:
-            raise ChannelRefused(_reason(status, refusal))
-        return unpacked
+            raise ChannelRefused(_reason(status, refusal), status)
+        return version, unpacked
 
-    async def send_workspace(self, body: Callable[[], Iterable[bytes]], length: int) -> str:
+    async def send_workspace(self, body: Callable[[], Iterable[bytes]], length: int, base: str | None = None) -> str:
         """`PUT /run/workspace`, the body of `length` bytes sent from a fresh `body()` per attempt (the host takes
-        no chunked body); tried again while the host is away. Returns the host's word; a refusal (over the
-        quota) raises ChannelRefused with the host's reason."""
+        no chunked body); tried again while the host is away. `base`: the version it stands on, kept only if still
+        the chat's (None: replace whatever is stored). Returns the host's word; a refusal (over the quota, or
+        WORKSPACE_STALE_STATUS: stale) raises ChannelRefused with the host's reason and status."""
         headers = {"Content-Type": "application/x-tar", "Content-Length": str(length)}
+        if base is not None:
+            headers[WORKSPACE_BASE_HEADER] = base
 
         def exchange() -> tuple[int, bytes]:
             return self._blocking_exchange(
@@ -350,13 +361,6 @@ def _send(
 
 def _read_answer(response: http.client.HTTPResponse) -> bytes:
     return response.read(MAX_ANSWER_BYTES)
-
-
-def _receive(response: http.client.HTTPResponse, fd: int, limit: int) -> bytes | int:
-    """A download's byte count, or the refusal's answer."""
-    if response.status != 200:
-        return response.read(MAX_REASON_BYTES)
-    return receive_into(response, fd, limit)
 
 
 async def while_host_away(call: Callable[[], Awaitable[T]], what: str, log: Callable[[str], None]) -> T:

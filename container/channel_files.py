@@ -141,3 +141,10 @@ def _local(work: Callable[[], T]) -> T:
         return work()
     except OSError as exc:
         raise LocalFileFailed(exc) from exc
+
+
+def receive_or_refusal(response: http.client.HTTPResponse, fd: int, limit: int) -> bytes | int:
+    """A download's byte count, or the refusal's answer."""
+    if response.status != 200:
+        return response.read(MAX_REASON_BYTES)
+    return receive_into(response, fd, limit)

@@ -83,5 +83,15 @@ WORKSPACE_PATH = "/run/workspace"
 # A run that cannot unpack it says so with `POST` (protocol.UnreadableWorkspace: that id, and why, in at most
 # MAX_UNREADABLE_REASON_CHARS): the host sets that archive aside, so no later run is served it.
 WORKSPACE_SERVED_HEADER = "X-Crewbot-Workspace-Served"
+# Two runs of one chat at once each push: a GET's answer (200 or 204) names the stored archive's version
+# (WORKSPACE_VERSION_HEADER, VERSION_PATTERN; EMPTY_VERSION: the chat has none), a PUT names the version it was based
+# on (WORKSPACE_BASE_HEADER), and the host keeps it only if that is still the chat's; else it answers
+# WORKSPACE_STALE_STATUS, keeping the newer archive, and the run takes that one's changes under its own and pushes
+# again (container/workspace_rebase.py). A PUT without a base replaces whatever is stored (an agent from before).
+WORKSPACE_VERSION_HEADER = "X-Crewbot-Workspace-Version"
+WORKSPACE_BASE_HEADER = "X-Crewbot-Workspace-Base"
+VERSION_PATTERN = r"^[0-9a-f]{32}$"
+EMPTY_VERSION = "0" * 32
+WORKSPACE_STALE_STATUS = 412  # Precondition Failed: the base named is no longer the chat's archive
 SERVED_ID_PATTERN = r"^[0-9a-f]{16}$"
 MAX_UNREADABLE_REASON_CHARS = 500

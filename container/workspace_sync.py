@@ -10,8 +10,10 @@ its GET's answer gave), which sets that archive aside for an admin, and goes on 
 note at the head of its task; its push then stores the chat's new workspace. A host that does not set it aside
 (another run's push replaced it meanwhile, or the channel is down) ends the run as any failed pull does.
 
-A push the host refuses (over WORKSPACE_QUOTA_MB) or that fails leaves the stored one as it was, and the result
-says so.
+A push names the version it stands on (the pull's); one the host refuses as stale, because another run of the
+chat saved the workspace meanwhile, takes that newer workspace under this run's own changes and is sent again
+(container/workspace_rebase.py), a few times at most. A push the host refuses otherwise (over WORKSPACE_QUOTA_MB),
+or that fails, leaves the stored one as it was, and the result says so.
 """
 
 from __future__ import annotations
@@ -28,19 +30,27 @@ from pathlib import Path
 from container.channel import ChannelRefused, RunChannel
 from container.channel_files import LocalFileFailed
 from container.contract import (
+    EMPTY_VERSION,
     MAX_ERROR_CHARS,
     MAX_RESULT_CHARS,
     MAX_UNREADABLE_REASON_CHARS,
     WORKSPACE_SERVED_HEADER,
+    WORKSPACE_STALE_STATUS,
     WORKSPACE_SYNC_ENV,
 )
 from container.run import describe_error
 from container.task import RunResult, Task
 from container.workspace_pack import plan
+from container.workspace_rebase import Changes, Stamp, changes_since, manifest, rebase
 from container.workspace_stream import StreamBody
 from container.workspace_tar import Skips, empty, unpack
 
 SYNC_ON = "1"
+MAX_REBASES = 3  # a push found stale this many times more is given up, and the result says so
+STALE_NOTE = (
+    "The workspace was not saved: other runs of this chat saved theirs {tries} times while this run was putting its "
+    "changes on theirs, so this run's changes are not in the chat's workspace (it keeps the other runs')."
+)
 UNREADABLE_NOTE = (
     "Note: the chat's stored workspace could not be unpacked ({reason}); this run starts with an empty "
     "workspace. The unreadable archive was kept aside for an admin."
@@ -55,10 +65,14 @@ class PullState(enum.Enum):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pulled:
-    """How a pull ended; `text` is why it failed, or the note for the task of a run whose archive was set aside."""
+    """How a pull ended; `text` is why it failed, or the note for the task of a run whose archive was set aside.
+    `base`: the version of the archive the workspace holds (None: the host named none); `pulled`: the workspace's
+    manifest as it was pulled, which a stale push's rebase compares it with (container/workspace_rebase.py)."""
 
     state: PullState
     text: str = ""
+    base: str | None = dataclasses.field(default=None, compare=False)
+    pulled: dict[str, Stamp] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def noted(self, task: Task) -> Task:
         """`task`, with the note at its head when the run starts without the chat's stored workspace."""
@@ -88,7 +102,7 @@ async def pull_workspace(channel: RunChannel, workspace_dir: Path, log: Callable
 
     started = time.monotonic()
     try:
-        placed = await channel.fetch_workspace(unpack_into)
+        version, placed = await channel.fetch_workspace(unpack_into)
     except LocalFileFailed as exc:
         return _failed(f"the workspace could not be written: {describe_error(exc.error)}")
     except tarfile.TarError as exc:
@@ -101,7 +115,7 @@ async def pull_workspace(channel: RunChannel, workspace_dir: Path, log: Callable
         log(f"workspace fetched: {placed} entries in {time.monotonic() - started:.1f} s")
     if skips[0].count:
         log(f"workspace: {skips[0].count} entries not restored: {skips[0].describe()}")
-    return Pulled(PullState.RESTORED)
+    return Pulled(PullState.RESTORED, base=version, pulled=await asyncio.to_thread(manifest, workspace_dir))
 
 
 async def _set_aside(
@@ -121,7 +135,8 @@ async def _set_aside(
     except (ChannelRefused, OSError) as exc:
         return _failed(f"{not_set_aside}: {describe_error(exc)}")
     log(f"the unreadable workspace archive: {detail}; starting with an empty workspace")
-    return Pulled(PullState.SET_ASIDE, UNREADABLE_NOTE.format(reason=reason))
+    # The run stands on no archive now: its whole workspace is its own.
+    return Pulled(PullState.SET_ASIDE, UNREADABLE_NOTE.format(reason=reason), base=EMPTY_VERSION)
 
 
 def _plain(text: str) -> str:
@@ -136,31 +151,61 @@ def _failed(reason: str) -> Pulled:
 
 
 async def push_workspace(
-    channel: RunChannel, workspace_dir: Path, result: RunResult, log: Callable[[str], None]
+    channel: RunChannel,
+    workspace_dir: Path,
+    result: RunResult,
+    log: Callable[[str], None],
+    pulled: Pulled | None = None,
 ) -> RunResult:
-    """Send `workspace_dir` to the host as the chat's workspace; `result`, with a note when it was not kept."""
+    """Send `workspace_dir` to the host as the chat's workspace; `result`, with a note when it was not kept.
+    `pulled`: the pull it stands on. A push the host finds stale (another run of the chat saved since) takes the
+    newer workspace under this run's changes and is sent again, up to MAX_REBASES times (None: no base is named,
+    and the push replaces whatever is stored)."""
+    base = pulled.base if pulled is not None else None
+    changes: Changes | None = None
     skips = [Skips()]
     started = time.monotonic()
-    try:
-        # Planned once, so that its length is known (the channel takes no chunked body); sent from the plan per
-        # attempt. The walk is blocking work: in a thread.
-        packing = await asyncio.to_thread(plan, workspace_dir, skips[0])
-
-        def body() -> Iterator[bytes]:
-            skips[0] = Skips()
-            return packing.stream(skips[0])
-
-        detail = await channel.send_workspace(body, packing.length)
-    except LocalFileFailed as exc:
-        return _noted(result, _not_saved(describe_error(exc.error), log))
-    except ChannelRefused as exc:
-        return _noted(result, _not_saved(str(exc), log))
-    except OSError as exc:
-        return _noted(result, _not_saved(describe_error(exc), log))
+    for attempt in range(MAX_REBASES + 1):
+        try:
+            detail = await _send(channel, workspace_dir, base, skips)
+            break
+        except ChannelRefused as exc:
+            if exc.status != WORKSPACE_STALE_STATUS or pulled is None:
+                return _noted(result, _not_saved(str(exc), log))
+        except LocalFileFailed as exc:
+            return _noted(result, _not_saved(describe_error(exc.error), log))
+        except OSError as exc:
+            return _noted(result, _not_saved(describe_error(exc), log))
+        if attempt == MAX_REBASES:
+            log(f"the workspace was not saved: other runs of this chat saved theirs {attempt + 1} times meanwhile")
+            return _noted(result, STALE_NOTE.format(tries=attempt + 1))
+        log("another run of this chat saved the workspace since this run fetched it: putting this run's changes on it")
+        try:
+            if changes is None:
+                changes = await asyncio.to_thread(changes_since, workspace_dir, pulled.pulled)
+            base = await rebase(channel, workspace_dir, changes, Skips())
+        except tarfile.TarError as exc:
+            return _noted(result, _not_saved(f"the newer workspace could not be unpacked: {describe_error(exc)}", log))
+        except LocalFileFailed as exc:
+            return _noted(result, _not_saved(describe_error(exc.error), log))
+        except (ChannelRefused, OSError) as exc:
+            return _noted(result, _not_saved(f"the newer workspace could not be fetched: {describe_error(exc)}", log))
     log(f"workspace saved: {detail} in {time.monotonic() - started:.1f} s")
     if skips[0].count:
         log(f"workspace: {skips[0].count} entries not saved: {skips[0].describe()}")
     return result
+
+
+async def _send(channel: RunChannel, workspace_dir: Path, base: str | None, skips: list[Skips]) -> str:
+    # Planned once, so that its length is known (the channel takes no chunked body); sent from the plan per
+    # attempt. The walk is blocking work: in a thread.
+    packing = await asyncio.to_thread(plan, workspace_dir, skips[0])
+
+    def body() -> Iterator[bytes]:
+        skips[0] = Skips()
+        return packing.stream(skips[0])
+
+    return await channel.send_workspace(body, packing.length, base)
 
 
 def _not_saved(reason: str, log: Callable[[str], None]) -> str:

@@ -65,8 +65,11 @@ class Skips:
 # --- unpack ---------------------------------------------------------------------------------------------
 
 
-def unpack(body: StreamBody, root: Path, skips: Skips) -> int:
-    """Write the archive streamed by `body` into the folder `root`; returns the entries placed.
+def unpack(
+    body: StreamBody, root: Path, skips: Skips, *, keep: frozenset[str] = frozenset(), seen: set[str] | None = None
+) -> int:
+    """Write the archive streamed by `body` into the folder `root`; returns the entries placed. `keep`: names
+    (relative, `a/b`) left as they are in `root`, never placed; `seen` gathers every name the archive holds.
 
     tarfile.TarError: the archive is not a tar stream, or past a bound (ArchiveRefused). LocalFileFailed: the
     workspace could not be written. DownloadCut: the download broke off."""
@@ -86,6 +89,11 @@ def unpack(body: StreamBody, root: Path, skips: Skips) -> int:
                 tar.members.clear()  # type: ignore[attr-defined]
                 members += 1
                 _check_bounds(tar, members)
+                name = relative(member.name)
+                if name is not None and seen is not None:
+                    seen.add(name)
+                if name is not None and name in keep:
+                    continue
                 reason = _place(tar, member, root_fd)
                 if reason is None:
                     placed += 1
@@ -205,6 +213,17 @@ def _hard_link(target: str, name: str, parent: int, root_fd: int) -> str | None:
     finally:
         os.close(source_dir)
     return None
+
+
+def relative(name: str) -> str | None:
+    """An archive's name as the workspace's relative name (`a/b`); None for one that leaves it, or the root."""
+    parts = _parts(name)
+    return "/".join(parts) if parts else None
+
+
+def open_way(root_fd: int, folders: list[str]) -> int:
+    """The existing folder `folders` below `root_fd`, never through a link (OSError when one is on the way)."""
+    return _open_way(root_fd, folders, create=False)
 
 
 def _parts(name: str) -> list[str] | None:

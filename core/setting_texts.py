@@ -143,9 +143,9 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "none). A run takes a ready one and skips the container's start; after its run a container is removed, "
             "never reused. A chat whose workspace is empty when a run starts is then kept as an archive its runs "
             "fetch and save over the channel, pool or not; a chat whose workspace folder holds files keeps it "
-            "mounted and is never pooled, until an admin's /workspace clear (docs/operating.md). Read at start. Off by "
-            "default for now: two synced runs of one chat at once keep only the later push, and each counts the "
-            "chat's archive against the quota; `2` suits a 2-core host once that is acceptable for your chats.",
+            "mounted and is never pooled, until an admin's /workspace clear (docs/operating.md). Two synced runs of "
+            "one chat at once both keep their files (the later push merges onto the earlier in its container). Read "
+            "at start. Off by default; `2` suits a 2-core host.",
             "SUBAGENT_MAX_TOKENS": "LLM tokens (input and output) one run may use; over it the proxy refuses and "
             "the run ends with that message.",
             "SUBAGENT_MAX_MESSAGES": "Progress messages one run may send to its chat (the result is not counted).",

@@ -11,12 +11,22 @@ A PUT is bounded before and while it is read: it has a Content-Length (runner/ch
 a chunked body), one over the quota is refused unread, the body is counted as it streams, a body that stalls for
 `idle_seconds` is given up, one upload at a time per run and a few per run in all. Whatever fails or is
 refused leaves the chat's previous archive whole (runner/storage/workspace_archive.py keeps the bytes).
+
+Two runs of one chat may run at once, each from the archive it pulled: a GET names the archive's version, a PUT
+the version it stands on, and the PUT is kept only if that is still the chat's archive (compared and renamed under
+the archives' lock), else it is answered WORKSPACE_STALE_STATUS and the run puts its own changes on the newer
+archive in its container and pushes again (container/workspace_rebase.py). The host never opens either archive.
+A PUT that names no base (an agent from before versions, e.g. a run started before an upgrade that outlived the
+host's restart) replaces the archive as it did then: refusing it would drop that run's files, and a container can
+already push any archive it likes, so accepting it trusts it with nothing new.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +35,15 @@ from typing import NoReturn, Protocol, runtime_checkable
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from container.contract import WORKSPACE_PATH, WORKSPACE_SERVED_HEADER
+from container.contract import (
+    EMPTY_VERSION,
+    VERSION_PATTERN,
+    WORKSPACE_BASE_HEADER,
+    WORKSPACE_PATH,
+    WORKSPACE_SERVED_HEADER,
+    WORKSPACE_STALE_STATUS,
+    WORKSPACE_VERSION_HEADER,
+)
 from container.protocol import UnreadableWorkspace
 from core.logging import get_logger
 from runner.channel import bounded_json
@@ -34,9 +52,12 @@ from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused, answe
 
 log = get_logger(__name__)
 
-# A pull is retried after a broken connection, a push too: a few of each, never an unbounded disk or CPU sink.
-MAX_PULLS_PER_RUN = 8
-MAX_PUSHES_PER_RUN = 4
+# A pull is retried after a broken connection, a push too, and a push refused as stale pulls the newer archive
+# and is sent again (container/workspace_rebase.py): a few of each, never an unbounded disk or CPU sink.
+MAX_PULLS_PER_RUN = 12
+MAX_PUSHES_PER_RUN = 8
+VERSION_CHARS = 32  # contract.VERSION_PATTERN
+_VERSION = re.compile(VERSION_PATTERN)
 # A run reports its archive unreadable once (again only when the answer was lost): a few, then it is not that loop.
 MAX_REPORTS_PER_RUN = 3
 MAX_REPORT_BYTES = 4 * 1024  # an UnreadableWorkspace: an id, and a reason of 500 printable ASCII characters
@@ -56,6 +77,10 @@ class OverQuota(Exception):
     """An upload went past the chat's quota; the message says by how much it may grow."""
 
 
+class StaleBase(Exception):
+    """An upload based on an archive that is no longer the chat's: another run's push replaced it since."""
+
+
 @dataclass(frozen=True, slots=True)
 class ArchiveIdentity:
     """Which stored archive a reader opened: an upload's commit makes a new file, so a new identity."""
@@ -65,6 +90,14 @@ class ArchiveIdentity:
     size_bytes: int
     modified_ns: int
     changed_ns: int
+
+    @property
+    def version(self) -> str:
+        """The archive's version as a run is told it (WORKSPACE_VERSION_HEADER): a digest of its identity. No two
+        commits of a chat share one: each commit's file is modified after the one it replaces
+        (runner/storage/workspace_archive.py), so even an inode number used again differs."""
+        raw = f"{self.device}:{self.inode}:{self.size_bytes}:{self.modified_ns}:{self.changed_ns}".encode()
+        return hashlib.sha256(raw).hexdigest()[:VERSION_CHARS]
 
 
 class AsideOutcome(enum.Enum):
@@ -94,8 +127,9 @@ class ArchiveUpload(Protocol):
     async def write(self, chunk: bytes) -> None:
         """Add `chunk`; OverQuota once the upload is past the quota (nothing past it is kept)."""
 
-    async def commit(self) -> int:
-        """Replace the chat's archive with this one, whole; returns its size."""
+    async def commit(self, base: str | None) -> int:
+        """Replace the chat's archive with this one, whole, if its version is still `base` (None: whatever it
+        is); returns its size. StaleBase when it is not (nothing is replaced)."""
 
     async def abandon(self) -> None:
         """Remove what was written; the chat's archive stays as it was."""
@@ -110,6 +144,9 @@ class ArchiveStore(Protocol):
         """None when the chat has no archive yet."""
 
     async def begin(self) -> ArchiveUpload: ...
+
+    async def version(self) -> str:
+        """The stored archive's version now (EMPTY_VERSION when there is none)."""
 
     async def set_aside(self, served: ArchiveIdentity, reason: str) -> AsideOutcome:
         """Keep the archive `served` aside for an admin if it is still the chat's; `reason` is the run's word."""
@@ -144,14 +181,19 @@ class WorkspaceDesk:
             self._refuse_invalid(429, f"this run has fetched its workspace {MAX_PULLS_PER_RUN} times already")
         reader = await self._store.open()
         if reader is None or reader.size_bytes == 0:
+            version = EMPTY_VERSION if reader is None else reader.identity.version
             if reader is not None:
                 await reader.close()
-            return web.Response(status=204)
+            return web.Response(status=204, headers={WORKSPACE_VERSION_HEADER: version})
         served = secrets.token_hex(SERVED_ID_BYTES)
         self._served[served] = reader.identity
         try:
             response = web.StreamResponse(
-                headers={"Content-Type": ARCHIVE_CONTENT_TYPE, WORKSPACE_SERVED_HEADER: served}
+                headers={
+                    "Content-Type": ARCHIVE_CONTENT_TYPE,
+                    WORKSPACE_SERVED_HEADER: served,
+                    WORKSPACE_VERSION_HEADER: reader.identity.version,
+                }
             )
             response.content_length = reader.size_bytes
             await response.prepare(request)
@@ -179,16 +221,23 @@ class WorkspaceDesk:
             self._refuse_invalid(409, "one workspace upload at a time: this run is sending one already")
         if self._pushes >= MAX_PUSHES_PER_RUN:
             self._refuse_invalid(429, f"this run has sent its workspace {MAX_PUSHES_PER_RUN} times already")
+        base = request.headers.get(WORKSPACE_BASE_HEADER)  # None: an agent from before versions, kept as then
+        if base is not None and not _VERSION.fullmatch(base):
+            self._refuse_invalid(INVALID_STATUS, f"{WORKSPACE_BASE_HEADER} is a version a GET's answer gave")
         quota = self._store.quota_bytes()
         declared = request.content_length
         if declared is not None and declared > quota:
             return answer(413, False, _over_quota(quota, f"{declared} bytes"))
         self._pushes += 1
+        if base is not None and await self._store.version() != base:  # stale already: refused unread
+            return _stale()
         self._uploading = True
         try:
-            size = await self._store_body(request)
+            size = await self._store_body(request, base)
         except OverQuota as exc:
             return answer(413, False, str(exc))
+        except StaleBase:  # another run's push was kept while this one arrived
+            return _stale()
         except ChannelRefused as exc:
             return answer(exc.status, False, exc.reason)
         # A body cut short (the container hung up, a chunked body that never ended): aiohttp raises these.
@@ -202,7 +251,7 @@ class WorkspaceDesk:
             self._uploading = False
         return answer(200, True, f"kept ({size} bytes)")
 
-    async def _store_body(self, request: web.Request) -> int:
+    async def _store_body(self, request: web.Request, base: str | None) -> int:
         upload = await self._store.begin()
         try:
             while True:
@@ -218,7 +267,7 @@ class WorkspaceDesk:
             if declared_short(request):
                 raise ConnectionError("the body ended before its Content-Length")
             self._check_live()  # a run cancelled meanwhile keeps nothing
-            size = await upload.commit()
+            size = await upload.commit(base)
         except BaseException:
             # Shielded: the temp file goes even when the handler is cancelled (the run's socket closing).
             await asyncio.shield(upload.abandon())
@@ -277,6 +326,16 @@ class WorkspaceDesk:
 def declared_short(request: web.Request) -> bool:
     """aiohttp ends the body at EOF when the peer hangs up; its parser flags a Content-Length not reached."""
     return not request.content.is_eof()
+
+
+def _stale() -> web.Response:
+    log.info("workspace_push_stale")
+    return answer(
+        WORKSPACE_STALE_STATUS,
+        False,
+        "stale: another run of this chat saved the workspace since this run fetched it; fetch it again, put this "
+        "run's changes on it and send that",
+    )
 
 
 def _over_quota(quota_bytes: int, what: str) -> str:

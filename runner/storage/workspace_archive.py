@@ -5,8 +5,11 @@ PUT, served back whole to the chat's next run, never opened here.
 Host-only: DATA_DIR/workspace-archives/<chat folder>.tar, a folder no container mounts. An upload is written to
 a new file whose name the host chose, counted against WORKSPACE_QUOTA_MB (read at each upload's start) as it
 is written, and renamed over the stored archive only once complete: a refused, cut or failed upload leaves
-the previous archive, and of two uploads of one chat the last to complete wins, whole. Every file call runs in
-a thread, in chunks of at most WRITE_BATCH_BYTES.
+the previous archive. An upload names the version of the archive its run started from (None: an agent from
+before versions, which replaces whatever is stored): it is kept only if that is still the chat's archive, checked
+and renamed under the folder's lock (a compare-and-swap), else refused as stale, so of two runs of a chat at once
+the second push never silently drops the first's (its run merges and pushes again, container/workspace_rebase.py).
+Every file call runs in a thread, in chunks of at most WRITE_BATCH_BYTES.
 
 An archive a run could not unpack is moved aside, unopened, to DATA_DIR/workspace-archives/unreadable/<chat
 folder>.<UTC time>.tar for an admin (the newest MAX_KEPT_ASIDE of a chat are kept), and only while it is the very
@@ -28,8 +31,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from container.contract import EMPTY_VERSION
 from core.logging import get_logger
-from runner.channel.workspace_desk import ArchiveIdentity, AsideOutcome, OverQuota, over_quota_reason
+from runner.channel.workspace_desk import ArchiveIdentity, AsideOutcome, OverQuota, StaleBase, over_quota_reason
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_usage import WorkspaceUsage
 
@@ -99,9 +103,11 @@ class Upload:
             batch, self._batch = bytes(self._batch), bytearray()
             await asyncio.to_thread(self._write, batch)
 
-    async def commit(self) -> int:
+    async def commit(self, base: str | None = None) -> int:
+        """Rename it over the chat's archive if that is still version `base` (None: whatever it is); StaleBase
+        (the upload kept for `abandon`) when another commit replaced it since."""
         batch, self._batch = bytes(self._batch), bytearray()
-        await asyncio.to_thread(self._finish, batch)
+        await asyncio.to_thread(self._finish, batch, base)
         return self._written
 
     def _write(self, batch: bytes) -> None:
@@ -110,15 +116,24 @@ class Upload:
                 raise OSError("the upload was abandoned")
             _write_all(self._fd, batch)
 
-    def _finish(self, batch: bytes) -> None:
+    def _finish(self, batch: bytes, base: str | None) -> None:
         with self._lock:
             if self._closed:
                 raise OSError("the upload was abandoned")
             _write_all(self._fd, batch)
             os.fsync(self._fd)
-            self._close()
-            # The rename is the commit: a reader sees the old archive or this one, never a mix.
+            # The check of the base and the rename under the folder's lock: a compare-and-swap per chat, so of two
+            # runs' pushes based on one archive only the first is kept and the other is told (StaleBase).
             with _locked(self._target.parent):
+                current = _stat(self._target)
+                if base is not None and (EMPTY_VERSION if current is None else identity_of(current).version) != base:
+                    raise StaleBase(base)
+                # Modified after the one it replaces, so its version is new even with an inode number used again.
+                floor_ns = 0 if current is None else current.st_mtime_ns + 1
+                now_ns = max(time.time_ns(), floor_ns)
+                os.utime(self._fd, ns=(now_ns, now_ns))
+                self._close()
+                # The rename is the commit: a reader sees the old archive or this one, never a mix.
                 os.replace(self._partial, self._target)
             self._committed = True
         _sync_dir(self._target.parent)
@@ -182,6 +197,11 @@ class ChatArchive:
         partial = self._directory / f".{self._folder}.{secrets.token_hex(TOKEN_BYTES)}{PARTIAL_SUFFIX}"
         fd = os.open(partial, _CREATE_FLAGS, FILE_MODE)
         return Upload(fd, partial, self.path, quota_bytes)
+
+    async def version(self) -> str:
+        """The stored archive's version now (EMPTY_VERSION: none): a push based on another is stale already."""
+        st = await asyncio.to_thread(_stat, self.path)
+        return EMPTY_VERSION if st is None else identity_of(st).version
 
     async def size_bytes(self) -> int | None:
         """The stored archive's size; None when there is none."""
@@ -316,6 +336,14 @@ def _locked(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the last descriptor releases the lock
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    """The stored archive's stat, never through a link; None when there is none."""
+    try:
+        return os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -3,7 +3,8 @@
 Two ways: the chat's folder, bind-mounted (a *folder* run), or a scratch folder of the run's own filled from the
 chat's archive over the channel and pushed back at its end (a *synced* run, as on Kubernetes). The rule is the
 chat's, never the deployment's, so that turning SUBAGENT_WARM_POOL off or on never hides a chat's files (two synced
-runs of one chat at once still keep only the later push, as on Kubernetes: docs/operating.md):
+runs of one chat at once each push, and the later one merges its changes onto the earlier's in its container:
+runner/channel/workspace_desk.py, container/workspace_rebase.py):
 
 - a chat is *archived* once its archive exists (its first synced run's push): every run of it is synced, pooled
   or cold, with the pool on or off;
@@ -15,7 +16,11 @@ runs of one chat at once still keep only the later push, as on Kubernetes: docs/
 - while a run of a chat lasts, every other run of that chat that starts takes the same way (a count per chat
   folder, in memory), so one chat never has two workspaces at once (a folder run beside a synced run would
   write where the other's push never looks, or be overwritten by it);
-- Kubernetes: every run is synced (a pod shares no folder with the host), and the chat's folder is never touched.
+- Kubernetes: every run is synced (a pod shares no folder with the host), and the chat's folder is never touched
+  (`/workspace clear` included).
+
+Deciding a run's way takes the chat's lock (`held`), which `/workspace clear` holds across its whole clear
+(runner/storage/workspaces.py), so a run is never placed in a workspace half cleared.
 
 The host only ever stats, lists and measures a chat's folder here, never following a link.
 """
@@ -23,10 +28,11 @@ The host only ever stats, lists and measures a chat's folder here, never followi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
-from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.storage.paths import DataPaths, hand_to_container
@@ -48,6 +54,14 @@ class _Live:
     runs: int = 0
 
 
+@dataclass(slots=True)
+class _ChatLock:
+    """A chat's lock and how many hold or wait for it: it is forgotten only once none does."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 class WorkspacePlacements:
     """Each live run's placement, and per chat folder the way its live runs took."""
 
@@ -57,7 +71,7 @@ class WorkspacePlacements:
         self._always_synced = always_synced  # Kubernetes
         self._runs: dict[str, tuple[str, Placement]] = {}  # run id -> (chat folder, placement)
         self._live: dict[str, _Live] = {}  # chat folder -> the way its live runs took
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._locks: dict[str, _ChatLock] = {}  # chat folder -> its lock, while held or waited for
 
     @property
     def archives(self) -> WorkspaceArchives | None:
@@ -72,7 +86,7 @@ class WorkspacePlacements:
         leftover of an earlier attempt is removed first) or the chat's folder made, ready to mount."""
         if (known := self._runs.get(run_id)) is not None:
             return known[1]
-        async with self._locks[folder]:  # two runs of one chat deciding at once decide the same
+        async with self.held(folder):  # two runs of one chat deciding at once decide the same; never amid a clear
             synced = await self._synced(folder, pool_on)
             place = self.placement(run_id, folder, synced)
             if not self._always_synced:  # Kubernetes: the pod's emptyDir, nothing on the host
@@ -104,9 +118,24 @@ class WorkspacePlacements:
         known = self._runs.get(run_id)
         return known[1] if known is not None else None
 
-    def scratches(self, folder: str) -> list[Path]:
-        """The scratch folders of the chat's live synced runs on the host: together, its workspace right now."""
-        return [place.folder for f, place in self._runs.values() if f == folder and place.synced and place.on_host]
+    def live_runs(self, folder: str) -> int:
+        """The chat's runs placed and not yet released."""
+        live = self._live.get(folder)
+        return 0 if live is None else live.runs
+
+    @contextlib.asynccontextmanager
+    async def held(self, folder: str) -> AsyncIterator[None]:
+        """The chat's placement lock: `place` takes it, and `/workspace clear` holds it across its check that no
+        run of the chat lasts and the whole clear, so no run is placed in a workspace being emptied."""
+        chat = self._locks.setdefault(folder, _ChatLock())
+        chat.users += 1
+        try:
+            async with chat.lock:
+                yield
+        finally:
+            chat.users -= 1
+            if chat.users == 0:
+                del self._locks[folder]
 
     def release(self, run_id: str) -> Placement | None:
         known = self._runs.pop(run_id, None)
@@ -117,8 +146,6 @@ class WorkspacePlacements:
         live.runs -= 1
         if live.runs <= 0:
             del self._live[folder]
-            if (lock := self._locks.get(folder)) is not None and not lock.locked():
-                del self._locks[folder]
         return place
 
     async def archived(self, folder: str) -> bool:

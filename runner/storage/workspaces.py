@@ -3,15 +3,18 @@
 The workspace is the one folder a container writes, so both walk it without following a link
 (runner/storage/workspace_usage.py), in a thread. Which workspace is the chat's follows its placement
 (runner/storage/workspace_placement.py): an archived chat's is its archive (runner/storage/workspace_archive.py),
-whose size is the usage, and while a run of it lasts on Docker that run's scratch folder; a chat whose runs
-mount its folder, that folder. A run is only ever measured where it writes. Clearing deletes the folder and the
-archive, along with the chat's archives that runs could not unpack and set aside (`/workspace` counts them).
+whose size is the usage, and while a run of it lasts on Docker that run's own scratch folder, which is what its
+push would store (each synced run unpacks the whole archive into its own, so a chat's runs are measured each on
+its own, never summed); a chat whose runs mount its folder, that folder. A run is only ever measured where it
+writes. Clearing deletes the archive, along with the chat's archives that runs could not unpack and set aside
+(`/workspace` counts them), and on Docker the chat's folder; it holds the chat's placement lock throughout, so no
+run of the chat is placed meanwhile (runner/storage/workspace_placement.py). On Kubernetes the chat's folder on the
+host is never touched: no run there uses it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from core.store.chats import ChatStore
 from runner.runs.live_runs import LiveRuns
@@ -51,21 +54,14 @@ class Workspaces:
 
     async def _measure(self, folder: str, run_id: str | None = None) -> WorkspaceUsage:
         place = self._placements.of(run_id) if run_id is not None else None
-        if place is not None and place.on_host and place.synced:  # the scratch folders of the chat's live runs
-            return await self._total(self._placements.scratches(folder))  # (each pushes; together they use this)
-        if place is not None and place.on_host:  # the chat's folder, where that run writes
+        # A synced run's own scratch folder: what its push would make the chat's workspace (each synced run
+        # unpacks the whole archive, so the chat's runs together are never one workspace); a folder run's, the
+        # chat's folder, shared by the chat's runs.
+        if place is not None and place.on_host:
             return await measure_async(place.folder, max_entries=WORKSPACE_MAX_ENTRIES)
         if self._archives is not None and (self._placements.always_synced or await self._placements.archived(folder)):
             return await self._archives.usage(folder)  # Kubernetes: the archive, or nothing yet
         return await measure_async(self._paths.workspace(folder), max_entries=WORKSPACE_MAX_ENTRIES)
-
-    async def _total(self, folders: list[Path]) -> WorkspaceUsage:
-        usages = [await measure_async(folder, max_entries=WORKSPACE_MAX_ENTRIES) for folder in folders]
-        return WorkspaceUsage(
-            bytes=sum(u.bytes for u in usages),
-            entries=sum(u.entries for u in usages),
-            truncated=any(u.truncated for u in usages),
-        )
 
     async def over_quota(self, folder: str, run_id: str | None = None) -> str | None:
         """The chat's message when its workspace is over WORKSPACE_QUOTA_MB, else None; `run_id`: while that run
@@ -101,13 +97,17 @@ class Workspaces:
         chat = await self._chats.get(chat_id)
         if chat is None:
             return "This chat has no workspace yet."
-        running = self._live.count(chat_id)
-        if running:
-            return f"{running} subagent run(s) of this chat are using the workspace: /cancel all first, then clear it."
-        dropped = 0
-        if self._archives is not None:
-            await self._archives.chat(chat.folder).clear()
-            dropped = await self._archives.chat(chat.folder).drop_kept_aside()
-        await asyncio.to_thread(clear, self._paths.workspace(chat.folder))
+        async with self._placements.held(chat.folder):  # no run of the chat is placed until the clear is done
+            running = max(self._live.count(chat_id), self._placements.live_runs(chat.folder))
+            if running:
+                return (
+                    f"{running} subagent run(s) of this chat are using the workspace: /cancel all first, then clear it."
+                )
+            dropped = 0
+            if self._archives is not None:
+                await self._archives.chat(chat.folder).clear()
+                dropped = await self._archives.chat(chat.folder).drop_kept_aside()
+            if not self._placements.always_synced:  # Kubernetes: no run uses the host's folder, left as it is
+                await asyncio.to_thread(clear, self._paths.workspace(chat.folder))
         aside = f", and the {dropped} unreadable workspace(s) set aside" if dropped else ""
         return f"Cleared this chat's workspace{aside}."

@@ -1,7 +1,7 @@
 """The warm pool on the real engine and image: the real service, the offline subagent model (a task `$ cmd`
 runs `cmd` in the container), real SQLite. One run per container, a hostile run that tries to outlive it, a
 member killed from outside while idle, and a chat whose folder holds files (mounted, a miss, never emptied) that
-uses the pool once an admin cleared it."""
+uses the pool once an admin cleared it; two runs of one chat at once, both of whose files are kept."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from runner.lifecycle.warm_pool import WarmPool
 from runner.runtimes.docker_runtime import DockerRuntime
 from runner.runtimes.runtime import LABEL_INSTANCE, LABEL_POOL
 from runner.service import SubagentService
+from runner.storage.run_files import LOG_FILE
 from tests.bot.helpers import RecordingChannel, make_delivery
 from tests.harness import make_settings
 from tests.runner.docker_helpers import remove_instance_containers
@@ -166,3 +167,20 @@ async def test_a_chats_folder_with_files_stays_mounted_and_once_cleared_the_chat
         status, result = await r.run("$ cat kept.txt")  # pooled again: from the archive
         assert status == RunStatus.COMPLETED and "pooled" in result and r.pool.counts()[2] == 2
         assert list(folder.iterdir()) == []
+
+
+async def test_two_runs_of_a_chat_at_once_both_keep_their_files(tmp_path: Path, subagent_image: str) -> None:
+    """Both pull the chat's (empty) workspace before either pushes: the later push is stale, puts its files on the
+    earlier one's in its container and pushes again (review N2: it used to replace them)."""
+    async with docker_rig(tmp_path, subagent_image, SUBAGENT_WARM_POOL=2) as r:
+        await r.until_ready(2)
+        (first, one), (second, two) = await asyncio.gather(
+            r.run("$ echo one > one.txt; sleep 20; echo first-done"),  # pushes while the second still sleeps
+            r.run("$ echo two > two.txt; sleep 45; echo second-done"),
+        )
+        assert first == RunStatus.COMPLETED and "first-done" in one and "not saved" not in one, one
+        assert second == RunStatus.COMPLETED and "second-done" in two and "not saved" not in two, two
+        logs = [path.read_text() for path in (r.service.paths.data_dir / "runs").glob(f"*/{LOG_FILE}")]
+        assert any("another run of this chat saved the workspace" in log for log in logs), logs  # they overlapped
+        status, listing = await r.run("$ cat one.txt two.txt")
+        assert status == RunStatus.COMPLETED and "one" in listing and "two" in listing, listing

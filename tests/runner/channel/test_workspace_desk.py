@@ -16,7 +16,16 @@ from typing import Any
 
 import pytest
 
-from container.contract import SERVED_ID_PATTERN, WORKSPACE_PATH, WORKSPACE_SERVED_HEADER
+from container.contract import (
+    EMPTY_VERSION,
+    SERVED_ID_PATTERN,
+    VERSION_PATTERN,
+    WORKSPACE_BASE_HEADER,
+    WORKSPACE_PATH,
+    WORKSPACE_SERVED_HEADER,
+    WORKSPACE_STALE_STATUS,
+    WORKSPACE_VERSION_HEADER,
+)
 from runner.channel.workspace_desk import MAX_PUSHES_PER_RUN, MAX_REPORT_BYTES, MAX_REPORTS_PER_RUN
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import BYTES_PER_MB, UNREADABLE_DIR_NAME, WorkspaceArchives, archives_dir
@@ -328,3 +337,45 @@ async def test_a_cancelled_run_sets_nothing_aside(rig: Rig) -> None:
     rig.endpoint.cancelled = True
     assert (await exchange(rig.socket, report(served))).status == 403
     assert await rig.stored() == b"garbage"
+
+
+# --- versions: a push kept only while its base is the chat's archive (review N2) ------------------------------
+
+
+def based_put(body: bytes, base: str) -> bytes:
+    """A PUT's head naming the version it stands on."""
+    plain = head("PUT", WORKSPACE_PATH, "length", len(body))
+    return plain.replace(b"\r\n\r\n", f"\r\n{WORKSPACE_BASE_HEADER}: {base}\r\n\r\n".encode(), 1)
+
+
+async def test_a_push_whose_base_another_runs_push_replaced_is_stale_and_keeps_the_newer(rig: Rig) -> None:
+    empty = await exchange(rig.socket, Request("GET", WORKSPACE_PATH))
+    assert empty.status == 204 and empty.headers[WORKSPACE_VERSION_HEADER.lower()] == EMPTY_VERSION
+    first = await exchange_raw(rig.socket, based_put(b"first run", EMPTY_VERSION), [b"first run"])
+    assert first.status == 200
+    second = await exchange_raw(rig.socket, based_put(b"second run", EMPTY_VERSION), [b"second run"])
+    assert second.status == WORKSPACE_STALE_STATUS and detail(second).startswith("stale")
+    assert await rig.stored() == b"first run" and rig.leftovers() == []
+    newer = await exchange(rig.socket, Request("GET", WORKSPACE_PATH))
+    version = newer.headers[WORKSPACE_VERSION_HEADER.lower()]
+    assert newer.body == b"first run" and re.fullmatch(VERSION_PATTERN, version) and version != EMPTY_VERSION
+    merged = await exchange_raw(rig.socket, based_put(b"both runs", version), [b"both runs"])
+    assert merged.status == 200 and await rig.stored() == b"both runs"
+    assert rig.endpoint.invalid_reasons == []  # a stale push is no misbehaviour
+
+
+async def test_a_push_naming_no_base_replaces_as_before_and_a_malformed_base_is_refused(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"stored"))
+    assert (await exchange(rig.socket, put(b"an agent from before versions"))).status == 200
+    assert await rig.stored() == b"an agent from before versions"
+    bad = await exchange_raw(rig.socket, based_put(b"x", "../../etc"), [b"x"])
+    assert bad.status == 400 and WORKSPACE_BASE_HEADER in detail(bad)
+    assert await rig.stored() == b"an agent from before versions" and len(rig.endpoint.invalid_reasons) == 1
+
+
+async def test_a_push_already_stale_when_it_arrives_is_refused_unread(rig: Rig) -> None:
+    await exchange(rig.socket, put(b"another run's"))
+    parts = [b"x" * 64 * 1024] * 15  # more than the socket buffers: a server that read on would take them all
+    answer = await exchange_raw(rig.socket, based_put(b"x" * 15 * 64 * 1024, EMPTY_VERSION), parts)
+    assert answer.status == WORKSPACE_STALE_STATUS and answer.sent < 15 * 64 * 1024
+    assert await rig.stored() == b"another run's" and rig.leftovers() == []

@@ -159,7 +159,10 @@ async def test_runs_of_a_chat_see_the_files_an_earlier_run_left(
             f"@{tg.bot_username} background: $ mkdir -p notes && echo kept-between-runs > notes/a.txt"
             " && ln -s notes/a.txt link",
         )
-        await tg.wait_until(lambda: [m for m in tg.sent_messages(GROUP_ID) if "[Task:" in m.plain_text] or None)
+        await tg.wait_until(
+            lambda: [m for m in tg.sent_messages(GROUP_ID) if "[Task:" in m.plain_text] or None,
+            timeout_seconds=RUN_WAIT_SECONDS,  # a pod's start and its run: more than the default on a loaded node
+        )
         tg.push_message(GROUP_ID, f"@{tg.bot_username} background: $ cat notes/a.txt; readlink link")
 
         def second_result() -> Any:
@@ -190,3 +193,31 @@ async def test_the_web_door_reaches_a_pod_over_its_bridge(
         )
         assert PAGE in text  # through the pod's forwarder, its bridge, and the host's door
         assert f"127.0.0.1:{other} is not in SUBAGENT_EGRESS_ALLOW" in text
+
+
+async def test_two_runs_of_a_chat_at_once_both_keep_their_files(
+    tmp_path: Path, tg: FakeTelegram, kube_target: KubeTarget
+) -> None:
+    """Both pods pull the chat's (empty) archive before either pushes: the later push is stale, puts its files on
+    the earlier one's in its pod and pushes again (review N2: it used to replace them)."""
+    settings = kube_settings(tmp_path, tg, kube_target)
+    async with telegram_app(settings, with_subagents=True) as app:
+        runs = RunStore(app.stores.db)
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} background: $ echo one > one.txt; sleep 20; echo first-done")
+
+        async def running() -> list[RunRecord] | None:
+            return [r for r in await runs.for_chat(GROUP_ID, 10) if r.status == "running"] or None
+
+        await until_async(running)
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} background: $ echo two > two.txt; sleep 45; echo second-done")
+
+        def results(count: int) -> list[str] | None:
+            found = [m.plain_text for m in tg.sent_messages(GROUP_ID) if "[Task:" in m.plain_text]
+            return found if len(found) >= count else None
+
+        both = await tg.wait_until(lambda: results(2), timeout_seconds=RUN_WAIT_SECONDS)
+        assert all("-done" in text and "not saved" not in text for text in both), both
+        assert "first-done" in both[0] and "second-done" in both[1]  # the second pushed last: it was the stale one
+        tg.push_message(GROUP_ID, f"@{tg.bot_username} background: $ cat one.txt two.txt")
+        third = (await tg.wait_until(lambda: results(3), timeout_seconds=RUN_WAIT_SECONDS))[2]
+        assert "one" in third and "two" in third, third

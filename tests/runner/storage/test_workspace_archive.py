@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.channel.workspace_desk import OverQuota
+from container.contract import EMPTY_VERSION
+from runner.channel.workspace_desk import OverQuota, StaleBase
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import (
     BYTES_PER_MB,
@@ -165,3 +166,60 @@ async def test_clear_and_the_start_up_sweep(tmp_path: Path) -> None:
 def test_only_chat_folder_names_name_an_archive(tmp_path: Path, folder: str) -> None:
     with pytest.raises(ValueError):
         archives(tmp_path).chat(folder)
+
+
+# --- versions: a push kept only if its base is still the chat's archive (review N2) --------------------------
+
+
+async def version_of(archive: ChatArchive) -> str:
+    reader = await archive.open()
+    if reader is None:
+        return EMPTY_VERSION
+    await reader.close()
+    return reader.identity.version
+
+
+async def based_upload(archive: ChatArchive, data: bytes, base: str | None) -> int:
+    up = await archive.begin()
+    try:
+        await up.write(data)
+        return await up.commit(base)
+    except BaseException:
+        await up.abandon()
+        raise
+
+
+async def test_of_two_pushes_based_on_one_archive_only_the_first_is_kept_and_the_second_is_told(
+    tmp_path: Path,
+) -> None:
+    archive = archives(tmp_path).chat(FOLDER)
+    assert await based_upload(archive, b"first run's", EMPTY_VERSION) == len(b"first run's")
+    with pytest.raises(StaleBase):  # the second run of the chat also started from no archive
+        await based_upload(archive, b"second run's", EMPTY_VERSION)
+    assert await stored(archive) == b"first run's" and leftovers(tmp_path) == []
+    assert await based_upload(archive, b"second, merged", await version_of(archive)) > 0
+    assert await stored(archive) == b"second, merged"
+    assert await based_upload(archive, b"an agent from before versions", None) > 0  # replaces, as before
+
+
+async def test_every_commit_is_a_new_version_even_with_the_same_bytes_and_an_inode_used_again(
+    tmp_path: Path,
+) -> None:
+    archive = archives(tmp_path).chat(FOLDER)
+    versions = [await version_of(archive)]
+    for _ in range(30):  # freed inode numbers are used again at once, and commits land within a clock tick
+        await based_upload(archive, b"same", versions[-1])
+        versions.append(await version_of(archive))
+    assert len(set(versions)) == len(versions)
+
+
+async def test_a_push_based_on_an_archive_set_aside_since_is_stale(tmp_path: Path) -> None:
+    archive = archives(tmp_path).chat(FOLDER)
+    await based_upload(archive, b"garbage", None)
+    reader = await archive.open()
+    assert reader is not None
+    await reader.close()
+    await archive.set_aside(reader.identity, "ReadError")
+    with pytest.raises(StaleBase):
+        await based_upload(archive, b"based on the garbage", reader.identity.version)
+    assert await based_upload(archive, b"based on nothing", EMPTY_VERSION) > 0
