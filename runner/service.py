@@ -159,7 +159,9 @@ class SubagentService:
             accounting=accounting,
             doors=RunDoors(settings, self.egress_log, self.questions, self.runs),
             mcp=mcp,  # the operator's MCP tools offered to subagents, called here on their behalf
-            containers=RunContainers(settings, runtime, self.paths, pool=self.pool, placements=self.placements),
+            containers=RunContainers(
+                settings, runtime, self.paths, self.runs, pool=self.pool, placements=self.placements
+            ),
             inputs=RunInputsBuilder(
                 settings,
                 ChatFileStore(stores.db),
