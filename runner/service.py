@@ -177,7 +177,15 @@ class SubagentService:
             force_polling=settings.ipc_force_polling,
             max_file_bytes=settings.ipc_max_file_bytes,
         )
-        self.recovery = Recovery(self.runs, runtime, manager=self.manager, live=self.live, paths=self.paths)
+        self.recovery = Recovery(
+            self.runs,
+            runtime,
+            manager=self.manager,
+            live=self.live,
+            paths=self.paths,
+            chats=stores.chats,
+            placements=self.placements,
+        )
         self.retention = Retention(stores.db, self.paths, settings.data_retention_days)
         self._tasks: list[asyncio.Task[None]] = []
 
