@@ -150,8 +150,9 @@ class RunContainers:
 
     async def reattached(self, live: LiveRun, chat: Chat) -> None:
         """A run re-attached after a restart, before its channel opens again: its placement as it started (synced
-        if a pool member's, or if its scratch folder is there), and a claimed pool member, whose name says nothing
-        of its run, told again which run's folder it serves (Kubernetes makes its bridge towards it)."""
+        if a pool member's, or if its scratch folder is there; recovery re-adopted it already, before any queued
+        run could be placed), and a claimed pool member, whose name says nothing of its run, told again which
+        run's folder it serves (Kubernetes makes its bridge towards it)."""
         pooled = live.container_id is not None and live.container_id.startswith(POOL_NAME_PREFIX)
         self._placements.readopt(live.id, chat.folder, pooled=pooled)
         if pooled:
