@@ -7,6 +7,7 @@ before a queued run of their chat is placed; a pooled agent is answered its task
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from runner.runtimes.runtime import (
     LABEL_POOL_CONFIG,
     LABEL_RUN_ID,
 )
+from runner.storage.paths import DataPaths
 from tests.fakes.memory_runtime import MemoryContainer, MemoryRuntime
 from tests.runner.lifecycle.test_warm_pool import completes, until_ready
 from tests.runner.lifecycle.test_warm_pool_workspaces import run_specs, workspace_of
@@ -97,6 +99,13 @@ async def test_a_claimed_members_id_is_on_its_runs_record_before_the_claim_goes_
 
 
 async def test_a_member_claimed_by_a_run_still_queued_is_removed_and_the_run_starts_again(tmp_path: Path) -> None:
+    paths = DataPaths(tmp_path / "data")
+    channel_dir, scratch = paths.channel_dir("queued-run-1"), paths.run_scratch("queued-run-1")
+    channel_dir.mkdir(parents=True)  # the member's folders, renamed the run's by the claim
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listening:  # the dead process's socket file stays
+        listening.bind(str(channel_dir / "run.sock"))
+    scratch.mkdir(parents=True)
+    (scratch / "left").write_text("by the member")
     async with rig(tmp_path, completing("done"), prepare=claimed_member("queued-run-1", RunStatus.QUEUED)) as r:
         (member,) = left_members(r)
         assert member.removed  # its agent had no task: nothing of it to re-attach, and nothing leaks
@@ -104,6 +113,8 @@ async def test_a_member_claimed_by_a_run_still_queued_is_removed_and_the_run_sta
         record = await r.service.runs.get("queued-run-1")
         assert record is not None and record.container_id not in (None, engine_id(r.runtime, member.id))
         assert sum("done: left behind" in text for text in r.texts()) == 1  # its one result, from the restart
+        await r.settled()
+        assert not scratch.exists()
         assert len(run_specs(r)) == 1
 
 
