@@ -159,7 +159,9 @@ class SubagentService:
             accounting=accounting,
             doors=RunDoors(settings, self.egress_log, self.questions, self.runs),
             mcp=mcp,  # the operator's MCP tools offered to subagents, called here on their behalf
-            containers=RunContainers(settings, runtime, self.paths, pool=self.pool, placements=self.placements),
+            containers=RunContainers(
+                settings, runtime, self.paths, self.runs, pool=self.pool, placements=self.placements
+            ),
             inputs=RunInputsBuilder(
                 settings,
                 ChatFileStore(stores.db),
@@ -175,7 +177,15 @@ class SubagentService:
             force_polling=settings.ipc_force_polling,
             max_file_bytes=settings.ipc_max_file_bytes,
         )
-        self.recovery = Recovery(self.runs, runtime, manager=self.manager, live=self.live, paths=self.paths)
+        self.recovery = Recovery(
+            self.runs,
+            runtime,
+            manager=self.manager,
+            live=self.live,
+            paths=self.paths,
+            chats=stores.chats,
+            placements=self.placements,
+        )
         self.retention = Retention(stores.db, self.paths, settings.data_retention_days)
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -67,7 +67,7 @@ class TaskManager:
         containers: RunContainers | None = None,
     ) -> None:
         self._settings = settings
-        self._containers = containers or RunContainers(settings, runtime, paths)  # a warm pool's, or cold ones
+        self._containers = containers or RunContainers(settings, runtime, paths, stores.runs)  # pooled or cold
         self._runs = stores.runs
         self._chats = stores.chats
         self._questions = stores.questions  # a run's open questions end with it (_cleanup)
@@ -215,10 +215,11 @@ class TaskManager:
                 return
             claimed = await self._containers.claim(live, chat)  # placed, then a pool member (or None: cold below)
             listening = claimed.listening if claimed is not None else None
-            await self._opener.open(live, chat, task, include_context, record, files, listening=listening)
+            prepared = await self._opener.prepare(live, chat, task, include_context, record, files, listening=listening)
             marked_running_at = time.time()
             if not await self._runs.mark_running(live.id, live.inbox.session_in if live.inbox else None):
                 return  # cancelled while queued
+            await self._opener.serve(prepared)  # only now: a claimed member's agent is answered its task at once
             live.started_monotonic = time.monotonic()
             try:
                 live.container_id = await self._containers.start(live, claimed)

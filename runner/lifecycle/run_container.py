@@ -19,6 +19,7 @@ import socket
 from core.logging import get_logger
 from core.settings import Settings
 from core.store.chats import Chat
+from core.store.runs import RunStore
 from runner.lifecycle.container_spec import run_container_spec
 from runner.lifecycle.warm_pool import Claimed, WarmPool
 from runner.runs.live_runs import LiveRun
@@ -38,6 +39,7 @@ class RunContainers:
         settings: Settings,
         runtime: ContainerRuntime,
         paths: DataPaths,
+        runs: RunStore,
         *,
         pool: WarmPool | None = None,
         placements: WorkspacePlacements | None = None,
@@ -45,6 +47,7 @@ class RunContainers:
         self._settings = settings
         self._runtime = runtime
         self._paths = paths
+        self._runs = runs  # a claimed member's container id goes on its run's record at once
         self._pool = pool
         self._placements = placements or WorkspacePlacements(paths, None)  # none: every run mounts its chat's folder
         self._claimed: dict[str, socket.socket] = {}  # a claimed member's listening socket, closed with its run
@@ -70,6 +73,9 @@ class RunContainers:
             return None
         live.container_id = claimed.container_id  # removed with the run from here on, whatever happens
         self._claimed[live.id] = claimed.listening
+        # On its record before anything else is awaited: a member's labels name no run, so after a crash from here
+        # on this id is how recovery finds it (a queued run's is removed and the run starts again, never leaked).
+        await self._runs.set_container(live.id, claimed.container_id)
         try:
             # Before the channel answers the agent's waiting request: its next connections must reach the run's
             # folder (Kubernetes repoints the pod's bridge there; Docker's bind mount followed the rename).
@@ -144,8 +150,9 @@ class RunContainers:
 
     async def reattached(self, live: LiveRun, chat: Chat) -> None:
         """A run re-attached after a restart, before its channel opens again: its placement as it started (synced
-        if a pool member's, or if its scratch folder is there), and a claimed pool member, whose name says nothing
-        of its run, told again which run's folder it serves (Kubernetes makes its bridge towards it)."""
+        if a pool member's, or if its scratch folder is there; recovery re-adopted it already, before any queued
+        run could be placed), and a claimed pool member, whose name says nothing of its run, told again which
+        run's folder it serves (Kubernetes makes its bridge towards it)."""
         pooled = live.container_id is not None and live.container_id.startswith(POOL_NAME_PREFIX)
         self._placements.readopt(live.id, chat.folder, pooled=pooled)
         if pooled:

@@ -1,11 +1,17 @@
 """Opening a run's channel: its task (context, prior session, the chat files it is given), its host-side
-folders, its endpoint on the channel (runner/channel/run_endpoint.py) and the socket it listens on."""
+folders, its endpoint on the channel (runner/channel/run_endpoint.py) and the socket it listens on.
+
+A new run's channel is prepared, then served once its run is marked running (`prepare`, then `serve`): a claimed
+warm pool member's agent is answered its task the moment the channel serves, so it never sends a model request
+for a run still recorded queued, and a run recorded queued never had its task (restart recovery relies on it)."""
 
 from __future__ import annotations
 
 import functools
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from container.protocol import CHANNEL_SOCKET_FILE, TaskSpec
 from core.delivery import Delivery
@@ -31,6 +37,18 @@ from runner.storage.workspaces import Workspaces
 
 McpDeskFactory = Callable[[Callable[[], None], Callable[[int, str], None]], RunMcpDesk]  # liveness, invalid count
 CONTEXT_MESSAGES = 20  # recent chat lines handed to a subagent with include_context=True
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A run's channel, ready to serve: its socket, its endpoint, what it spent so far and who pays its calls."""
+
+    run_id: str
+    socket_path: Path
+    endpoint: RunInbox
+    spent: Spent
+    payer: Payer
+    listening: socket.socket | None
 
 
 class RunOpener:
@@ -65,6 +83,23 @@ class RunOpener:
         self._mcp = mcp  # the operator's MCP servers: the tools offered to subagents, called by the host
 
     async def open(
+        self, live: LiveRun, chat: Chat, task: str, include_context: bool, record: RunRecord, files: tuple[str, ...]
+    ) -> None:
+        """A re-attached run's channel, prepared and served at once (its record says `running` already)."""
+        await self.serve(await self.prepare(live, chat, task, include_context, record, files))
+
+    async def serve(self, prepared: Prepared) -> None:
+        """The run's socket listens (or a claimed member's is served): its agent gets its task from here on."""
+        await self._channels.open_run(
+            prepared.run_id,
+            prepared.socket_path,
+            endpoint=prepared.endpoint,
+            spent=prepared.spent,
+            payer=prepared.payer,
+            listening=prepared.listening,
+        )
+
+    async def prepare(
         self,
         live: LiveRun,
         chat: Chat,
@@ -74,9 +109,10 @@ class RunOpener:
         files: tuple[str, ...],
         *,
         listening: socket.socket | None = None,
-    ) -> None:
-        """`listening`: a claimed warm pool member's run socket, bound in the folder now the run's. The run's
-        placement is decided before (RunContainers.place): only a synced run is served the chat's archive."""
+    ) -> Prepared:
+        """Everything but serving: `listening` is a claimed warm pool member's run socket, bound in the folder now
+        the run's. The run's placement is decided before (RunContainers.place): only a synced run is served the
+        chat's archive."""
         context: list[str] = []
         if include_context:
             recent = await self._messages.recent(live.chat_id, CONTEXT_MESSAGES)
@@ -127,9 +163,7 @@ class RunOpener:
         spent = Spent(record.input_tokens + record.output_tokens, record.llm_requests) if record else Spent()
         # Its calls spend its chat's daily allowance, as a scheduled task's work or a turn's (a re-attached run too).
         payer = Payer.of_run(live.chat_id, live.turn_id)
-        await self._channels.open_run(
-            live.id, socket_path, endpoint=live.inbox, spent=spent, payer=payer, listening=listening
-        )
+        return Prepared(live.id, socket_path, live.inbox, spent, payer, listening)
 
     def _asking(self, live: LiveRun) -> RunAsking | None:
         """ask_chat's end on the host, when this process has a chat to ask."""

@@ -1,7 +1,8 @@
 """The warm pool on the real engine and image: the real service, the offline subagent model (a task `$ cmd`
 runs `cmd` in the container), real SQLite. One run per container, a hostile run that tries to outlive it, a
-member killed from outside while idle, and a chat whose folder holds files (mounted, a miss, never emptied) that
-uses the pool once an admin cleared it; two runs of one chat at once, both of whose files are kept."""
+member killed from outside while idle, a chat whose folder holds files (mounted, a miss, never emptied) that
+uses the pool once an admin cleared it, two runs of one chat at once (both of whose files are kept), and a crash
+between a claim and its run's start."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 from docker.errors import NotFound
 
 from container.protocol import SpawnRequest
-from core.store.runs import RunStatus
+from core.store.runs import RunStatus, RunStore
 from core.stores import Stores
 from core.typing_indicator import TypingIndicator
 from runner.ipc.batch import RequestOutcome
@@ -27,6 +28,7 @@ from runner.lifecycle.warm_pool import WarmPool
 from runner.runtimes.docker_runtime import DockerRuntime
 from runner.runtimes.runtime import LABEL_INSTANCE, LABEL_POOL
 from runner.service import SubagentService
+from runner.storage.paths import DataPaths
 from runner.storage.run_files import LOG_FILE
 from tests.bot.helpers import RecordingChannel, make_delivery
 from tests.harness import make_settings
@@ -36,6 +38,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
 CHAT_ID = -1001
 WAIT_SECONDS = 90.0  # a container's Python start-up is slow on a loaded 2-core machine
+EXIT_BAD_TASK = 2  # container/__main__.py: the channel gave no usable task
 
 
 @dataclass
@@ -184,3 +187,45 @@ async def test_two_runs_of_a_chat_at_once_both_keep_their_files(tmp_path: Path, 
         assert any("another run of this chat saved the workspace" in log for log in logs), logs  # they overlapped
         status, listing = await r.run("$ cat one.txt two.txt")
         assert status == RunStatus.COMPLETED and "one" in listing and "two" in listing, listing
+
+
+async def test_a_crash_between_a_claim_and_its_runs_start_leaks_no_member_and_the_run_starts_again(
+    tmp_path: Path, subagent_image: str
+) -> None:
+    """The state such a crash leaves (the member's id on its still-queued run's record, as the claim writes it at
+    once; the process's sockets closed with it): the member's agent gives up by itself, and the next start
+    removes the member and runs the run."""
+    run_id = "claimed-then-crashed"
+    settings = make_settings(tmp_path / "data", SUBAGENT_IMAGE=subagent_image, SUBAGENT_WARM_POOL=1)
+    stores = await Stores.open(settings)
+    runtime = DockerRuntime(max_concurrency=2)
+    pool = WarmPool(settings, runtime, DataPaths(settings.data_dir), image_id=runtime.image_id)
+    try:
+        await stores.chats.ensure(CHAT_ID, "group", "main")
+        runs = RunStore(stores.db)
+        await runs.create(
+            run_id, chat_id=CHAT_ID, turn_id=None, task="$ echo restarted", label="crash",
+            include_context=False, status=RunStatus.QUEUED,
+        )  # fmt: skip
+        pool.start()
+        deadline = time.monotonic() + WAIT_SECONDS
+        while pool.counts()[0] < 1:
+            assert time.monotonic() < deadline, f"pool not ready: {await pool.stats()}"
+            await asyncio.sleep(0.1)
+        claimed = await pool.claim(run_id)
+        assert claimed is not None
+        await runs.set_container(run_id, claimed.container_id)  # as RunContainers.claim records it
+        claimed.listening.close()  # the process dies: its sockets close with it
+        assert await runtime.wait(claimed.container_id, WAIT_SECONDS) == EXIT_BAD_TASK
+    finally:
+        await pool.close()  # a real crash leaves its idle members too: recovery drains those as well
+        await runtime.close()
+        await stores.db.close()
+    async with docker_rig(tmp_path, subagent_image, SUBAGENT_WARM_POOL=1) as r:
+        assert not await asyncio.to_thread(_exists, claimed.container_id)  # removed by recovery, before any run
+        deadline = time.monotonic() + WAIT_SECONDS
+        while (record := await r.service.runs.get(run_id)) is None or record.status in ("queued", "running"):
+            assert time.monotonic() < deadline, "the run did not start again"
+            await asyncio.sleep(0.1)
+        assert record.status == RunStatus.COMPLETED and "restarted" in (record.result or ""), record
+        assert record.container_id != claimed.container_id

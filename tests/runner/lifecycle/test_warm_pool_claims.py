@@ -14,6 +14,8 @@ import pytest
 
 from container.channel import RunChannel
 from core.store.chats import Chat
+from core.store.runs import RunStore
+from core.stores import Stores
 from runner.lifecycle.container_spec import pool_config, pool_container_spec
 from runner.lifecycle.run_container import RunContainers
 from runner.lifecycle.warm_pool import WarmPool
@@ -96,11 +98,15 @@ async def test_a_run_cancelled_before_its_claim_takes_no_member(tmp_path: Path) 
     async with ready_pool(tmp_path) as (pool, runtime, paths):
         settings = make_settings(tmp_path / "data", SUBAGENT_WARM_POOL=2)
         placements = WorkspacePlacements(paths, WorkspaceArchives(paths, lambda: 10))
-        containers = RunContainers(settings, runtime, paths, pool=pool, placements=placements)
-        live = LiveRun(id="cancelled-run", chat_id=1, turn_id=None, label="x", cancelled=True)
-        assert await containers.claim(live, Chat(1, "group", "t", "chat_1")) is None
-        assert pool.counts()[0] == 2 and pool.counts()[2] == 0
-        await containers.release(live)
+        stores = await Stores.open(settings)
+        try:
+            containers = RunContainers(settings, runtime, paths, RunStore(stores.db), pool=pool, placements=placements)
+            live = LiveRun(id="cancelled-run", chat_id=1, turn_id=None, label="x", cancelled=True)
+            assert await containers.claim(live, Chat(1, "group", "t", "chat_1")) is None
+            assert pool.counts()[0] == 2 and pool.counts()[2] == 0
+            await containers.release(live)
+        finally:
+            await stores.db.close()
 
 
 async def test_an_image_missing_while_refilling_pauses_with_its_reason(tmp_path: Path) -> None:
