@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from core.lean_import import import_telegram
 from core.logging import configure_logging, get_logger, release_held_logs
 from core.settings import LLMProvider, Settings, SettingsError, load_settings
 from crewbot.startup import (
@@ -106,6 +107,7 @@ def _console(settings: Settings, why: str | None = None) -> int:
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if settings.telegram_bot_token is None:
         return _console(settings, NO_TOKEN_NOTE)
+    import_telegram()  # first, without what it would import for features the bot does not use
     from bot.channels.telegram import TelegramChannel
     from bot.channels.webhook import WebhookConfig
     from crewbot.serve import serve, subagent_runtime
