@@ -32,6 +32,7 @@ from bench.machine import machine_info
 from bench.report import Outcome, Row, markdown_table, notes_text
 from core.lean_import import import_telegram
 from core.logging import configure_logging
+from core.malloc_arenas import limit_malloc_arenas
 from tests.fakes.loopback_guard import install_loopback_guard
 
 BENCHMARKS: dict[str, str] = {
@@ -76,6 +77,7 @@ BenchRun = Callable[[BenchContext], Coroutine[Any, Any, list[Row]]]
 def _worker(name: str, out: Path, chat_base: int, quick: bool) -> int:
     configure_logging(level="WARNING")  # stderr, which the orchestrator sends to the worker's log file
     import_telegram()  # as `crewbot run` does, before anything imports it (core/lean_import.py)
+    limit_malloc_arenas()  # as `crewbot run` does, before any thread starts (core/malloc_arenas.py)
     install_loopback_guard()
     run = cast(BenchRun, importlib.import_module(BENCHMARKS[name]).run)
     work_dir = Path(tempfile.mkdtemp(prefix="cb-", dir="/tmp"))  # short: Unix socket paths live below it
