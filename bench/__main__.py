@@ -30,7 +30,9 @@ from bench.common import CHATS_PER_WORKER, BenchContext
 from bench.engine import remove_containers_of_chats
 from bench.machine import machine_info
 from bench.report import Outcome, Row, markdown_table, notes_text
+from core.lean_import import import_telegram
 from core.logging import configure_logging
+from core.malloc_arenas import limit_malloc_arenas
 from tests.fakes.loopback_guard import install_loopback_guard
 
 BENCHMARKS: dict[str, str] = {
@@ -74,6 +76,8 @@ BenchRun = Callable[[BenchContext], Coroutine[Any, Any, list[Row]]]
 
 def _worker(name: str, out: Path, chat_base: int, quick: bool) -> int:
     configure_logging(level="WARNING")  # stderr, which the orchestrator sends to the worker's log file
+    import_telegram()  # as `crewbot run` does, before anything imports it (core/lean_import.py)
+    limit_malloc_arenas()  # as `crewbot run` does, before any thread starts (core/malloc_arenas.py)
     install_loopback_guard()
     run = cast(BenchRun, importlib.import_module(BENCHMARKS[name]).run)
     work_dir = Path(tempfile.mkdtemp(prefix="cb-", dir="/tmp"))  # short: Unix socket paths live below it

@@ -39,6 +39,7 @@ NAME = "memory"
 HISTORY_PER_CHAT = 19  # plus the mention: 20 stored user messages per chat
 INSERT_BATCH_CHATS = 50
 CHAT_NOTES, MEMBER_NOTES = 3, 2  # per chat: notes its prompt carries
+POOL_MEMBERS = 2  # SUBAGENT_WARM_POOL: containers started ahead, idle through the benchmark
 REPO = Path(__file__).resolve().parents[1]
 WAIT_SECONDS = 240.0
 START_WAIT_SECONDS = 60.0
@@ -51,13 +52,12 @@ _INSERT = (
 
 
 def feature_settings(work_dir: Path) -> dict[str, str]:
-    """The features a turn meets, for the app in this process and for `crewbot run` alike. The warm pool
-    (SUBAGENT_WARM_POOL, built on another branch) goes here once merged, at its default: its idle containers are
-    the engine's memory, its bookkeeping the host's."""
+    """The features a turn meets, for the app in this process and for `crewbot run` alike, with a warm pool of
+    POOL_MEMBERS (off by default): its idle containers are the engine's memory, its bookkeeping the host's."""
     servers = work_dir / "mcp.json"
     entry = {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server"], "cwd": str(REPO)}
     servers.write_text(json.dumps({"mcpServers": {"notes": {**entry, "tools": ["echo", "add"]}}}))
-    return {"STREAM_REPLIES": "true", "MCP_SERVERS": str(servers)}
+    return {"STREAM_REPLIES": "true", "MCP_SERVERS": str(servers), "SUBAGENT_WARM_POOL": str(POOL_MEMBERS)}
 
 
 def status_mib(pid: int | str, field: str) -> float:
@@ -209,7 +209,8 @@ async def run(ctx: BenchContext) -> list[Row]:
                 raise RuntimeError(f"the MCP server offered {offered} tools, not its 2")
     ctx.note(
         f"{chats} chats × {HISTORY_PER_CHAT + 1} messages and {CHAT_NOTES + MEMBER_NOTES} notes, one streamed turn "
-        f"each with an MCP server's tools offered, all answered in {answered_seconds:.1f} s "
+        f"each with an MCP server's tools offered and a warm pool of {POOL_MEMBERS} idle, "
+        f"all answered in {answered_seconds:.1f} s "
         f"(the replies go through Telegram's 30/s overall limit); RSS at idle {idle_now:.1f} MiB, after {after:.1f} MiB"
     )
     return [

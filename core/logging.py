@@ -9,8 +9,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+from core.lean_import import without
+
+# structlog's development renderer would bring `rich` where it is installed (development only): the bot formats
+# exceptions itself (format_exc_info), so it is left out everywhere, as a production install has it.
+with without("rich"):
+    import structlog
+    from structlog.typing import EventDict, Processor, WrappedLogger
 
 REDACTED = "[redacted]"
 LOG_FILE_MAX_BYTES = 10 * 1024 * 1024  # a log file is rotated at this size...

@@ -29,7 +29,7 @@ from core.mcp_stdio import MAX_MESSAGE_BYTES, PARSE_IN_THREAD_BYTES, Link, Stdio
 from core.mcp_tool_list import MAX_TOOLS_LISTED, OfferedTool, SchemaChecks, offered_tools
 
 if TYPE_CHECKING:
-    from mcp import ClientSession
+    from core.mcp_sdk import ClientSession
 
 log = get_logger(__name__)
 
@@ -164,7 +164,7 @@ class McpConnection:
             return self._session
 
     async def _hold(self, ready: asyncio.Future[ClientSession]) -> None:
-        from mcp import ClientSession
+        from core.mcp_sdk import ClientSession
 
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -189,9 +189,8 @@ class McpConnection:
         if server.transport is Transport.STDIO:
             command = StdioCommand(server.command, server.args, dict(server.env or {}), server.cwd, server.name)
             return stdio_transport(command, self._link, lambda text: redact_fragments(server, text))
-        from mcp.client.streamable_http import streamable_http_client
-
         from core.mcp_http import capped_client
+        from core.mcp_sdk import streamable_http_client
 
         client = capped_client(server.headers or {}, server.timeout_seconds, self._link)
         stack.push_async_callback(client.aclose)
@@ -203,8 +202,7 @@ class McpConnection:
     def _transport_dead(self, exc: Exception) -> bool:
         """Whether a failed call says the connection is gone (not just that this call failed: a JSON-RPC error
         such as invalid arguments, which any caller can provoke, leaves the connection to the others)."""
-        from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED
+        from core.mcp_sdk import CONNECTION_CLOSED, MCPError
 
         if not self._alive():
             return True
@@ -238,12 +236,12 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
 
 async def _list_all(session: ClientSession) -> list[Any]:
     """Every page of the tool list, up to MAX_TOOLS_LISTED tools and MAX_LIST_PAGES pages."""
-    from mcp import types
+    from core.mcp_sdk import PaginatedRequestParams
 
     tools: list[Any] = []
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):
-        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        params = PaginatedRequestParams(cursor=cursor) if cursor else None
         page = await session.list_tools(params=params)
         tools.extend(page.tools[: MAX_TOOLS_LISTED - len(tools)])
         cursor = page.next_cursor

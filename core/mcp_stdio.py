@@ -62,7 +62,7 @@ async def stdio_transport(
     command: StdioCommand, link: Link, redact: Callable[[str], str], max_message_bytes: int = MAX_MESSAGE_BYTES
 ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[Any], MemoryObjectSendStream[Any]]]:
     """The server started with `command`; yields the (read, write) streams ClientSession takes."""
-    from mcp.client.stdio import get_default_environment
+    from core.mcp_sdk import get_default_environment
 
     process = await asyncio.create_subprocess_exec(
         command.command,
@@ -91,8 +91,7 @@ async def stdio_transport(
 async def _read_stdout(
     process: asyncio.subprocess.Process, out: MemoryObjectSendStream[Any], link: Link, limit: int
 ) -> None:
-    from mcp.shared.message import SessionMessage
-    from mcp_types import jsonrpc_message_adapter
+    from core.mcp_sdk import SessionMessage, jsonrpc_message_adapter
 
     assert process.stdout is not None
     try:

@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from core.lean_import import import_telegram
 from core.logging import configure_logging, get_logger, release_held_logs
+from core.malloc_arenas import limit_malloc_arenas
 from core.settings import LLMProvider, Settings, SettingsError, load_settings
 from crewbot.startup import (
     DataDirLock,
@@ -84,6 +86,7 @@ def _console(settings: Settings, why: str | None = None) -> int:
     from crewbot.serve import serve, subagent_runtime, subagents_readiness
 
     lock = _prepare(settings)
+    limit_malloc_arenas()  # before the bot starts its threads: core/malloc_arenas.py
     log_file = _log_file(settings, "console.log")
     # The terminal is the chat: logs go to a file only, so they do not interleave with the conversation.
     configure_logging(
@@ -106,11 +109,13 @@ def _console(settings: Settings, why: str | None = None) -> int:
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if settings.telegram_bot_token is None:
         return _console(settings, NO_TOKEN_NOTE)
+    import_telegram()  # first, without what it would import for features the bot does not use
     from bot.channels.telegram import TelegramChannel
     from bot.channels.webhook import WebhookConfig
     from crewbot.serve import serve, subagent_runtime
 
     lock = _prepare(settings)
+    limit_malloc_arenas()  # before the bot starts its threads: core/malloc_arenas.py
     log_file = _log_file(settings, "crewbot.log")
     # Until the bot is up, stderr's log lines are held back: a failed start is one line on the terminal.
     configure_logging(
