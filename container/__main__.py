@@ -24,6 +24,7 @@ from container.contract import CHANNEL_BRIDGED_ENV, POOLED_ENV
 from container.paths import ContainerPaths
 from container.run import describe_error, run_task
 from container.task import RunResult, Task
+from container.tool_specs import ToolSpec, tool_specs
 from container.workspace_sync import PullState, pull_workspace, push_workspace, sync_enabled
 
 EXIT_COMPLETED = 0
@@ -45,10 +46,12 @@ def _exit_now(signum: int, frame: object) -> None:
     os._exit(EXIT_SIGNALLED)
 
 
-async def _run_until_signal(task: Task, channel: RunChannel, paths: ContainerPaths) -> RunResult:
+async def _run_until_signal(
+    task: Task, channel: RunChannel, paths: ContainerPaths, specs: dict[str, ToolSpec] | None = None
+) -> RunResult:
     # As PID 1 the process ignores SIGTERM unless it handles it: stop the run and still report (unless main()
     # made SIGTERM an immediate exit: a bridged run is only ever signalled by its deletion).
-    work = asyncio.create_task(run_task(task, channel, paths.workspace_dir, log, door=paths.egress_socket))
+    work = asyncio.create_task(run_task(task, channel, paths.workspace_dir, log, door=paths.egress_socket, specs=specs))
     loop = asyncio.get_running_loop()
     handle_signals = (
         threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not _exit_now
@@ -76,6 +79,9 @@ async def run_main(
     `bridged`: the run socket is the bridge's (container/bridge.py), which the host starts just after the agent.
     `pooled`: a warm pool member, everything imported already, waiting on its channel until a run claims it."""
     delays = BRIDGED_CONNECT_RETRY_DELAYS_SECONDS if bridged else CONNECT_RETRY_DELAYS_SECONDS
+    # The tools as offered depend on no task: read before it is asked for (a pool member's, before it waits),
+    # so a run's first model step is not behind them.
+    specs = tool_specs()
     async with RunChannel(paths.channel_socket, log, connect_delays_seconds=delays) as channel:
         try:
             task = await (_pooled_task(paths, bridged) if pooled else while_host_away(channel.task, "the task", log))
@@ -87,7 +93,9 @@ async def run_main(
             return EXIT_BAD_TASK
         log(f"run {task.run_id}: starting task {task.label!r}")
         result = (
-            await _run_synced(task, channel, paths) if sync_workspace else await _run_until_signal(task, channel, paths)
+            await _run_synced(task, channel, paths, specs)
+            if sync_workspace
+            else await _run_until_signal(task, channel, paths, specs)
         )
         if not await report(channel, result, task.run_id):
             return EXIT_FAILED
@@ -107,7 +115,7 @@ async def _pooled_task(paths: ContainerPaths, bridged: bool) -> Task:
     return await RunChannel(paths.channel_socket, log, connect_delays_seconds=delays).task(wait_seconds=None)
 
 
-async def _run_synced(task: Task, channel: RunChannel, paths: ContainerPaths) -> RunResult:
+async def _run_synced(task: Task, channel: RunChannel, paths: ContainerPaths, specs: dict[str, ToolSpec]) -> RunResult:
     """The run between a pull and a push of its workspace. A failed pull ends it: pushing what it then made
     would replace the chat's stored workspace with a partial one. A stored workspace that could not be unpacked
     was set aside instead: the run starts empty, and its task says so."""
@@ -119,7 +127,7 @@ async def _run_synced(task: Task, channel: RunChannel, paths: ContainerPaths) ->
     if pulled.state is PullState.FAILED:
         run_log(pulled.text)
         return RunResult(status="failed", error=pulled.text)
-    result = await _run_until_signal(pulled.noted(task), channel, paths)
+    result = await _run_until_signal(pulled.noted(task), channel, paths, specs)
     return await push_workspace(channel, paths.workspace_dir, result, run_log, pulled)
 
 

@@ -142,9 +142,11 @@ async def run_agent(
     log: Callable[[str], None],
     inbox: Inbox | None = None,
     mcp: McpCalls | None = None,
+    specs: dict[str, ToolSpec] | None = None,
 ) -> Conversation:
-    """Steps until the model answers with text; raises StepLimitReached after `task.max_steps` requests."""
-    specs = tool_specs()
+    """Steps until the model answers with text; raises StepLimitReached after `task.max_steps` requests.
+    `specs`: the tools, read ahead of the task (a warm pool member does so before it waits)."""
+    specs = specs if specs is not None else tool_specs()
     # The operator's MCP tools as the host offered them: their own names never shadow the agent's tools.
     offered = {t["name"]: t for t in task.mcp_tools if mcp is not None and t["name"] not in specs}
     tools = [spec.as_json() for spec in specs.values()] + list(offered.values())

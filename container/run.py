@@ -14,6 +14,7 @@ from container.forwarder import Forwarder
 from container.inbox import fill_inbox
 from container.session import dump_history, load_history
 from container.task import RunResult, Task
+from container.tool_specs import ToolSpec
 from container.tools import Toolbox
 
 MAX_ERROR_CAUSES = 3
@@ -21,13 +22,19 @@ DOOR = Path(CHANNEL_DIR) / EGRESS_SOCKET_FILE
 
 
 async def run_task(
-    task: Task, channel: RunChannel, workspace_dir: Path, log: Callable[[str], None], door: Path = DOOR
+    task: Task,
+    channel: RunChannel,
+    workspace_dir: Path,
+    log: Callable[[str], None],
+    door: Path = DOOR,
+    specs: dict[str, ToolSpec] | None = None,
 ) -> RunResult:
     """Run the agent on `task`; any failure becomes a `failed` result with a short reason. With egress, the
-    bash tool's commands reach `door` (the host's web proxy) through a loopback forwarder while the run lasts."""
+    bash tool's commands reach `door` (the host's web proxy) through a loopback forwarder while the run lasts.
+    `specs`: the tools as offered, read before the task came (None: read now)."""
     usage = Usage()
     try:
-        output = await _run(task, channel, workspace_dir, door, usage, log)
+        output = await _run(task, channel, workspace_dir, door, usage, log, specs)
     except StepLimitReached:
         return _failed(f"step limit reached: {task.max_steps} model requests", usage)
     except ModelGaveUp as exc:
@@ -43,13 +50,19 @@ async def run_task(
 
 
 async def _run(
-    task: Task, channel: RunChannel, workspace_dir: Path, door: Path, usage: Usage, log: Callable[[str], None]
+    task: Task,
+    channel: RunChannel,
+    workspace_dir: Path,
+    door: Path,
+    usage: Usage,
+    log: Callable[[str], None],
+    specs: dict[str, ToolSpec] | None,
 ) -> str:
     forwarder = await _start_forwarder(task, door, log)
     try:
         if forwarder is None:
             task = dataclasses.replace(task, egress=None)  # the task text then promises no web
-        return await _run_agent(task, channel, workspace_dir, forwarder, usage, log)
+        return await _run_agent(task, channel, workspace_dir, forwarder, usage, log, specs)
     finally:
         if forwarder is not None:
             await forwarder.close()
@@ -76,6 +89,7 @@ async def _run_agent(
     forwarder: Forwarder | None,
     usage: Usage,
     log: Callable[[str], None],
+    specs: dict[str, ToolSpec] | None,
 ) -> str:
     history, dropped = load_history(task.history)
     if dropped:
@@ -93,7 +107,7 @@ async def _run_agent(
     if task.files:
         log(f"run {task.run_id}: {len(inbox.files)} of {len(task.files)} files written to {inbox.path}")
     log(f"run {task.run_id}: {len(history)} prior messages, at most {task.max_steps} steps")
-    conversation = await run_agent(task, history, channel, toolbox, usage, log, inbox, mcp=channel)
+    conversation = await run_agent(task, history, channel, toolbox, usage, log, inbox, mcp=channel, specs=specs)
     await _save_session(channel, dump_history(conversation.messages), task.run_id, log)
     return conversation.output or ""
 

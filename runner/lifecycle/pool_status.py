@@ -6,13 +6,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from container.protocol import write_bytes_atomic
-from runner.lifecycle.warm_pool import PoolStats
 
 STATUS_FILE_NAME = "warm-pool.json"
 STALE_SECONDS = 120.0  # the bot writes it at least every RECHECK_SECONDS: older means no bot is running
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    target: int  # SUBAGENT_WARM_POOL
+    ready: int
+    starting: int
+    hits: int  # runs that took a member since the start
+    misses: int  # runs that started cold with the pool on (empty, or its members stale)
+    paused: str | None  # why refilling stopped, if it did
+    idle_memory_bytes: int | None  # what the ready members use together (None: the engine reports none)
 
 
 def status_file(data_dir: Path) -> Path:

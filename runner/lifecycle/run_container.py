@@ -61,13 +61,14 @@ class RunContainers:
         """Before the run's channel opens: its placement decided, then a member (its folders renamed the run's), or
         None (cold). A folder run never takes one (a member cannot mount the chat's folder): a miss. A run
         cancelled meanwhile takes none."""
+        ahead = self._pool.look_ahead() if self._pool is not None and self._pool.target > 0 else None
         place = await self.place(live, chat)
         if self._pool is None or live.cancelled:
             return None
         if not place.synced:
             self._pool.missed()
             return None
-        claimed = await self._pool.claim(live.id)
+        claimed = await self._pool.claim(live.id, ahead)
         if claimed is None:
             await self._placements.ensure(live.id)  # a failed claim may have removed its fresh scratch folder
             return None

@@ -122,7 +122,8 @@ class RunOpener:
         if starting:
             session_in = await self._runs.session_for(live.chat_id, live.turn_id)  # a reply continues its run
         inputs = await self._inputs.build(live.chat_id, files, live.id)
-        await self._run_files.set_given(live.id, live.chat_id, inputs.given)
+        if inputs.given or not starting:  # a new run given nothing has nothing recorded to replace: no write
+            await self._run_files.set_given(live.id, live.chat_id, inputs.given)
         if starting:
             self._accounting.files_given(inputs.given)
         spec = await self._files.prepare(live, chat, task, context, session_in, inputs)

@@ -33,6 +33,7 @@ from core.settings import Settings
 from runner.lifecycle.container_spec import pool_config, pool_container_spec
 from runner.lifecycle.pool_folders import make_member_folders, move_member_folders, remove_folders, until_connected
 from runner.lifecycle.pool_memory import MemoryCheck
+from runner.lifecycle.pool_status import PoolStats
 from runner.runtimes.runtime import (
     LABEL_POOL_CONFIG,
     ContainerGone,
@@ -80,17 +81,6 @@ class Claimed:
     member_id: str
     container_id: str
     listening: socket.socket
-
-
-@dataclass(frozen=True, slots=True)
-class PoolStats:
-    target: int  # SUBAGENT_WARM_POOL
-    ready: int
-    starting: int
-    hits: int  # runs that took a member since the start
-    misses: int  # runs that started cold with the pool on (empty, or its members stale)
-    paused: str | None  # why refilling stopped, if it did
-    idle_memory_bytes: int | None  # what the ready members use together (None: the engine reports none)
 
 
 @dataclass(slots=True)
@@ -156,14 +146,22 @@ class WarmPool:
 
     # --- claiming -------------------------------------------------------------------------------
 
-    async def claim(self, run_id: str) -> Claimed | None:
+    def look_ahead(self) -> asyncio.Task[str]:
+        """The fingerprint's engine lookup, started for a claim to come (its run's placement is decided meanwhile):
+        hand it to claim(), which awaits it (its answer came after that run's request arrived)."""
+        if self._config_flight is None or self._config_flight.done():
+            self._config_flight = asyncio.create_task(self._config())
+            self._config_flight.add_done_callback(lambda t: t.cancelled() or t.exception())  # a folder run's: unread
+        return self._config_flight
+
+    async def claim(self, run_id: str, ahead: asyncio.Task[str] | None = None) -> Claimed | None:
         """A ready member made as a run's container would be now, moved to `run_id`'s folders; None: a miss
         (the run starts cold, as without a pool). Members found stale on the way are drained; when nothing can
         be vouched for (the engine cannot name the image) or after close(), nothing is claimed."""
         if self._closing or (self.target == 0 and not self._members.all):
             return None
         try:
-            config = await self._claim_config()
+            config = await asyncio.shield(ahead or self.look_ahead())  # one engine call for a burst's claims
         except Exception as exc:  # the engine cannot say which image: a miss, and no member is drained for it
             log.warning("warm_pool_claim_unchecked", error=str(exc))
             self._miss()
@@ -238,6 +236,12 @@ class WarmPool:
     async def _refill_forever(self) -> None:
         while not self._closing:
             self._wake.clear()  # before the look, so that a change during it wakes the next one
+            quiet = self._quiet_seconds()
+            if quiet > 0:
+                # A claim woke it: no look at the engine and no figures published while a burst's runs start
+                # (each claim would cost an image lookup and a usage sample per member on the runs' cores).
+                await asyncio.sleep(quiet)
+                continue
             try:
                 delay = await self._refill_once()
             except asyncio.CancelledError:
@@ -264,7 +268,7 @@ class WarmPool:
             if member.ready:
                 self._drop(member, "over the target")
         while len(self._members.all) < self.target and not self._closing:
-            quiet = QUIET_SECONDS - (time.monotonic() - self._last_claim)
+            quiet = self._quiet_seconds()
             if quiet > 0:
                 return quiet
             short = self._memory.short_of(self.target - len(self._members.all))
@@ -281,6 +285,10 @@ class WarmPool:
             self._counts.failures = 0
         self._counts.paused = None  # full (or asked for less): nothing holds refilling back
         return RECHECK_SECONDS
+
+    def _quiet_seconds(self) -> float:
+        """How long refilling still waits after the last claim (0: not at all)."""
+        return max(0.0, QUIET_SECONDS - (time.monotonic() - self._last_claim))
 
     async def _published(self) -> None:
         if self._publish is None:
@@ -303,13 +311,6 @@ class WarmPool:
         return backoff_seconds(
             self._counts.failures, first_seconds=ENGINE_RETRY_FIRST_SECONDS, max_seconds=ENGINE_RETRY_MAX_SECONDS
         )
-
-    async def _claim_config(self) -> str:
-        """The current fingerprint, one engine call for claims that ask at once (a burst's): each still sees an
-        answer the engine gave after its request arrived."""
-        if self._config_flight is None or self._config_flight.done():
-            self._config_flight = asyncio.create_task(self._config())
-        return await asyncio.shield(self._config_flight)
 
     async def _config(self) -> str:
         return pool_config(self._settings, await self._image())

@@ -7,8 +7,7 @@ import time
 from pathlib import Path
 
 from crewbot.doctor_pool import check_pool
-from runner.lifecycle.pool_status import read_status, status_file, write_status
-from runner.lifecycle.warm_pool import PoolStats
+from runner.lifecycle.pool_status import PoolStats, read_status, status_file, write_status
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import archives_dir
 from tests.harness import make_settings
