@@ -15,9 +15,6 @@ import pytest
 from kubernetes import client
 
 from container.contract import WORKSPACE_DIR
-from core.setting_runtime import PullPolicy
-from runner.kube.job_spec import JobOptions
-from runner.kube.kube_calls import KubeCalls
 from runner.kube.kube_config import KubeTarget
 from runner.kube.kube_runtime import SIGKILL_EXIT_CODE, START_FAILED_EXIT_CODE, KubeRuntime
 from runner.runtimes.runtime import (
@@ -32,6 +29,7 @@ from runner.runtimes.runtime import (
 )
 from tests.fakes.memory_kube import no_bridge
 from tests.runner.kube.polling import until_async
+from tests.runner.kube.runtimes import runtime_on
 
 pytestmark = pytest.mark.kubernetes
 
@@ -53,23 +51,8 @@ async def runtime_lists_none(runtime: KubeRuntime, run_id: str) -> bool:
 
 @pytest.fixture
 async def runtime(kube_target: KubeTarget) -> AsyncIterator[KubeRuntime]:
-    options = JobOptions(
-        namespace=kube_target.namespace,
-        pull_policy=PullPolicy.NEVER,
-        ttl_seconds=600,
-        deadline_seconds=120,
-        workspace_quota_mb=16,
-    )
-    calls = KubeCalls(client.ApiClient(kube_target.api.configuration), kube_target.namespace)
-    kube = KubeRuntime(
-        calls, max_concurrency=4, options=lambda: options, bridges=no_bridge, channel_dir=lambda run_id: Path("/none")
-    )
-    try:
+    async with runtime_on(kube_target, bridges=no_bridge, channel_dir=lambda run_id: Path("/none")) as kube:
         yield kube
-    finally:
-        for info in await kube.list({LABEL_APP: "1"}):
-            await kube.kill(info.id)
-        await kube.close()
 
 
 def spec(script: str, *, runtime_class: str | None = None, image: str = BUSYBOX) -> ContainerSpec:
