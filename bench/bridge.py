@@ -20,7 +20,6 @@ Each round runs every route once, the order rotated.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from bench.bridge_rig import BRIDGE, CLIENT, EXEC_ECHO, PYTHON, WAIT_SECONDS, BridgePod, ByteServer
 from bench.common import BenchContext, ms
-from bench.kube_cluster import api_client, cluster_answers, create_namespace, delete_namespace
+from bench.kube_cluster import bench_cluster
 from bench.report import Measure, Row
 from container.contract import BRIDGE_TARGET_RUN, CHANNEL_DIR, CHANNEL_SOCKET_FILE
 from runner.kube.exec_stream import ExecStream
@@ -99,27 +98,16 @@ def _rotated(routes: Sequence[str], index: int) -> list[str]:
 
 
 async def run(ctx: BenchContext) -> list[Row]:
-    kubeconfig = os.environ.get("KUBECONFIG", "")
-    if not kubeconfig:
-        ctx.note("skipped: KUBECONFIG is not set (export KUBECONFIG=$(bash ../shared/kube/up.sh | tail -n1))")
-        return []
-    if (reason := await asyncio.to_thread(cluster_answers, kubeconfig)) is not None:
-        ctx.note(f"skipped: {reason}")
-        return []
     rounds = ctx.scaled(8, 3)
-    api = await asyncio.to_thread(api_client, kubeconfig)
-    namespace = await asyncio.to_thread(create_namespace, api)
     rates: dict[str, list[float]] = {}
     cpu: list[float] = []
-    try:
+    async with bench_cluster(ctx) as cluster:
+        if cluster is None:
+            return []
         with ByteServer(ctx.work_dir / "run.sock") as server:
-            async with BridgePod(api, namespace, CHANNEL_DIR) as pod:
+            async with BridgePod(cluster.api, cluster.namespace, CHANNEL_DIR) as pod:
                 await _measure(pod, server.path, rounds, rates, cpu)
-    finally:
-        left = await asyncio.to_thread(delete_namespace, api, namespace)
-        if left:
-            ctx.note(f"still there at the end, deleted with namespace {namespace}: {', '.join(left)}")
-        api.close()
+    namespace = cluster.namespace
     ctx.note(
         f"{rounds} rounds after {WARMUP_ROUNDS} warm-up, {SIZE_BYTES // MB} MB a transfer (MB = 2^20), every route "
         f"once a round, the order rotated; one pod of the subagent image (runc), this tree's container/ code in it; "

@@ -17,7 +17,6 @@ The engine helpers are in bench/kube_cluster.py, the app harness in bench/kube_a
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import time
 from contextlib import AsyncExitStack
@@ -30,25 +29,23 @@ from bench.common import BenchContext, ms
 from bench.engine import EngineEvents
 from bench.kube_apps import DOCKER, GVISOR, KUBE, KUBE_GVISOR, RUN_TIMEOUT_SECONDS, Subagents, subagents
 from bench.kube_cluster import (
+    POLL_SECONDS,
     EngineSample,
-    PodEvents,
-    api_client,
     bare_sample,
+    bench_cluster,
     bench_runtime,
     cgroup_gone,
-    cluster_answers,
     container_cgroup,
-    create_namespace,
-    delete_namespace,
     has_runtime_class,
     leftover_cgroups,
     runtime_sample,
 )
+from bench.kube_watch import PodEvents
 from bench.report import Measure, Row
 from bot.agent.offline import BACKGROUND_PHRASE
 from container.protocol import SpawnRequest
 from runner.ipc.requests import write_spawn_request
-from runner.runtimes.runtime import container_name
+from runner.runtimes.runtime import POOL_NAME_PREFIX, container_name
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -56,6 +53,8 @@ if TYPE_CHECKING:
 NAME = "kube"
 WARMUP = 1
 SETTLE_SECONDS = 0.5  # after the first LLM request, until the bash tool is inside `sleep 300`
+POOLED = "kubernetes, pooled"  # the cancel of a warm pool hit
+POOL_SIZE = 2  # as bench/kube_pool.py
 TAGS = {KUBE: "k8s", DOCKER: "dkr", KUBE_GVISOR: "gvr"}  # in run ids (and so in Job names: lowercase, short)
 
 
@@ -116,12 +115,14 @@ async def _first_calls(
     return samples
 
 
-async def _held_run(sub: Subagents, model: HoldingModel) -> str:
-    """A subagent spawned by the holding turn, inside its `sleep 300`; returns its run id."""
+async def _held_run(sub: Subagents, model: HoldingModel) -> tuple[str, str]:
+    """A subagent spawned by the holding turn, inside its `sleep 300`; returns its run id and its Job's name (a
+    pool member's when the run was a pool hit)."""
     sub.tg.push_message(sub.chat_id, f"@{sub.tg.bot_username} {BACKGROUND_PHRASE} $ sleep 300")
     run_id = await asyncio.wait_for(model.held.get(), RUN_TIMEOUT_SECONDS)
     await sub.probe.wait(run_id, RUN_TIMEOUT_SECONDS)
-    return run_id
+    record = await sub.service.runs.get(run_id)
+    return run_id, (record.container_id if record is not None and record.container_id else container_name(run_id))
 
 
 async def _merge(sub: Subagents) -> float:
@@ -136,38 +137,69 @@ async def _settled(ctx: BenchContext, sub: Subagents, run_id: str) -> None:
     await asyncio.wait_for(sub.app.wait_quiet(sub.chat_id), RUN_TIMEOUT_SECONDS)
 
 
-async def _cancels(ctx: BenchContext, namespace: str, events: PodEvents, count: int) -> dict[str, list[float]]:
-    """bench/cancel.py's merge on Kubernetes (pod gone, cgroup gone) and on Docker (`destroy`, `die`), in turn."""
-    samples: dict[str, list[float]] = {key: [] for key in ("gone", "cgroup", "destroy", "die")}
+async def _kube_cancel(ctx: BenchContext, sub: Subagents, model: HoldingModel, events: PodEvents) -> dict[str, float]:
+    """One merge on Kubernetes: ms from the merging message to the kill asked, the pod gone and its cgroup gone."""
+    run_id, job = await _held_run(sub, model)
+    running = await events.running(job)
+    cgroup = container_cgroup(running)
+    if sub.service.pool is not None and not job.startswith(POOL_NAME_PREFIX):
+        ctx.note(f"run {run_id} was not a pool hit (Job {job})")
+    await asyncio.sleep(SETTLE_SECONDS)
+    t0 = await _merge(sub)
+    stamps = {"gone": ms((await events.gone(running.name)).at - t0)}
+    if cgroup is not None:
+        stamps["cgroup"] = ms(await cgroup_gone(cgroup) - t0)
+    await _settled(ctx, sub, run_id)
+    if sub.kills is not None and job in sub.kills.called:
+        stamps["kill_asked"] = ms(sub.kills.called[job] - t0)
+    replaced = [e.name for e in events.seen() if e.job == job and e.kind == "ADDED" and e.name != running.name]
+    if replaced:
+        ctx.note(f"Job {job}'s controller made another pod after the cancel: {', '.join(sorted(set(replaced)))}")
+    return stamps
+
+
+async def _pool_full(sub: Subagents) -> None:
+    pool = sub.service.pool
+    assert pool is not None, "SUBAGENT_WARM_POOL did not make a pool on this backend"
+    async with asyncio.timeout(RUN_TIMEOUT_SECONDS):
+        while pool.counts()[0] < POOL_SIZE:  # noqa: ASYNC110 (the pool has no event for it; a bench polls)
+            await asyncio.sleep(POLL_SECONDS)
+
+
+async def _cancels(
+    ctx: BenchContext, api: client.ApiClient, namespace: str, events: PodEvents, count: int
+) -> dict[str, list[float]]:
+    """bench/cancel.py's merge on Kubernetes (pod gone, cgroup gone), the same for a warm pool hit, and on Docker
+    (`destroy`, `die`), in turn, each round with a bare pod delete (grace 0) of its own."""
+    samples: dict[str, list[float]] = {}
     async with AsyncExitStack() as stack:
         engine = await stack.enter_async_context(EngineEvents())
-        models = {KUBE: HoldingModel(), DOCKER: HoldingModel()}
+        models = {KUBE: HoldingModel(), POOLED: HoldingModel(), DOCKER: HoldingModel()}
         kube = await subagents(stack, ctx, 10, KUBE, namespace, FunctionModel(stream_function=models[KUBE]))
+        pooled = await subagents(
+            stack, ctx, 12, KUBE, namespace, FunctionModel(stream_function=models[POOLED]), warm_pool=POOL_SIZE
+        )
         docker = await subagents(stack, ctx, 11, DOCKER, namespace, FunctionModel(stream_function=models[DOCKER]))
         for i in range(WARMUP + count):
-            run_id = await _held_run(kube, models[KUBE])
-            running = await events.running(container_name(run_id))
-            cgroup = container_cgroup(running)
-            await asyncio.sleep(SETTLE_SECONDS)
-            t0 = await _merge(kube)
-            gone = (await events.gone(running.name)).at
-            cgroup_at = await cgroup_gone(cgroup) if cgroup is not None else None
-            await _settled(ctx, kube, run_id)
-
-            run_id = await _held_run(docker, models[DOCKER])
+            round_samples = {"bare": (await bare_sample(api, namespace, events)).gone}
+            round_samples |= {
+                f"kube_{key}": value for key, value in (await _kube_cancel(ctx, kube, models[KUBE], events)).items()
+            }
+            await _pool_full(pooled)
+            round_samples |= {
+                f"pooled_{key}": value
+                for key, value in (await _kube_cancel(ctx, pooled, models[POOLED], events)).items()
+            }
+            run_id, _ = await _held_run(docker, models[DOCKER])
             container_id, _ = docker.docker_started[container_name(run_id)]
             await asyncio.sleep(SETTLE_SECONDS)
             d0 = await _merge(docker)
-            die = await engine.wait(container_id, "die", RUN_TIMEOUT_SECONDS)
-            destroy = await engine.wait(container_id, "destroy", RUN_TIMEOUT_SECONDS)
+            round_samples["die"] = ms(await engine.wait(container_id, "die", RUN_TIMEOUT_SECONDS) - d0)
+            round_samples["destroy"] = ms(await engine.wait(container_id, "destroy", RUN_TIMEOUT_SECONDS) - d0)
             await _settled(ctx, docker, run_id)
-            if i < WARMUP:
-                continue
-            samples["gone"].append(ms(gone - t0))
-            if cgroup_at is not None:
-                samples["cgroup"].append(ms(cgroup_at - t0))
-            samples["destroy"].append(ms(destroy - d0))
-            samples["die"].append(ms(die - d0))
+            if i >= WARMUP:
+                for key, value in round_samples.items():
+                    samples.setdefault(key, []).append(value)
     return samples
 
 
@@ -175,39 +207,28 @@ async def _cancels(ctx: BenchContext, namespace: str, events: PodEvents, count: 
 
 
 async def run(ctx: BenchContext) -> list[Row]:
-    kubeconfig = os.environ.get("KUBECONFIG", "")
-    if not kubeconfig:
-        ctx.note("skipped: KUBECONFIG is not set (export KUBECONFIG=$(bash ../shared/kube/up.sh | tail -n1))")
-        return []
-    if (reason := await asyncio.to_thread(cluster_answers, kubeconfig)) is not None:
-        ctx.note(f"skipped: {reason}")
-        return []
-    api = await asyncio.to_thread(api_client, kubeconfig)
-    gvisor = await asyncio.to_thread(has_runtime_class, api, GVISOR)
-    backends = (KUBE, DOCKER, KUBE_GVISOR) if gvisor else (KUBE, DOCKER)
-    counts = {"engine": ctx.scaled(10, 3), "first": ctx.scaled(6, 2), "cancel": ctx.scaled(6, 2)}
-    namespace = await asyncio.to_thread(create_namespace, api)
-    events = PodEvents(api, namespace)
-    try:
-        async with events:
-            engine = await _engine(ctx, api, namespace, events, counts["engine"])
-            first_calls = await _first_calls(ctx, namespace, events, backends, counts["first"])
-            cancels = await _cancels(ctx, namespace, events, counts["cancel"])
-    finally:
-        left = await asyncio.to_thread(delete_namespace, api, namespace)
-        if left:
-            ctx.note(f"still there at the end, deleted with namespace {namespace}: {', '.join(left)}")
-        leaked = await asyncio.to_thread(leftover_cgroups, events)
-        if leaked:
-            ctx.note(f"pod cgroups still on the node after the namespace was gone: {', '.join(leaked)}")
-        api.close()
+    async with bench_cluster(ctx) as cluster:
+        if cluster is None:
+            return []
+        gvisor = await asyncio.to_thread(has_runtime_class, cluster.api, GVISOR)
+        backends = (KUBE, DOCKER, KUBE_GVISOR) if gvisor else (KUBE, DOCKER)
+        counts = {"engine": ctx.scaled(10, 3), "first": ctx.scaled(6, 2), "cancel": ctx.scaled(6, 2)}
+        async with PodEvents(cluster.kubeconfig, cluster.namespace) as events:
+            engine = await _engine(ctx, cluster.api, cluster.namespace, events, counts["engine"])
+            first_calls = await _first_calls(ctx, cluster.namespace, events, backends, counts["first"])
+            cancels = await _cancels(ctx, cluster.api, cluster.namespace, events, counts["cancel"])
+    # After the namespace is gone: every pod the watch saw should have left no cgroup behind.
+    leaked = await asyncio.to_thread(leftover_cgroups, events.seen())
+    if leaked:
+        ctx.note(f"pod cgroups still on the node after the namespace was gone: {', '.join(leaked)}")
     gvisor_note = f"RuntimeClass {GVISOR}" if gvisor else f"no RuntimeClass {GVISOR} on the cluster, not measured"
     ctx.note(
         f"{counts['engine']} engine samples, {counts['first']} subagent runs per backend and {counts['cancel']} "
-        f"cancels per backend (after {WARMUP} warm-up), one at a time, interleaved; namespace {namespace} (deleted); "
-        f"gVisor: {gvisor_note}"
+        f"cancels per backend (after {WARMUP} warm-up), one at a time, interleaved; namespace {cluster.namespace} "
+        f"(deleted); gVisor: {gvisor_note}; pod events stamped on arrival by a watch in a process of its own "
+        f"(bench/kube_watch.py)"
     )
-    return _engine_rows(engine) + _app_rows(first_calls, cancels) + _cancel_rows(engine["bare"], cancels)
+    return _engine_rows(engine) + _app_rows(first_calls, cancels) + _cancel_rows(cancels)
 
 
 def _engine_rows(engine: dict[str, list[EngineSample]]) -> list[Row]:
@@ -262,18 +283,18 @@ def _app_rows(stamps: dict[str, list[Stamps]], cancels: dict[str, list[float]]) 
             NAME,
             "merging message → the run's pod gone from the API",
             "ms",
-            Measure.of(cancels["gone"]),
+            Measure.of(cancels["kube_gone"]),
             "Docker: → container removed (`destroy`)",
             Measure.of(cancels["destroy"]),
         )
     )
-    if cancels["cgroup"]:
+    if cancels.get("kube_cgroup"):
         rows.append(
             Row(
                 NAME,
                 "merging message → the run's container's cgroup gone",
                 "ms",
-                Measure.of(cancels["cgroup"]),
+                Measure.of(cancels["kube_cgroup"]),
                 "Docker: → container stopped (`die`)",
                 Measure.of(cancels["die"]),
             )
@@ -281,17 +302,38 @@ def _app_rows(stamps: dict[str, list[Stamps]], cancels: dict[str, list[float]]) 
     return rows
 
 
-def _cancel_rows(bare: list[EngineSample], cancels: dict[str, list[float]]) -> list[Row]:
-    """The merge's cancel against the engine section's bare `delete pod` (grace 0) of the same run: what a cancel
-    costs beyond the cluster's own deletion (not interleaved with the merges: the engine section runs first). No
-    cgroup row: the bare pod's `sleep` ignores the SIGTERM and lives the kubelet's 2 s, the agent does not."""
-    return [
+def _cancel_rows(cancels: dict[str, list[float]]) -> list[Row]:
+    """The merge's cancel against a bare `delete pod` (grace 0) → gone, one in each round of the merges: what a
+    cancel costs beyond the cluster's own deletion. No cgroup row against it: the bare pod's `sleep` ignores the
+    SIGTERM and lives the kubelet's 2 s, the agent does not."""
+    bare = Measure.of(cancels["bare"])
+    baseline = "bare: delete pod (grace 0) → gone from the API, same rounds"
+    rows = [
         Row(
             NAME,
             "merging message → the run's pod gone from the API",
             "ms",
-            Measure.of(cancels["gone"]),
-            "bare: delete pod (grace 0) → gone from the API",
-            Measure.of([sample.gone for sample in bare]),
-        )
+            Measure.of(cancels["kube_gone"]),
+            baseline,
+            bare,
+        ),
+        Row(
+            NAME,
+            "merging message → a warm pool hit's pod gone from the API",
+            "ms",
+            Measure.of(cancels["pooled_gone"]),
+            baseline,
+            bare,
+        ),
     ]
+    for key, label in (("kube", "a run's"), ("pooled", "a warm pool hit's")):
+        if cancels.get(f"{key}_kill_asked"):
+            rows.append(
+                Row(
+                    NAME,
+                    f"where the time goes: merging message → KubeRuntime.kill called ({label} cancel)",
+                    "ms",
+                    Measure.of(cancels[f"{key}_kill_asked"]),
+                )
+            )
+    return rows

@@ -47,6 +47,19 @@ class StartStamps:
         return container_id
 
 
+class KillStamps:
+    """When the runtime's kill was called (perf_counter, by container id; the first call). Observes only."""
+
+    def __init__(self, runtime: ContainerRuntime) -> None:
+        self.called: dict[str, float] = {}
+        self._kill = runtime.kill
+        setattr(runtime, "kill", self)  # noqa: B010 (as StartStamps)
+
+    async def __call__(self, container_id: str) -> None:
+        self.called.setdefault(container_id, time.perf_counter())
+        await self._kill(container_id)
+
+
 @dataclass(slots=True)
 class Subagents:
     """One app on one backend: its service, first-call probe and chat (folder in the IPC root)."""
@@ -58,6 +71,7 @@ class Subagents:
     chat_id: int
     folder: str
     starts: StartStamps | None = None  # Kubernetes' start stamps
+    kills: KillStamps | None = None  # Kubernetes' kill stamps
     docker_started: dict[str, tuple[str, float]] = field(default_factory=dict)  # Docker's, by name (id, when)
 
     async def wait_done(self, run_id: str) -> str:
@@ -75,13 +89,13 @@ class Subagents:
 @asynccontextmanager
 async def kube_app(
     settings: Settings, *, model: Model | None = None
-) -> AsyncIterator[tuple[App, SubagentService, StartStamps]]:
+) -> AsyncIterator[tuple[App, SubagentService, StartStamps, KillStamps]]:
     """bench/apps.py's `bench_app` with the runtime the product builds from the settings (here: Kubernetes)."""
     runtime = await asyncio.to_thread(build_runtime, settings)
-    starts = StartStamps(runtime)
+    starts, kills = StartStamps(runtime), KillStamps(runtime)
     async with bench_app(settings, model=model, runtime=runtime) as bench:
         assert bench.service is not None
-        yield bench.app, bench.service, starts
+        yield bench.app, bench.service, starts, kills
 
 
 async def subagents(
@@ -117,13 +131,15 @@ async def subagents(
     data_dir = ctx.work_dir / f"data-{index}"
     settings = bench_settings(data_dir, token=tg.token, base_url=tg.base_url, **overrides)
     starts: StartStamps | None = None
+    kills: KillStamps | None = None
     docker_started: dict[str, tuple[str, float]] = {}
     if backend == DOCKER:
         bench = await stack.enter_async_context(bench_app(settings, model=model, with_subagents=True))
         app, (service, runtime) = bench.app, bench.subagents()
         docker_started = runtime.started
     else:
-        app, service, starts = await stack.enter_async_context(kube_app(settings, model=model))
+        app, service, starts, kills = await stack.enter_async_context(kube_app(settings, model=model))
     chat = await app.stores.chats.ensure(chat_id, "supergroup", f"bench {backend}")
     await asyncio.to_thread(ensure_chat_dirs, service.paths.ipc_root, chat.folder)
-    return Subagents(app, service, FirstCallProbe(service.live), tg, chat_id, chat.folder, starts, docker_started)
+    probe = FirstCallProbe(service.live)
+    return Subagents(app, service, probe, tg, chat_id, chat.folder, starts, kills, docker_started)

@@ -1,5 +1,6 @@
-"""The cluster as bench/kube.py sees it: a namespace of its own, a watch of its pods stamped on arrival, the
-pods' cgroups on this node, and the engine-level samples (a bare Job against crewbot's `KubeRuntime`).
+"""The cluster as the Kubernetes benchmarks see it: KUBECONFIG and a namespace of their own (`bench_cluster`), the
+pods' cgroups on this node, and the engine-level samples (a bare Job against crewbot's `KubeRuntime`). The pods'
+watch, stamped in a process of its own, is bench/kube_watch.py.
 
 Everything here goes through the official `kubernetes` client; only `KubeRuntime` is crewbot's (with a no-op
 bridge: busybox has no agent to bridge to).
@@ -11,23 +12,23 @@ import asyncio
 import contextlib
 import os
 import secrets
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from bench.common import ms
+from bench.common import BenchContext, ms
+from bench.kube_watch import PodEvent, PodEvents
+from container.contract import CHANNEL_DIR
 from core.setting_runtime import PullPolicy
 from runner.kube.job_spec import JobOptions
-from runner.kube.kube_calls import JOB_NAME_LABEL, KubeCalls
+from runner.kube.kube_calls import KubeCalls
 from runner.kube.kube_runtime import KubeRuntime
-from runner.runtimes.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID, ContainerSpec
+from runner.runtimes.runtime import LABEL_APP, LABEL_CHAT_ID, LABEL_INSTANCE, LABEL_RUN_ID, ContainerSpec, Mount
 from runner.runtimes.runtime import container_name as run_job_name
 from tests.fakes.memory_kube import no_bridge
 
@@ -35,7 +36,6 @@ BUSYBOX = "crewbot.local/busybox:1.35"  # built into the kit's node (../shared/k
 SLEEP_SECONDS = 60  # the bare and crewbot pods' `sleep`: far longer than a sample
 WAIT_SECONDS = 90.0  # a guard only: a pod runs in about a second on the kit
 API_TIMEOUT_SECONDS = 10.0
-WATCH_SLICE_SECONDS = 5  # one watch call; the thread then watches again (and sees a stop within this)
 NAMESPACE_READY_SECONDS = 60.0
 NAMESPACE_GONE_SECONDS = 90.0
 POLL_SECONDS = 0.05
@@ -43,6 +43,39 @@ CGROUP_POLL_SECONDS = 0.005
 SETTLE_SECONDS = 0.3  # a running pod, before it is killed: the kubelet's status update has settled
 CGROUP_ROOTS = ("/sys/fs/cgroup/memory", "/sys/fs/cgroup")  # cgroup v1's memory controller, then v2
 QOS_DIRS = ("", "burstable/", "besteffort/")  # the kubelet's cgroupfs layout (runner/kube/pod_usage.py)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchCluster:
+    kubeconfig: str
+    api: client.ApiClient
+    namespace: str  # made for this benchmark, deleted with all that is in it at the end
+
+
+@contextlib.asynccontextmanager
+async def bench_cluster(ctx: BenchContext) -> AsyncIterator[BenchCluster | None]:
+    """The cluster at KUBECONFIG with a fresh namespace; None (and a note saying why) when there is none to use.
+    At the end the namespace goes with everything in it, and whatever was still there is noted."""
+    kubeconfig = os.environ.get("KUBECONFIG", "")
+    if not kubeconfig:
+        ctx.note("skipped: KUBECONFIG is not set (export KUBECONFIG=$(bash ../shared/kube/up.sh | tail -n1))")
+        yield None
+        return
+    if (reason := await asyncio.to_thread(cluster_answers, kubeconfig)) is not None:
+        ctx.note(f"skipped: {reason}")
+        yield None
+        return
+    api = await asyncio.to_thread(api_client, kubeconfig)
+    try:
+        namespace = await asyncio.to_thread(create_namespace, api)
+        try:
+            yield BenchCluster(kubeconfig, api, namespace)
+        finally:
+            left = await asyncio.to_thread(delete_namespace, api, namespace)
+            if left:
+                ctx.note(f"still there at the end, deleted with namespace {namespace}: {', '.join(left)}")
+    finally:
+        api.close()
 
 
 def api_client(kubeconfig: str) -> client.ApiClient:
@@ -113,121 +146,6 @@ def delete_namespace(api: client.ApiClient, name: str) -> list[str]:
     return [*left, f"namespace {name} still there after {NAMESPACE_GONE_SECONDS:g} s"]
 
 
-# --- the pods' watch --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PodEvent:
-    at: float  # time.perf_counter() when the event reached this process
-    kind: str  # ADDED, MODIFIED, DELETED
-    name: str
-    uid: str
-    job: str  # the Job controller's job-name label ("" for none)
-    phase: str
-    container_id: str  # containerd://<id>, once created ("" before)
-
-
-class PodEvents:
-    """Every change to the namespace's pods, stamped on arrival; read by a daemon thread (the client blocks)."""
-
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self._core = client.CoreV1Api(api)
-        self._namespace = namespace
-        self._events: list[PodEvent] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._changed = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._version = ""
-
-    async def __aenter__(self) -> Self:
-        self._loop = asyncio.get_running_loop()
-        # Listed before the thread starts: every change from here on is seen.
-        listed: Any = await asyncio.to_thread(self._core.list_namespaced_pod, self._namespace)
-        self._version = str(listed.metadata.resource_version or "")
-        self._thread = threading.Thread(target=self._pump, name="kube-pod-events", daemon=True)
-        self._thread.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, WATCH_SLICE_SECONDS + API_TIMEOUT_SECONDS)
-
-    def _pump(self) -> None:
-        while not self._stop.is_set():
-            try:
-                stream = watch.Watch().stream(
-                    self._core.list_namespaced_pod,
-                    self._namespace,
-                    resource_version=self._version or None,
-                    timeout_seconds=WATCH_SLICE_SECONDS,
-                    _request_timeout=WATCH_SLICE_SECONDS + API_TIMEOUT_SECONDS,
-                )
-                for raw in stream:
-                    self._note(raw)
-                    if self._stop.is_set():
-                        return
-            except Exception:
-                if self._stop.is_set():
-                    return
-                with contextlib.suppress(Exception):  # 410: the version expired; list again and go on from there
-                    listed: Any = self._core.list_namespaced_pod(self._namespace)
-                    self._version = str(listed.metadata.resource_version or "")
-                time.sleep(POLL_SECONDS)
-
-    def _note(self, raw: dict[str, Any]) -> None:
-        at = time.perf_counter()
-        pod = raw["object"]
-        if raw.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
-            raise RuntimeError(f"watch ended: {raw.get('type')}")
-        self._version = str(pod.metadata.resource_version or self._version)
-        statuses = pod.status.container_statuses or []
-        event = PodEvent(
-            at=at,
-            kind=str(raw["type"]),
-            name=str(pod.metadata.name),
-            uid=str(pod.metadata.uid),
-            job=str((pod.metadata.labels or {}).get(JOB_NAME_LABEL, "")),
-            phase=str(pod.status.phase or ""),
-            container_id=str(statuses[0].container_id or "") if statuses else "",
-        )
-        with self._lock:
-            self._events.append(event)
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._changed.set)
-
-    async def first(
-        self, match: Callable[[PodEvent], bool], what: str, timeout_seconds: float = WAIT_SECONDS
-    ) -> PodEvent:
-        """The first event (ever seen) that matches, waiting for it if there is none yet."""
-        deadline = time.monotonic() + timeout_seconds
-        while True:
-            self._changed.clear()
-            with self._lock:
-                found = next((event for event in self._events if match(event)), None)
-            if found is not None:
-                return found
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no pod event for {what} within {timeout_seconds:g} s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
-
-    def seen(self) -> list[PodEvent]:
-        with self._lock:
-            return list(self._events)
-
-    async def running(self, job: str) -> PodEvent:
-        return await self.first(lambda e: e.job == job and e.phase == "Running", f"job {job}'s pod Running")
-
-    async def gone(self, pod: str) -> PodEvent:
-        return await self.first(lambda e: e.name == pod and e.kind == "DELETED", f"pod {pod} gone from the API")
-
-
 # --- the pods' cgroups on this node --------------------------------------------------------------------------
 
 
@@ -273,7 +191,9 @@ def bare_job_body(name: str) -> dict[str, Any]:
 
 
 def busybox_spec(chat_id: int) -> ContainerSpec:
-    """The spec tests/runner/kube/test_kube_runtime.py runs: busybox under every hardening, 64 MiB, half a CPU."""
+    """The spec tests/runner/kube/test_kube_runtime.py runs: busybox under every hardening, 64 MiB, half a CPU.
+    With a run's channel folder, as the product's runs have: the runtime's (no-op) bridge waits for the pod to run,
+    so a kill takes the product's path (the pod the bridge found running deleted at once, no list first)."""
     run_id = secrets.token_hex(6)
     return ContainerSpec(
         name=run_job_name(run_id),
@@ -281,7 +201,7 @@ def busybox_spec(chat_id: int) -> ContainerSpec:
         command=["-c", f"sleep {SLEEP_SECONDS}"],
         entrypoint=["sh"],
         labels={LABEL_APP: "1", LABEL_RUN_ID: run_id, LABEL_CHAT_ID: str(chat_id), LABEL_INSTANCE: "bench"},
-        mounts=[],
+        mounts=[Mount(Path("/nonexistent"), CHANNEL_DIR)],  # an emptyDir in the pod; no host folder is used
         user="1000:1000",
         memory="64m",
         cpus=0.5,
@@ -368,9 +288,9 @@ async def runtime_sample(runtime: KubeRuntime, events: PodEvents, chat_id: int) 
     return EngineSample(ms(t_started - t0), ms(running.at - t0), ms(t_killed - t_kill), gone, cgroup_at)
 
 
-def leftover_cgroups(events: PodEvents) -> list[str]:
+def leftover_cgroups(seen: list[PodEvent]) -> list[str]:
     """Pod cgroup directories still here of any pod the watch saw (there should be none once they are gone)."""
-    uids = {event.uid for event in events.seen()}
+    uids = {event.uid for event in seen}
     return [
         path
         for uid in sorted(uids)

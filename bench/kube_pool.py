@@ -14,7 +14,6 @@ Also each pool member's memory while idle (its pod's cgroup on this node).
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import time
 from contextlib import AsyncExitStack
@@ -22,21 +21,15 @@ from typing import TYPE_CHECKING
 
 from bench.common import BenchContext, ms
 from bench.kube_apps import KUBE, RUN_TIMEOUT_SECONDS, Subagents, subagents
-from bench.kube_cluster import (
-    PodEvents,
-    api_client,
-    bare_sample,
-    cluster_answers,
-    create_namespace,
-    delete_namespace,
-)
+from bench.kube_cluster import BenchCluster, bare_sample, bench_cluster
+from bench.kube_watch import PodEvents
 from bench.report import Measure, Row
 from container.protocol import SpawnRequest
 from runner.ipc.requests import write_spawn_request
 from runner.runtimes.runtime import POOL_NAME_PREFIX
 
 if TYPE_CHECKING:
-    from kubernetes import client
+    pass
 
 NAME = "kube_pool"
 WARMUP = 1
@@ -65,10 +58,10 @@ async def _first_request(ctx: BenchContext, sub: Subagents, run_id: str) -> floa
     return ms(first - t0)
 
 
-async def _samples(ctx: BenchContext, api: client.ApiClient, namespace: str, count: int) -> dict[str, list[float]]:
+async def _samples(ctx: BenchContext, cluster: BenchCluster, count: int) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {"bare": [], "cold": [], "hit": [], "idle_mib": []}
-    events = PodEvents(api, namespace)
-    async with events, AsyncExitStack() as stack:
+    api, namespace = cluster.api, cluster.namespace
+    async with PodEvents(cluster.kubeconfig, namespace) as events, AsyncExitStack() as stack:
         cold = await subagents(stack, ctx, 0, KUBE, namespace)
         pooled = await subagents(stack, ctx, 1, KUBE, namespace, warm_pool=POOL_SIZE)
         await asyncio.sleep(0.5)  # the watchers restart for the new folders; let them settle (as bench/kube.py)
@@ -95,23 +88,12 @@ async def _samples(ctx: BenchContext, api: client.ApiClient, namespace: str, cou
 
 
 async def run(ctx: BenchContext) -> list[Row]:
-    kubeconfig = os.environ.get("KUBECONFIG", "")
-    if not kubeconfig:
-        ctx.note("skipped: KUBECONFIG is not set (export KUBECONFIG=$(bash ../shared/kube/up.sh | tail -n1))")
-        return []
-    if (reason := await asyncio.to_thread(cluster_answers, kubeconfig)) is not None:
-        ctx.note(f"skipped: {reason}")
-        return []
-    api = await asyncio.to_thread(api_client, kubeconfig)
     count = ctx.scaled(8, 3)
-    namespace = await asyncio.to_thread(create_namespace, api)
-    try:
-        samples = await _samples(ctx, api, namespace, count)
-    finally:
-        left = await asyncio.to_thread(delete_namespace, api, namespace)
-        if left:
-            ctx.note(f"still there at the end, deleted with namespace {namespace}: {', '.join(left)}")
-        api.close()
+    async with bench_cluster(ctx) as cluster:
+        if cluster is None:
+            return []
+        samples = await _samples(ctx, cluster, count)
+    namespace = cluster.namespace
     ctx.note(
         f"{count} samples of each (after {WARMUP} warm-up), one at a time, interleaved; a pool of {POOL_SIZE}, "
         f"each hit made once the pool was full again; namespace {namespace} (deleted)"

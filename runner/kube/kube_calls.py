@@ -204,13 +204,24 @@ class KubeCalls:
 
     def delete_job(self, name: str) -> None:
         """Its pods go with it (background); gone already is fine."""
-        self._call(
-            f"delete job {name}",
-            self._batch.delete_namespaced_job,
-            name,
-            self.namespace,
-            propagation_policy="Background",
+        self._unread(
+            self._call(
+                f"delete job {name}",
+                self._batch.delete_namespaced_job,
+                name,
+                self.namespace,
+                propagation_policy="Background",
+                _preload_content=False,
+            )
         )
+
+    @staticmethod
+    def _unread(response: Any) -> None:
+        """A delete's answer is the object as it was: read (so its connection goes back to the pool) and dropped
+        unparsed. A kill's two deletes are then two requests, not two objects made of JSON on a loaded host."""
+        if response is not None:
+            _ = response.data
+            response.release_conn()
 
     def job_pods(self, job_name: str) -> tuple[list[PodView], str]:
         """The job's pods and the list's resourceVersion (a watch from it sees only later changes)."""
@@ -237,7 +248,16 @@ class KubeCalls:
 
     def delete_pod_now(self, name: str) -> None:
         """Grace 0: the API object goes at once and the kubelet kills the container (SIGKILL after its minimum)."""
-        self._call(f"delete pod {name}", self._core.delete_namespaced_pod, name, self.namespace, grace_period_seconds=0)
+        self._unread(
+            self._call(
+                f"delete pod {name}",
+                self._core.delete_namespaced_pod,
+                name,
+                self.namespace,
+                grace_period_seconds=0,
+                _preload_content=False,
+            )
+        )
 
     def pod_log(self, name: str) -> bytes:
         """Its output so far; empty when its container has none to give (not started yet, or removed with an

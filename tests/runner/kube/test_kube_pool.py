@@ -26,8 +26,9 @@ from runner.kube.kube_config import KubeTarget
 from runner.kube.kube_runtime import START_FAILED_EXIT_CODE, KubeRuntime
 from runner.kube.kube_setup import bridge_factory
 from runner.lifecycle.container_spec import pool_container_spec, run_container_spec
-from runner.runtimes.runtime import LABEL_APP, LABEL_POOL, LABEL_POOL_CONFIG, ContainerGone, ContainerSpec
+from runner.runtimes.runtime import LABEL_POOL, LABEL_POOL_CONFIG, ContainerGone, ContainerSpec
 from tests.runner.kube.polling import until_async
+from tests.runner.kube.runtimes import runtime_on
 
 AGENT_IMAGE = "crewbot-agent:latest"  # loaded into the kit's node by `make test-kubernetes`
 PYTHON = "/opt/venv/bin/python"
@@ -74,27 +75,11 @@ def member_spec(settings: Settings, channel_dir: Path, *, script: str | None = A
 
 @pytest.fixture
 async def runtime(kube_target: KubeTarget, tmp_path: Path) -> AsyncIterator[KubeRuntime]:
-    options = JobOptions(
-        namespace=kube_target.namespace,
-        pull_policy=PullPolicy.NEVER,
-        ttl_seconds=600,
-        deadline_seconds=120,
-        workspace_quota_mb=16,
-    )
-    calls = KubeCalls(client.ApiClient(kube_target.api.configuration), kube_target.namespace)
-    kube = KubeRuntime(
-        calls,
-        max_concurrency=4,
-        options=lambda: options,
-        bridges=bridge_factory(kube_target, pool_settings(tmp_path, kube_target.namespace)),
-        channel_dir=lambda run_id: tmp_path / "channels" / run_id,
-    )
-    try:
+    bridges = bridge_factory(kube_target, pool_settings(tmp_path, kube_target.namespace))
+    async with runtime_on(
+        kube_target, bridges=bridges, channel_dir=lambda run_id: tmp_path / "channels" / run_id
+    ) as kube:
         yield kube
-    finally:
-        for info in await kube.list({LABEL_APP: "1"}):
-            await kube.kill(info.id)
-        await kube.close()
 
 
 async def has_logged(runtime: KubeRuntime, job: str, text: bytes) -> bool:
