@@ -145,7 +145,7 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "fetch and save over the channel, pool or not; a chat whose workspace folder holds files keeps it "
             "mounted and is never pooled, until an admin's /workspace clear (docs/operating.md). Two synced runs of "
             "one chat at once both keep their files (the later push merges onto the earlier in its container). Read "
-            "at start. Off by default; `2` suits a 2-core host.",
+            "at start. The default `2` suits a 2-core host (an idle member holds about 14 MiB on Docker, 26 MiB as a pod).",
             "SUBAGENT_MAX_TOKENS": "LLM tokens (input and output) one run may use; over it the proxy refuses and "
             "the run ends with that message.",
             "SUBAGENT_MAX_MESSAGES": "Progress messages one run may send to its chat (the result is not counted).",
