@@ -181,3 +181,38 @@ async def test_a_hostile_newer_archive_never_leads_the_rebase_outside_the_worksp
     assert (root / "dir" / "mine.txt").read_text() == "the run's edit"
     assert not (root / "dir" / "x.txt").exists()  # gone from the newer archive, left alone by the run
     assert os.readlink(root / "plain.txt") == str(outside / "x.txt")  # kept as a link, never followed
+
+
+async def test_a_folder_the_other_run_replaced_with_a_file_is_kept_as_its_file(tmp_path: Path) -> None:
+    """Review finding: the newer archive is unpacked before what it no longer has is removed, so a folder the run
+    left alone blocks the other run's file of the same name; the folder is then removed, and neither is kept."""
+    root = tmp_path / "w"
+    root.mkdir()
+    write(root, {"notes/a.txt": "base", "mine.txt": "base"})
+    pulled = manifest(root)
+    (root / "mine.txt").write_text("the run's edit")
+    changes = changes_since(root, pulled)
+    newer = archive([("notes", tarfile.REGTYPE, "the other run made notes a file"), ("mine.txt", tarfile.REGTYPE, "x")])
+
+    take(root, newer, changes)
+
+    assert (root / "mine.txt").read_text() == "the run's edit"
+    assert (root / "notes").is_file()  # fails: `notes` is gone altogether
+    assert (root / "notes").read_text() == "the other run made notes a file"
+
+
+async def test_a_file_the_other_run_replaced_with_a_folder_is_kept_as_its_folder(tmp_path: Path) -> None:
+    """Review finding: the run's untouched old file `notes` blocks the other run's folder `notes/` and its files,
+    which are skipped (into a Skips nobody reads), and the stale file is pushed: the other run's files are lost."""
+    root = tmp_path / "w"
+    root.mkdir()
+    write(root, {"notes": "base", "mine.txt": "base"})
+    pulled = manifest(root)
+    (root / "mine.txt").write_text("the run's edit")
+    changes = changes_since(root, pulled)
+    newer = archive([("notes", tarfile.DIRTYPE, ""), ("notes/a.txt", tarfile.REGTYPE, "the other run's file")])
+
+    take(root, newer, changes)
+
+    assert (root / "mine.txt").read_text() == "the run's edit"
+    assert (root / "notes" / "a.txt").read_text() == "the other run's file"  # fails: `notes` is still the old file
