@@ -216,3 +216,42 @@ async def test_a_file_the_other_run_replaced_with_a_folder_is_kept_as_its_folder
 
     assert (root / "mine.txt").read_text() == "the run's edit"
     assert (root / "notes" / "a.txt").read_text() == "the other run's file"  # fails: `notes` is still the old file
+
+
+async def test_two_runs_one_turning_a_folder_into_a_file_lose_nothing_silently(tmp_path: Path) -> None:
+    """Review finding, end to end on the host's real socket and archive: A turns the folder `notes` into a file
+    and saves first; B, which left `notes/` alone, is stale, rebases and saves with no note in its result, and
+    the chat's workspace then has neither A's file `notes` nor the folder: A's pushed file is lost silently."""
+    archives = WorkspaceArchives(DataPaths(tmp_path / "data"), lambda: 4)
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    write(seed, {"notes/a.txt": "base", "shared.txt": "base"})
+    await on_host(archives, lambda channel: push_workspace(channel, seed, DONE, print))
+    a_dir, b_dir, after = tmp_path / "a", tmp_path / "b", tmp_path / "after"
+    for folder in (a_dir, b_dir, after):
+        folder.mkdir()
+    both_pulled, a_pushed = asyncio.Barrier(2), asyncio.Event()
+
+    async def run_a(channel: RunChannel) -> RunResult:
+        pulled = await pull_workspace(channel, a_dir, print)
+        await both_pulled.wait()
+        (a_dir / "notes" / "a.txt").unlink()
+        (a_dir / "notes").rmdir()
+        (a_dir / "notes").write_text("A's notes, now one file")
+        result = await push_workspace(channel, a_dir, DONE, print, pulled)
+        a_pushed.set()
+        return result
+
+    async def run_b(channel: RunChannel) -> RunResult:
+        pulled = await pull_workspace(channel, b_dir, print)
+        await both_pulled.wait()
+        write(b_dir, {"b.txt": "B's"})
+        await a_pushed.wait()
+        return await push_workspace(channel, b_dir, DONE, print, pulled)
+
+    a, b = await asyncio.gather(on_host(archives, run_a), on_host(archives, run_b))
+
+    await on_host(archives, lambda channel: pull_workspace(channel, after, print))
+    if b == DONE:  # B says nothing of a loss, so A's file must be there
+        assert texts(after).get("notes") == "A's notes, now one file", texts(after)
+    assert a == DONE
