@@ -12,11 +12,13 @@ import tarfile
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
+
 from container.channel import ChannelRefused, RunChannel
 from container.contract import EMPTY_VERSION, WORKSPACE_STALE_STATUS
 from container.task import RunResult
 from container.workspace_rebase import Changes, changes_since, manifest, take_newer
-from container.workspace_stream import StreamBody
+from container.workspace_stream import DownloadCut, StreamBody
 from container.workspace_sync import MAX_REBASES, Pulled, PullState, pull_workspace, push_workspace
 from container.workspace_tar import Skips
 from runner.storage.paths import DataPaths
@@ -255,3 +257,38 @@ async def test_two_runs_one_turning_a_folder_into_a_file_lose_nothing_silently(t
     if b == DONE:  # B says nothing of a loss, so A's file must be there
         assert texts(after).get("notes") == "A's notes, now one file", texts(after)
     assert a == DONE
+
+
+async def test_a_download_cut_during_a_rebase_leaves_nothing_of_its_first_attempt(tmp_path: Path) -> None:
+    """Review L4: the channel retries a cut download from the start with whatever archive the host has then; what
+    the cut attempt placed, and the newer archive no longer has, must not be pushed as if the run had kept it."""
+    root = tmp_path / "w"
+    root.mkdir()
+    write(root, {"kept.txt": "base", "mine.txt": "base"})
+    pulled = manifest(root)
+    (root / "mine.txt").write_text("the run's edit")
+    changes = changes_since(root, pulled)
+    first = archive([("early.txt", tarfile.REGTYPE, "placed before the cut"), ("big.txt", tarfile.REGTYPE, "x" * 9000)])
+    with pytest.raises(DownloadCut):
+        take_newer(StreamBody(io.BytesIO(first[:4096]), len(first)), root, Skips(), changes)
+    assert (root / "early.txt").exists()  # the cut attempt got this far
+
+    take(root, archive([("kept.txt", tarfile.REGTYPE, "newer")]), changes)
+
+    assert texts(root) == {"kept.txt": "newer", "mine.txt": "the run's edit"}
+
+
+async def test_a_link_the_other_run_replaced_with_a_folder_is_kept_as_its_folder(tmp_path: Path) -> None:
+    """Review M1: the run's untouched link `docs` gives way (removed, never followed) to the other run's folder."""
+    root, outside = tmp_path / "w", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "a.txt").write_text("not the workspace's")
+    (root / "docs").symlink_to(outside)
+    pulled = manifest(root)
+    changes = changes_since(root, pulled)
+
+    take(root, archive([("docs", tarfile.DIRTYPE, ""), ("docs/a.txt", tarfile.REGTYPE, "the other run's")]), changes)
+
+    assert not (root / "docs").is_symlink() and (root / "docs" / "a.txt").read_text() == "the other run's"
+    assert (outside / "a.txt").read_text() == "not the workspace's"
