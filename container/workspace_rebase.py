@@ -86,22 +86,26 @@ def take_newer(body: StreamBody | None, root: Path, skips: Skips, changes: Chang
         changes.base = seen - changes.own
 
 
-async def rebase(channel: RunChannel, root: Path, changes: Changes, skips: Skips) -> str | None:
-    """Fetch the chat's workspace as it is now and put it under the run's changes in `root`; its version.
+async def rebase(channel: RunChannel, root: Path, changes: Changes) -> tuple[str | None, Skips]:
+    """Fetch the chat's workspace as it is now and put it under the run's changes in `root`; its version, and
+    its entries that could not be placed (the download's last attempt's: a retried one starts over).
 
     tarfile.TarError: the newer archive cannot be unpacked. LocalFileFailed: the workspace could not be written.
     ChannelRefused or OSError: it could not be fetched."""
+    skips = [Skips()]
 
     def apply(response: http.client.HTTPResponse) -> int:
         length = response.getheader("Content-Length", "")
         if not (length.isascii() and length.isdigit()):
             raise ChannelRefused("the host's workspace came without its length")
-        return take_newer(StreamBody(response, int(length)), root, skips, changes)
+        skips[0] = Skips()
+        return take_newer(StreamBody(response, int(length)), root, skips[0], changes)
 
     version, placed = await channel.fetch_workspace(apply)
     if placed is None:  # the chat has no stored workspace now: only the run's own changes remain
-        await asyncio.to_thread(take_newer, None, root, skips, changes)
-    return version
+        skips[0] = Skips()
+        await asyncio.to_thread(take_newer, None, root, skips[0], changes)
+    return version, skips[0]
 
 
 def _remove(root: Path, names: set[str]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import pytest
 
+from container import workspace_sync
 from container.channel import ChannelRefused, RunChannel
 from container.contract import EMPTY_VERSION, WORKSPACE_STALE_STATUS
 from container.task import RunResult
@@ -21,6 +22,7 @@ from container.workspace_rebase import Changes, changes_since, manifest, take_ne
 from container.workspace_stream import DownloadCut, StreamBody
 from container.workspace_sync import MAX_REBASES, Pulled, PullState, pull_workspace, push_workspace
 from container.workspace_tar import Skips
+from core.settings import MAX_SUBAGENTS_CEILING
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import WorkspaceArchives
 from tests.container.test_workspace_sync import DONE, on_host
@@ -124,7 +126,42 @@ class AlwaysStale:
         return EMPTY_VERSION, None
 
 
-async def test_a_run_that_keeps_losing_the_race_says_its_workspace_was_not_saved(tmp_path: Path) -> None:
+@pytest.fixture
+def no_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workspace_sync, "REBASE_BACKOFF_SECONDS", 0.0)
+
+
+class StaleTimes(AlwaysStale):
+    """A host where other runs of the chat save `times` times in turn before this one's push is kept."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.times = times
+
+    async def send_workspace(self, body: Any, length: int, base: str | None = None) -> str:
+        if self.pushes < self.times:
+            return await super().send_workspace(body, length, base)
+        self.pushes += 1
+        return "kept"
+
+
+async def test_a_run_of_a_chat_with_many_runs_at_once_is_saved_after_as_many_rebases(
+    tmp_path: Path, no_back_off: None
+) -> None:
+    """Review L2: MAX_REBASES was 3, but up to MAX_SUBAGENTS_PER_CHAT (at most its ceiling) runs of a chat can
+    save one after the other while this one rebases: each makes it stale once, and it must still be saved."""
+    assert MAX_REBASES >= MAX_SUBAGENTS_CEILING - 1
+    (tmp_path / "mine.txt").write_text("the run's work")
+    host = StaleTimes(MAX_SUBAGENTS_CEILING - 1)
+    pulled = Pulled(PullState.RESTORED, base=EMPTY_VERSION, pulled={})
+
+    assert await push_workspace(cast(RunChannel, host), tmp_path, DONE, print, pulled) == DONE
+    assert host.pushes == MAX_SUBAGENTS_CEILING
+
+
+async def test_a_run_that_keeps_losing_the_race_says_its_workspace_was_not_saved(
+    tmp_path: Path, no_back_off: None
+) -> None:
     (tmp_path / "mine.txt").write_text("the run's work")
     host = AlwaysStale()
     pulled = Pulled(PullState.RESTORED, base=EMPTY_VERSION, pulled={})
@@ -292,3 +329,43 @@ async def test_a_link_the_other_run_replaced_with_a_folder_is_kept_as_its_folder
 
     assert not (root / "docs").is_symlink() and (root / "docs" / "a.txt").read_text() == "the other run's"
     assert (outside / "a.txt").read_text() == "not the workspace's"
+
+
+async def test_an_entry_of_the_newer_workspace_the_rebase_cannot_place_is_noted_in_the_result(tmp_path: Path) -> None:
+    """Review L1: A turns the folder `notes` into a file and saves; B added a file in `notes/`, so A's file cannot
+    be placed under B's changes: B's push leaves it out, and B's log and result say so instead of nothing."""
+    archives = WorkspaceArchives(DataPaths(tmp_path / "data"), lambda: 4)
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    write(seed, {"notes/a.txt": "base"})
+    await on_host(archives, lambda channel: push_workspace(channel, seed, DONE, print))
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir()
+    b_dir.mkdir()
+    lines: list[str] = []
+    both_pulled, a_pushed = asyncio.Barrier(2), asyncio.Event()
+
+    async def run_a(channel: RunChannel) -> RunResult:
+        pulled = await pull_workspace(channel, a_dir, print)
+        await both_pulled.wait()
+        (a_dir / "notes" / "a.txt").unlink()
+        (a_dir / "notes").rmdir()
+        (a_dir / "notes").write_text("A's notes, now one file")
+        result = await push_workspace(channel, a_dir, DONE, print, pulled)
+        a_pushed.set()
+        return result
+
+    async def run_b(channel: RunChannel) -> RunResult:
+        pulled = await pull_workspace(channel, b_dir, print)
+        await both_pulled.wait()
+        write(b_dir, {"notes/b.txt": "B's"})
+        await a_pushed.wait()
+        return await push_workspace(channel, b_dir, DONE, lines.append, pulled)
+
+    a, b = await asyncio.gather(on_host(archives, run_a), on_host(archives, run_b))
+
+    assert a == DONE
+    assert b.result.startswith("the answer\n\n[Note: 1 entries of the chat's workspace"), b.result
+    assert "'notes'" in b.result
+    assert any("1 entries of the newer workspace not taken: 'notes'" in line for line in lines), lines
+    assert texts(b_dir) == {"notes/b.txt": "B's"}
