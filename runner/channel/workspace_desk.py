@@ -162,8 +162,12 @@ class WorkspaceDesk:
         check_live: Callable[[], None],
         invalid: Callable[[int, str], None],
         idle_seconds: float = IDLE_SECONDS,
+        run_id: str = "",
+        chat_id: int | None = None,
     ) -> None:
         self._store = store
+        self._run_id = run_id  # named in its log lines, with its chat, for an admin
+        self._chat_id = chat_id
         self._check_live = check_live  # raises ChannelRefused when the run is cancelled or finished
         self._invalid = invalid
         self._idle_seconds = idle_seconds
@@ -249,6 +253,8 @@ class WorkspaceDesk:
             return answer(507, False, "the host could not keep the workspace; the previous one is kept")
         finally:
             self._uploading = False
+        if base is None:  # kept over whatever was stored, unchecked: another run's save may be gone
+            log.warning("workspace_push_without_base", run_id=self._run_id, chat_id=self._chat_id, size_bytes=size)
         return answer(200, True, f"kept ({size} bytes)")
 
     async def _store_body(self, request: web.Request, base: str | None) -> int:
