@@ -12,7 +12,7 @@ note at the head of its task; its push then stores the chat's new workspace. A h
 
 A push names the version it stands on (the pull's); one the host refuses as stale, because another run of the
 chat saved the workspace meanwhile, takes that newer workspace under this run's own changes and is sent again
-(container/workspace_rebase.py), a few times at most. A push the host refuses otherwise (over WORKSPACE_QUOTA_MB),
+(container/workspace_rebase.py), MAX_REBASES times at most. A push the host refuses otherwise (over WORKSPACE_QUOTA_MB),
 or that fails, leaves the stored one as it was, and the result says so.
 """
 
@@ -35,6 +35,7 @@ from container.contract import (
     MAX_ERROR_CHARS,
     MAX_RESULT_CHARS,
     MAX_UNREADABLE_REASON_CHARS,
+    MAX_WORKSPACE_REBASES,
     WORKSPACE_SERVED_HEADER,
     WORKSPACE_STALE_STATUS,
     WORKSPACE_SYNC_ENV,
@@ -47,10 +48,7 @@ from container.workspace_stream import StreamBody
 from container.workspace_tar import Skips, empty, unpack
 
 SYNC_ON = "1"
-# A push found stale this many times more is given up, and the result says so. Each other run of the chat that
-# saves meanwhile makes it stale once: as many as MAX_SUBAGENTS_PER_CHAT can run at once (its ceiling is 100,
-# core/settings.py, which the container does not import), so the bound is that ceiling's.
-MAX_REBASES = 100
+MAX_REBASES = MAX_WORKSPACE_REBASES  # a push found stale this many times more is given up, and the result says so
 # Before each rebase a random wait below this, doubled per rebase up to the cap: runs that finish together and
 # keep refusing each other fall out of step instead of racing in lockstep.
 REBASE_BACKOFF_SECONDS = 0.05

@@ -37,6 +37,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 
 from container.contract import (
     EMPTY_VERSION,
+    MAX_WORKSPACE_REBASES,
     VERSION_PATTERN,
     WORKSPACE_BASE_HEADER,
     WORKSPACE_PATH,
@@ -53,9 +54,10 @@ from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused, answe
 log = get_logger(__name__)
 
 # A pull is retried after a broken connection, a push too, and a push refused as stale pulls the newer archive
-# and is sent again (container/workspace_rebase.py): a few of each, never an unbounded disk or CPU sink.
-MAX_PULLS_PER_RUN = 12
-MAX_PUSHES_PER_RUN = 8
+# and is sent again (container/workspace_rebase.py), up to MAX_WORKSPACE_REBASES times: a few retries each beyond
+# that, never an unbounded disk or CPU sink (one upload at a time, each within the quota).
+MAX_PULLS_PER_RUN = MAX_WORKSPACE_REBASES + 12
+MAX_PUSHES_PER_RUN = MAX_WORKSPACE_REBASES + 8
 VERSION_CHARS = 32  # contract.VERSION_PATTERN
 _VERSION = re.compile(VERSION_PATTERN)
 # A run reports its archive unreadable once (again only when the answer was lost): a few, then it is not that loop.

@@ -23,6 +23,7 @@ from container.workspace_stream import DownloadCut, StreamBody
 from container.workspace_sync import MAX_REBASES, Pulled, PullState, pull_workspace, push_workspace
 from container.workspace_tar import Skips
 from core.settings import MAX_SUBAGENTS_CEILING
+from runner.channel.workspace_desk import MAX_PULLS_PER_RUN, MAX_PUSHES_PER_RUN
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import WorkspaceArchives
 from tests.container.test_workspace_sync import DONE, on_host
@@ -151,6 +152,7 @@ async def test_a_run_of_a_chat_with_many_runs_at_once_is_saved_after_as_many_reb
     """Review L2: MAX_REBASES was 3, but up to MAX_SUBAGENTS_PER_CHAT (at most its ceiling) runs of a chat can
     save one after the other while this one rebases: each makes it stale once, and it must still be saved."""
     assert MAX_REBASES >= MAX_SUBAGENTS_CEILING - 1
+    assert min(MAX_PUSHES_PER_RUN, MAX_PULLS_PER_RUN) > MAX_REBASES + 1  # the host lets it pull and push as often
     (tmp_path / "mine.txt").write_text("the run's work")
     host = StaleTimes(MAX_SUBAGENTS_CEILING - 1)
     pulled = Pulled(PullState.RESTORED, base=EMPTY_VERSION, pulled={})
