@@ -93,5 +93,9 @@ WORKSPACE_BASE_HEADER = "X-Crewbot-Workspace-Base"
 VERSION_PATTERN = r"^[0-9a-f]{32}$"
 EMPTY_VERSION = "0" * 32
 WORKSPACE_STALE_STATUS = 412  # Precondition Failed: the base named is no longer the chat's archive
+# A run's push found stale this many times more is given up. Each other run of the chat that saves meanwhile makes
+# it stale once, and up to MAX_SUBAGENTS_PER_CHAT run at once (at most its ceiling, 100: core/settings.py, which
+# the container does not import); the host lets a run pull and push this many times more than its few retries.
+MAX_WORKSPACE_REBASES = 100
 SERVED_ID_PATTERN = r"^[0-9a-f]{16}$"
 MAX_UNREADABLE_REASON_CHARS = 500

@@ -1,9 +1,8 @@
 """A push the host refused as stale (container/contract.py, WORKSPACE_STALE_STATUS): another run of the chat saved
 the workspace after this run fetched it. This run's changes are put on the newer workspace: what the run added,
 modified or deleted since its pull (the workspace compared with the manifest taken at the pull) stays as the run
-left it, everything else is taken from the newer archive, unpacked in place, and what the newer archive no longer
-has and the run left alone goes. Per file the run, which saves last, wins. Then it pushes again, based on the
-newer archive's version (container/workspace_sync.py).
+left it; everything the run left alone is removed, and the newer archive unpacked in its place. Per file the run,
+which saves last, wins. Then it pushes again, based on the newer archive's version (container/workspace_sync.py).
 
 All of it runs in the container, on the archive the host serves unopened: the host never merges anything. A
 manifest entry is a file's kind, inode, size, modification and change times: writing, renaming or changing the
@@ -73,30 +72,40 @@ def changes_since(root: Path, pulled: dict[str, Stamp]) -> Changes:
 
 def take_newer(body: StreamBody | None, root: Path, skips: Skips, changes: Changes) -> int:
     """Blocking: the newer archive streamed by `body` (None: the chat has none now) placed in `root` under the run's
-    own changes, and what it no longer has of what the run left alone removed; the entries placed."""
+    own changes; the entries placed.
+
+    What the run left alone goes first, so that an entry the other run turned into another kind (a folder into a
+    file, a file or link into a folder) finds its name free instead of being skipped. `changes.base` gathers each
+    name as the archive brings it, even when the download is cut: a retried download (channel.fetch_workspace
+    calls this again) first removes what the cut attempt placed, and starts from the run's own changes alone."""
+    _remove(root, changes.base)
     seen: set[str] = set()
-    placed = unpack(body, root, skips, keep=changes.own, seen=seen) if body is not None else 0
-    _remove(root, changes.base - seen)
-    changes.base = seen - changes.own
-    return placed
+    try:
+        return unpack(body, root, skips, keep=changes.own, seen=seen) if body is not None else 0
+    finally:
+        changes.base = seen - changes.own
 
 
-async def rebase(channel: RunChannel, root: Path, changes: Changes, skips: Skips) -> str | None:
-    """Fetch the chat's workspace as it is now and put it under the run's changes in `root`; its version.
+async def rebase(channel: RunChannel, root: Path, changes: Changes) -> tuple[str | None, Skips]:
+    """Fetch the chat's workspace as it is now and put it under the run's changes in `root`; its version, and
+    its entries that could not be placed (the download's last attempt's: a retried one starts over).
 
     tarfile.TarError: the newer archive cannot be unpacked. LocalFileFailed: the workspace could not be written.
     ChannelRefused or OSError: it could not be fetched."""
+    skips = [Skips()]
 
     def apply(response: http.client.HTTPResponse) -> int:
         length = response.getheader("Content-Length", "")
         if not (length.isascii() and length.isdigit()):
             raise ChannelRefused("the host's workspace came without its length")
-        return take_newer(StreamBody(response, int(length)), root, skips, changes)
+        skips[0] = Skips()
+        return take_newer(StreamBody(response, int(length)), root, skips[0], changes)
 
     version, placed = await channel.fetch_workspace(apply)
     if placed is None:  # the chat has no stored workspace now: only the run's own changes remain
-        await asyncio.to_thread(take_newer, None, root, skips, changes)
-    return version
+        skips[0] = Skips()
+        await asyncio.to_thread(take_newer, None, root, skips[0], changes)
+    return version, skips[0]
 
 
 def _remove(root: Path, names: set[str]) -> None:

@@ -12,7 +12,7 @@ note at the head of its task; its push then stores the chat's new workspace. A h
 
 A push names the version it stands on (the pull's); one the host refuses as stale, because another run of the
 chat saved the workspace meanwhile, takes that newer workspace under this run's own changes and is sent again
-(container/workspace_rebase.py), a few times at most. A push the host refuses otherwise (over WORKSPACE_QUOTA_MB),
+(container/workspace_rebase.py), MAX_REBASES times at most. A push the host refuses otherwise (over WORKSPACE_QUOTA_MB),
 or that fails, leaves the stored one as it was, and the result says so.
 """
 
@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import enum
 import http.client
+import random
 import tarfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -34,6 +35,7 @@ from container.contract import (
     MAX_ERROR_CHARS,
     MAX_RESULT_CHARS,
     MAX_UNREADABLE_REASON_CHARS,
+    MAX_WORKSPACE_REBASES,
     WORKSPACE_SERVED_HEADER,
     WORKSPACE_STALE_STATUS,
     WORKSPACE_SYNC_ENV,
@@ -46,10 +48,18 @@ from container.workspace_stream import StreamBody
 from container.workspace_tar import Skips, empty, unpack
 
 SYNC_ON = "1"
-MAX_REBASES = 3  # a push found stale this many times more is given up, and the result says so
+MAX_REBASES = MAX_WORKSPACE_REBASES  # a push found stale this many times more is given up, and the result says so
+# Before each rebase a random wait below this, doubled per rebase up to the cap: runs that finish together and
+# keep refusing each other fall out of step instead of racing in lockstep.
+REBASE_BACKOFF_SECONDS = 0.05
+REBASE_BACKOFF_MAX_SECONDS = 2.0
 STALE_NOTE = (
     "The workspace was not saved: other runs of this chat saved theirs {tries} times while this run was putting its "
     "changes on theirs, so this run's changes are not in the chat's workspace (it keeps the other runs')."
+)
+NOT_TAKEN_NOTE = (
+    "Note: {count} entries of the chat's workspace as another run of this chat saved it meanwhile could not be put "
+    "beside this run's changes, and are not in the saved workspace: {names}"
 )
 UNREADABLE_NOTE = (
     "Note: the chat's stored workspace could not be unpacked ({reason}); this run starts with an empty "
@@ -164,6 +174,7 @@ async def push_workspace(
     base = pulled.base if pulled is not None else None
     changes: Changes | None = None
     skips = [Skips()]
+    not_taken = Skips()  # what the last rebase could not place: the newer archive's entries this push leaves out
     started = time.monotonic()
     for attempt in range(MAX_REBASES + 1):
         try:
@@ -180,10 +191,11 @@ async def push_workspace(
             log(f"the workspace was not saved: other runs of this chat saved theirs {attempt + 1} times meanwhile")
             return _noted(result, STALE_NOTE.format(tries=attempt + 1))
         log("another run of this chat saved the workspace since this run fetched it: putting this run's changes on it")
+        await asyncio.sleep(random.uniform(0, min(REBASE_BACKOFF_SECONDS * 2**attempt, REBASE_BACKOFF_MAX_SECONDS)))
         try:
             if changes is None:
                 changes = await asyncio.to_thread(changes_since, workspace_dir, pulled.pulled)
-            base = await rebase(channel, workspace_dir, changes, Skips())
+            base, not_taken = await rebase(channel, workspace_dir, changes)
         except tarfile.TarError as exc:
             return _noted(result, _not_saved(f"the newer workspace could not be unpacked: {describe_error(exc)}", log))
         except LocalFileFailed as exc:
@@ -193,6 +205,9 @@ async def push_workspace(
     log(f"workspace saved: {detail} in {time.monotonic() - started:.1f} s")
     if skips[0].count:
         log(f"workspace: {skips[0].count} entries not saved: {skips[0].describe()}")
+    if not_taken.count:
+        log(f"workspace: {not_taken.count} entries of the newer workspace not taken: {not_taken.describe()}")
+        return _noted(result, NOT_TAKEN_NOTE.format(count=not_taken.count, names=_plain(not_taken.describe())))
     return result
 
 

@@ -98,7 +98,13 @@ class RunInbox:
         self.workspace = (
             None
             if workspace is None
-            else WorkspaceDesk(workspace, check_live=self._workspace_live, invalid=self.invalid)
+            else WorkspaceDesk(
+                workspace,
+                check_live=self._workspace_live,
+                invalid=self.invalid,
+                run_id=live.id,
+                chat_id=live.chat_id,
+            )
         )
 
     def _workspace_live(self) -> None:

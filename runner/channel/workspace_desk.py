@@ -37,6 +37,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 
 from container.contract import (
     EMPTY_VERSION,
+    MAX_WORKSPACE_REBASES,
     VERSION_PATTERN,
     WORKSPACE_BASE_HEADER,
     WORKSPACE_PATH,
@@ -53,9 +54,10 @@ from runner.channel.channel_answers import INVALID_STATUS, ChannelRefused, answe
 log = get_logger(__name__)
 
 # A pull is retried after a broken connection, a push too, and a push refused as stale pulls the newer archive
-# and is sent again (container/workspace_rebase.py): a few of each, never an unbounded disk or CPU sink.
-MAX_PULLS_PER_RUN = 12
-MAX_PUSHES_PER_RUN = 8
+# and is sent again (container/workspace_rebase.py), up to MAX_WORKSPACE_REBASES times: a few retries each beyond
+# that, never an unbounded disk or CPU sink (one upload at a time, each within the quota).
+MAX_PULLS_PER_RUN = MAX_WORKSPACE_REBASES + 12
+MAX_PUSHES_PER_RUN = MAX_WORKSPACE_REBASES + 8
 VERSION_CHARS = 32  # contract.VERSION_PATTERN
 _VERSION = re.compile(VERSION_PATTERN)
 # A run reports its archive unreadable once (again only when the answer was lost): a few, then it is not that loop.
@@ -162,8 +164,12 @@ class WorkspaceDesk:
         check_live: Callable[[], None],
         invalid: Callable[[int, str], None],
         idle_seconds: float = IDLE_SECONDS,
+        run_id: str = "",
+        chat_id: int | None = None,
     ) -> None:
         self._store = store
+        self._run_id = run_id  # named in its log lines, with its chat, for an admin
+        self._chat_id = chat_id
         self._check_live = check_live  # raises ChannelRefused when the run is cancelled or finished
         self._invalid = invalid
         self._idle_seconds = idle_seconds
@@ -249,6 +255,8 @@ class WorkspaceDesk:
             return answer(507, False, "the host could not keep the workspace; the previous one is kept")
         finally:
             self._uploading = False
+        if base is None:  # kept over whatever was stored, unchecked: another run's save may be gone
+            log.warning("workspace_push_without_base", run_id=self._run_id, chat_id=self._chat_id, size_bytes=size)
         return answer(200, True, f"kept ({size} bytes)")
 
     async def _store_body(self, request: web.Request, base: str | None) -> int:

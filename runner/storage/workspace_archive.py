@@ -275,9 +275,12 @@ class ChatArchive:
         return removed
 
     def _unlink(self) -> bool:
+        # Under the lock a commit's compare-and-swap takes: a push that checked its base against the archive
+        # before this cannot rename it back after "Cleared"; one after finds no archive and is stale.
         try:
-            self.path.unlink()
-        except FileNotFoundError:
+            with _locked(self._directory):
+                self.path.unlink()
+        except FileNotFoundError:  # no archive, or no archives folder: the chat never had one
             return False
         return True
 

@@ -12,13 +12,18 @@ import tarfile
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
+
+from container import workspace_sync
 from container.channel import ChannelRefused, RunChannel
 from container.contract import EMPTY_VERSION, WORKSPACE_STALE_STATUS
 from container.task import RunResult
 from container.workspace_rebase import Changes, changes_since, manifest, take_newer
-from container.workspace_stream import StreamBody
+from container.workspace_stream import DownloadCut, StreamBody
 from container.workspace_sync import MAX_REBASES, Pulled, PullState, pull_workspace, push_workspace
 from container.workspace_tar import Skips
+from core.settings import MAX_SUBAGENTS_CEILING
+from runner.channel.workspace_desk import MAX_PULLS_PER_RUN, MAX_PUSHES_PER_RUN
 from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import WorkspaceArchives
 from tests.container.test_workspace_sync import DONE, on_host
@@ -122,7 +127,43 @@ class AlwaysStale:
         return EMPTY_VERSION, None
 
 
-async def test_a_run_that_keeps_losing_the_race_says_its_workspace_was_not_saved(tmp_path: Path) -> None:
+@pytest.fixture
+def no_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workspace_sync, "REBASE_BACKOFF_SECONDS", 0.0)
+
+
+class StaleTimes(AlwaysStale):
+    """A host where other runs of the chat save `times` times in turn before this one's push is kept."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.times = times
+
+    async def send_workspace(self, body: Any, length: int, base: str | None = None) -> str:
+        if self.pushes < self.times:
+            return await super().send_workspace(body, length, base)
+        self.pushes += 1
+        return "kept"
+
+
+async def test_a_run_of_a_chat_with_many_runs_at_once_is_saved_after_as_many_rebases(
+    tmp_path: Path, no_back_off: None
+) -> None:
+    """Review L2: MAX_REBASES was 3, but up to MAX_SUBAGENTS_PER_CHAT (at most its ceiling) runs of a chat can
+    save one after the other while this one rebases: each makes it stale once, and it must still be saved."""
+    assert MAX_REBASES >= MAX_SUBAGENTS_CEILING - 1
+    assert min(MAX_PUSHES_PER_RUN, MAX_PULLS_PER_RUN) > MAX_REBASES + 1  # the host lets it pull and push as often
+    (tmp_path / "mine.txt").write_text("the run's work")
+    host = StaleTimes(MAX_SUBAGENTS_CEILING - 1)
+    pulled = Pulled(PullState.RESTORED, base=EMPTY_VERSION, pulled={})
+
+    assert await push_workspace(cast(RunChannel, host), tmp_path, DONE, print, pulled) == DONE
+    assert host.pushes == MAX_SUBAGENTS_CEILING
+
+
+async def test_a_run_that_keeps_losing_the_race_says_its_workspace_was_not_saved(
+    tmp_path: Path, no_back_off: None
+) -> None:
     (tmp_path / "mine.txt").write_text("the run's work")
     host = AlwaysStale()
     pulled = Pulled(PullState.RESTORED, base=EMPTY_VERSION, pulled={})
@@ -181,3 +222,152 @@ async def test_a_hostile_newer_archive_never_leads_the_rebase_outside_the_worksp
     assert (root / "dir" / "mine.txt").read_text() == "the run's edit"
     assert not (root / "dir" / "x.txt").exists()  # gone from the newer archive, left alone by the run
     assert os.readlink(root / "plain.txt") == str(outside / "x.txt")  # kept as a link, never followed
+
+
+async def test_a_folder_the_other_run_replaced_with_a_file_is_kept_as_its_file(tmp_path: Path) -> None:
+    """Review finding: the newer archive is unpacked before what it no longer has is removed, so a folder the run
+    left alone blocks the other run's file of the same name; the folder is then removed, and neither is kept."""
+    root = tmp_path / "w"
+    root.mkdir()
+    write(root, {"notes/a.txt": "base", "mine.txt": "base"})
+    pulled = manifest(root)
+    (root / "mine.txt").write_text("the run's edit")
+    changes = changes_since(root, pulled)
+    newer = archive([("notes", tarfile.REGTYPE, "the other run made notes a file"), ("mine.txt", tarfile.REGTYPE, "x")])
+
+    take(root, newer, changes)
+
+    assert (root / "mine.txt").read_text() == "the run's edit"
+    assert (root / "notes").is_file()  # fails: `notes` is gone altogether
+    assert (root / "notes").read_text() == "the other run made notes a file"
+
+
+async def test_a_file_the_other_run_replaced_with_a_folder_is_kept_as_its_folder(tmp_path: Path) -> None:
+    """Review finding: the run's untouched old file `notes` blocks the other run's folder `notes/` and its files,
+    which are skipped (into a Skips nobody reads), and the stale file is pushed: the other run's files are lost."""
+    root = tmp_path / "w"
+    root.mkdir()
+    write(root, {"notes": "base", "mine.txt": "base"})
+    pulled = manifest(root)
+    (root / "mine.txt").write_text("the run's edit")
+    changes = changes_since(root, pulled)
+    newer = archive([("notes", tarfile.DIRTYPE, ""), ("notes/a.txt", tarfile.REGTYPE, "the other run's file")])
+
+    take(root, newer, changes)
+
+    assert (root / "mine.txt").read_text() == "the run's edit"
+    assert (root / "notes" / "a.txt").read_text() == "the other run's file"  # fails: `notes` is still the old file
+
+
+async def test_two_runs_one_turning_a_folder_into_a_file_lose_nothing_silently(tmp_path: Path) -> None:
+    """Review finding, end to end on the host's real socket and archive: A turns the folder `notes` into a file
+    and saves first; B, which left `notes/` alone, is stale, rebases and saves with no note in its result, and
+    the chat's workspace then has neither A's file `notes` nor the folder: A's pushed file is lost silently."""
+    archives = WorkspaceArchives(DataPaths(tmp_path / "data"), lambda: 4)
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    write(seed, {"notes/a.txt": "base", "shared.txt": "base"})
+    await on_host(archives, lambda channel: push_workspace(channel, seed, DONE, print))
+    a_dir, b_dir, after = tmp_path / "a", tmp_path / "b", tmp_path / "after"
+    for folder in (a_dir, b_dir, after):
+        folder.mkdir()
+    both_pulled, a_pushed = asyncio.Barrier(2), asyncio.Event()
+
+    async def run_a(channel: RunChannel) -> RunResult:
+        pulled = await pull_workspace(channel, a_dir, print)
+        await both_pulled.wait()
+        (a_dir / "notes" / "a.txt").unlink()
+        (a_dir / "notes").rmdir()
+        (a_dir / "notes").write_text("A's notes, now one file")
+        result = await push_workspace(channel, a_dir, DONE, print, pulled)
+        a_pushed.set()
+        return result
+
+    async def run_b(channel: RunChannel) -> RunResult:
+        pulled = await pull_workspace(channel, b_dir, print)
+        await both_pulled.wait()
+        write(b_dir, {"b.txt": "B's"})
+        await a_pushed.wait()
+        return await push_workspace(channel, b_dir, DONE, print, pulled)
+
+    a, b = await asyncio.gather(on_host(archives, run_a), on_host(archives, run_b))
+
+    await on_host(archives, lambda channel: pull_workspace(channel, after, print))
+    if b == DONE:  # B says nothing of a loss, so A's file must be there
+        assert texts(after).get("notes") == "A's notes, now one file", texts(after)
+    assert a == DONE
+
+
+async def test_a_download_cut_during_a_rebase_leaves_nothing_of_its_first_attempt(tmp_path: Path) -> None:
+    """Review L4: the channel retries a cut download from the start with whatever archive the host has then; what
+    the cut attempt placed, and the newer archive no longer has, must not be pushed as if the run had kept it."""
+    root = tmp_path / "w"
+    root.mkdir()
+    write(root, {"kept.txt": "base", "mine.txt": "base"})
+    pulled = manifest(root)
+    (root / "mine.txt").write_text("the run's edit")
+    changes = changes_since(root, pulled)
+    first = archive([("early.txt", tarfile.REGTYPE, "placed before the cut"), ("big.txt", tarfile.REGTYPE, "x" * 9000)])
+    with pytest.raises(DownloadCut):
+        take_newer(StreamBody(io.BytesIO(first[:4096]), len(first)), root, Skips(), changes)
+    assert (root / "early.txt").exists()  # the cut attempt got this far
+
+    take(root, archive([("kept.txt", tarfile.REGTYPE, "newer")]), changes)
+
+    assert texts(root) == {"kept.txt": "newer", "mine.txt": "the run's edit"}
+
+
+async def test_a_link_the_other_run_replaced_with_a_folder_is_kept_as_its_folder(tmp_path: Path) -> None:
+    """Review M1: the run's untouched link `docs` gives way (removed, never followed) to the other run's folder."""
+    root, outside = tmp_path / "w", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "a.txt").write_text("not the workspace's")
+    (root / "docs").symlink_to(outside)
+    pulled = manifest(root)
+    changes = changes_since(root, pulled)
+
+    take(root, archive([("docs", tarfile.DIRTYPE, ""), ("docs/a.txt", tarfile.REGTYPE, "the other run's")]), changes)
+
+    assert not (root / "docs").is_symlink() and (root / "docs" / "a.txt").read_text() == "the other run's"
+    assert (outside / "a.txt").read_text() == "not the workspace's"
+
+
+async def test_an_entry_of_the_newer_workspace_the_rebase_cannot_place_is_noted_in_the_result(tmp_path: Path) -> None:
+    """Review L1: A turns the folder `notes` into a file and saves; B added a file in `notes/`, so A's file cannot
+    be placed under B's changes: B's push leaves it out, and B's log and result say so instead of nothing."""
+    archives = WorkspaceArchives(DataPaths(tmp_path / "data"), lambda: 4)
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    write(seed, {"notes/a.txt": "base"})
+    await on_host(archives, lambda channel: push_workspace(channel, seed, DONE, print))
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir()
+    b_dir.mkdir()
+    lines: list[str] = []
+    both_pulled, a_pushed = asyncio.Barrier(2), asyncio.Event()
+
+    async def run_a(channel: RunChannel) -> RunResult:
+        pulled = await pull_workspace(channel, a_dir, print)
+        await both_pulled.wait()
+        (a_dir / "notes" / "a.txt").unlink()
+        (a_dir / "notes").rmdir()
+        (a_dir / "notes").write_text("A's notes, now one file")
+        result = await push_workspace(channel, a_dir, DONE, print, pulled)
+        a_pushed.set()
+        return result
+
+    async def run_b(channel: RunChannel) -> RunResult:
+        pulled = await pull_workspace(channel, b_dir, print)
+        await both_pulled.wait()
+        write(b_dir, {"notes/b.txt": "B's"})
+        await a_pushed.wait()
+        return await push_workspace(channel, b_dir, DONE, lines.append, pulled)
+
+    a, b = await asyncio.gather(on_host(archives, run_a), on_host(archives, run_b))
+
+    assert a == DONE
+    assert b.result.startswith("the answer\n\n[Note: 1 entries of the chat's workspace"), b.result
+    assert "'notes'" in b.result
+    assert any("1 entries of the newer workspace not taken: 'notes'" in line for line in lines), lines
+    assert texts(b_dir) == {"notes/b.txt": "B's"}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from container.contract import (
     EMPTY_VERSION,
@@ -31,7 +32,7 @@ from runner.storage.paths import DataPaths
 from runner.storage.workspace_archive import BYTES_PER_MB, UNREADABLE_DIR_NAME, WorkspaceArchives, archives_dir
 from tests.runner.channel.run_api_client import Answer, Request, exchange, exchange_raw, head
 from tests.runner.channel.run_api_server import Recorder, serve
-from tests.runner.channel.workspace_rig import FOLDER, SyncedRecorder, synced
+from tests.runner.channel.workspace_rig import CHAT_ID, FOLDER, RUN_ID, SyncedRecorder, synced
 
 IDLE_SECONDS = 0.5
 SETTLE_SECONDS = 5.0
@@ -366,7 +367,10 @@ async def test_a_push_whose_base_another_runs_push_replaced_is_stale_and_keeps_t
 
 async def test_a_push_naming_no_base_replaces_as_before_and_a_malformed_base_is_refused(rig: Rig) -> None:
     await exchange(rig.socket, put(b"stored"))
-    assert (await exchange(rig.socket, put(b"an agent from before versions"))).status == 200
+    with structlog.testing.capture_logs() as logs:  # review L6: an unchecked overwrite is logged for an admin
+        assert (await exchange(rig.socket, put(b"an agent from before versions"))).status == 200
+    warned = [line for line in logs if line["event"] == "workspace_push_without_base"]
+    assert warned and warned[0]["run_id"] == RUN_ID and warned[0]["chat_id"] == CHAT_ID, logs
     assert await rig.stored() == b"an agent from before versions"
     bad = await exchange_raw(rig.socket, based_put(b"x", "../../etc"), [b"x"])
     assert bad.status == 400 and WORKSPACE_BASE_HEADER in detail(bad)

@@ -10,6 +10,8 @@ from runner.channel.workspace_desk import IDLE_SECONDS, ArchiveStore, WorkspaceD
 from tests.runner.channel.run_api_server import Recorder
 
 FOLDER = "chat_m100123"
+CHAT_ID = -100123  # FOLDER's chat
+RUN_ID = "run-aaaaaa"
 
 
 @dataclass
@@ -27,6 +29,11 @@ class SyncedRecorder(Recorder):
 def synced(store: ArchiveStore, idle_seconds: float = IDLE_SECONDS) -> SyncedRecorder:
     endpoint = SyncedRecorder()
     endpoint.workspace = WorkspaceDesk(
-        store, check_live=endpoint.check_live, invalid=endpoint.invalid, idle_seconds=idle_seconds
+        store,
+        check_live=endpoint.check_live,
+        invalid=endpoint.invalid,
+        idle_seconds=idle_seconds,
+        run_id=RUN_ID,
+        chat_id=CHAT_ID,
     )
     return endpoint

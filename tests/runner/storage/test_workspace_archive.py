@@ -4,6 +4,7 @@ within the quota; a refused, cut or failed one keeps the previous; concurrent up
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 from pathlib import Path
 
@@ -223,3 +224,23 @@ async def test_a_push_based_on_an_archive_set_aside_since_is_stale(tmp_path: Pat
     with pytest.raises(StaleBase):
         await based_upload(archive, b"based on the garbage", reader.identity.version)
     assert await based_upload(archive, b"based on nothing", EMPTY_VERSION) > 0
+
+
+async def test_clear_waits_for_a_commit_in_its_compare_and_swap(tmp_path: Path) -> None:
+    """Review L5: /workspace clear removed the archive without the folder's lock, so a push that had checked its
+    base could rename its archive back after "Cleared". Holding the lock as a commit does, clear must wait."""
+    store = archives(tmp_path)
+    archive = store.chat(FOLDER)
+    await upload(archive, b"stored")
+    fd = os.open(archives_dir(DataPaths(tmp_path)), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a commit between its base check and its rename
+        clearing = asyncio.create_task(archive.clear())
+        for _ in range(20):  # room for the clear's thread to run; it must be waiting for the lock
+            await asyncio.sleep(0.01)
+        assert not clearing.done()
+        assert await stored(archive) == b"stored"
+    finally:
+        os.close(fd)
+    assert await clearing
+    assert await stored(archive) is None
