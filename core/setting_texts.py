@@ -141,11 +141,12 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "SUBAGENT_PIDS": "Processes (and threads) one container may hold.",
             "SUBAGENT_WARM_POOL": "Containers kept started ahead, each with its agent waiting for one run (`0`: "
             "none). A run takes a ready one and skips the container's start; after its run a container is removed, "
-            "never reused. A chat whose workspace is empty when a run starts is then kept as an archive its runs "
-            "fetch and save over the channel, pool or not; a chat whose workspace folder holds files keeps it "
-            "mounted and is never pooled, until an admin's /workspace clear (docs/operating.md). Two synced runs of "
-            "one chat at once both keep their files (the later push merges onto the earlier in its container). Read "
-            "at start. The default `2` suits a 2-core host (an idle member holds about 14 MiB on Docker, 26 MiB as a pod).",
+            "never reused. With a pool, a chat whose workspace is empty when a run starts is then kept as an archive "
+            "its runs fetch and save over the channel (pool or not, from then on); a chat whose workspace folder "
+            "holds files keeps it mounted and is never pooled, until an admin's /workspace clear "
+            "(docs/operating.md). Two synced runs of one chat at once both keep their files (the later push merges "
+            "onto the earlier in its container). Read at start. The default `2` suits a 2-core host (an idle member "
+            "holds about 14 MiB on Docker, 26 MiB as a pod).",
             "SUBAGENT_MAX_TOKENS": "LLM tokens (input and output) one run may use; over it the proxy refuses and "
             "the run ends with that message.",
             "SUBAGENT_MAX_MESSAGES": "Progress messages one run may send to its chat (the result is not counted).",
