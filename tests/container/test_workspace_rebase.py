@@ -9,6 +9,7 @@ import asyncio
 import io
 import os
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -259,18 +260,19 @@ async def test_a_file_the_other_run_replaced_with_a_folder_is_kept_as_its_folder
     assert (root / "notes" / "a.txt").read_text() == "the other run's file"  # fails: `notes` is still the old file
 
 
-async def test_two_runs_one_turning_a_folder_into_a_file_lose_nothing_silently(tmp_path: Path) -> None:
-    """Review finding, end to end on the host's real socket and archive: A turns the folder `notes` into a file
-    and saves first; B, which left `notes/` alone, is stale, rebases and saves with no note in its result, and
-    the chat's workspace then has neither A's file `notes` nor the folder: A's pushed file is lost silently."""
+async def a_turns_notes_into_a_file(
+    tmp_path: Path, base: dict[str, str], b_files: dict[str, str], b_log: Callable[[str], None]
+) -> tuple[WorkspaceArchives, RunResult, RunResult]:
+    """Two runs on the host's real socket and archive, both pulled `base`: A turns the folder `notes` into a file
+    and saves first; B writes `b_files` meanwhile and saves after A, stale (its log lines to `b_log`)."""
     archives = WorkspaceArchives(DataPaths(tmp_path / "data"), lambda: 4)
     seed = tmp_path / "seed"
     seed.mkdir()
-    write(seed, {"notes/a.txt": "base", "shared.txt": "base"})
+    write(seed, base)
     await on_host(archives, lambda channel: push_workspace(channel, seed, DONE, print))
-    a_dir, b_dir, after = tmp_path / "a", tmp_path / "b", tmp_path / "after"
-    for folder in (a_dir, b_dir, after):
-        folder.mkdir()
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir()
+    b_dir.mkdir()
     both_pulled, a_pushed = asyncio.Barrier(2), asyncio.Event()
 
     async def run_a(channel: RunChannel) -> RunResult:
@@ -286,16 +288,26 @@ async def test_two_runs_one_turning_a_folder_into_a_file_lose_nothing_silently(t
     async def run_b(channel: RunChannel) -> RunResult:
         pulled = await pull_workspace(channel, b_dir, print)
         await both_pulled.wait()
-        write(b_dir, {"b.txt": "B's"})
+        write(b_dir, b_files)
         await a_pushed.wait()
-        return await push_workspace(channel, b_dir, DONE, print, pulled)
+        return await push_workspace(channel, b_dir, DONE, b_log, pulled)
 
     a, b = await asyncio.gather(on_host(archives, run_a), on_host(archives, run_b))
+    return archives, a, b
 
+
+async def test_two_runs_one_turning_a_folder_into_a_file_lose_nothing_silently(tmp_path: Path) -> None:
+    """Review M1, end to end: B left `notes/` alone, so after A turned it into a file and saved, B's rebase gives
+    way to A's file (it used to drop both the file and the folder, and say nothing)."""
+    archives, a, b = await a_turns_notes_into_a_file(
+        tmp_path, {"notes/a.txt": "base", "shared.txt": "base"}, {"b.txt": "B's"}, print
+    )
+
+    after = tmp_path / "after"
+    after.mkdir()
     await on_host(archives, lambda channel: pull_workspace(channel, after, print))
-    if b == DONE:  # B says nothing of a loss, so A's file must be there
-        assert texts(after).get("notes") == "A's notes, now one file", texts(after)
-    assert a == DONE
+    assert a == DONE and b == DONE, (a, b)
+    assert texts(after) == {"notes": "A's notes, now one file", "shared.txt": "base", "b.txt": "B's"}, texts(after)
 
 
 async def test_a_download_cut_during_a_rebase_leaves_nothing_of_its_first_attempt(tmp_path: Path) -> None:
@@ -336,38 +348,11 @@ async def test_a_link_the_other_run_replaced_with_a_folder_is_kept_as_its_folder
 async def test_an_entry_of_the_newer_workspace_the_rebase_cannot_place_is_noted_in_the_result(tmp_path: Path) -> None:
     """Review L1: A turns the folder `notes` into a file and saves; B added a file in `notes/`, so A's file cannot
     be placed under B's changes: B's push leaves it out, and B's log and result say so instead of nothing."""
-    archives = WorkspaceArchives(DataPaths(tmp_path / "data"), lambda: 4)
-    seed = tmp_path / "seed"
-    seed.mkdir()
-    write(seed, {"notes/a.txt": "base"})
-    await on_host(archives, lambda channel: push_workspace(channel, seed, DONE, print))
-    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
-    a_dir.mkdir()
-    b_dir.mkdir()
     lines: list[str] = []
-    both_pulled, a_pushed = asyncio.Barrier(2), asyncio.Event()
-
-    async def run_a(channel: RunChannel) -> RunResult:
-        pulled = await pull_workspace(channel, a_dir, print)
-        await both_pulled.wait()
-        (a_dir / "notes" / "a.txt").unlink()
-        (a_dir / "notes").rmdir()
-        (a_dir / "notes").write_text("A's notes, now one file")
-        result = await push_workspace(channel, a_dir, DONE, print, pulled)
-        a_pushed.set()
-        return result
-
-    async def run_b(channel: RunChannel) -> RunResult:
-        pulled = await pull_workspace(channel, b_dir, print)
-        await both_pulled.wait()
-        write(b_dir, {"notes/b.txt": "B's"})
-        await a_pushed.wait()
-        return await push_workspace(channel, b_dir, DONE, lines.append, pulled)
-
-    a, b = await asyncio.gather(on_host(archives, run_a), on_host(archives, run_b))
+    _, a, b = await a_turns_notes_into_a_file(tmp_path, {"notes/a.txt": "base"}, {"notes/b.txt": "B's"}, lines.append)
 
     assert a == DONE
     assert b.result.startswith("the answer\n\n[Note: 1 entries of the chat's workspace"), b.result
     assert "'notes'" in b.result
     assert any("1 entries of the newer workspace not taken: 'notes'" in line for line in lines), lines
-    assert texts(b_dir) == {"notes/b.txt": "B's"}
+    assert texts(tmp_path / "b") == {"notes/b.txt": "B's"}
