@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import IO
 
 from core.settings import without_settings
 
 COMMAND_WAIT_SECONDS = 120.0  # a loaded machine takes seconds just to import pydantic-ai
+LOG_POLL_SECONDS = 0.1
 # Telegram's shape, and a value that must never appear in any output.
 SECRET_TOKEN = "123456789:AAsecretTOKENvalueNEVERshown0123456"
 
@@ -44,3 +47,19 @@ def run_crewbot(
         timeout=COMMAND_WAIT_SECONDS,
         check=False,
     )
+
+
+def start_crewbot(args: list[str], env: dict[str, str], cwd: Path, stderr: IO[str]) -> subprocess.Popen[bytes]:
+    """`python ARGS` (e.g. `-m crewbot run`) from `cwd`, its log into `stderr`; the caller stops it."""
+    return subprocess.Popen(
+        [sys.executable, *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+    )
+
+
+def until_logged(bot: subprocess.Popen[bytes], log: Path, event: str) -> None:
+    """Until the started command's log (the file its stderr goes to) holds `event`; fails if it exits first."""
+    deadline = time.monotonic() + COMMAND_WAIT_SECONDS
+    while event not in log.read_text():
+        assert bot.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"the bot did not log {event} in time"
+        time.sleep(LOG_POLL_SECONDS)

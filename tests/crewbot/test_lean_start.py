@@ -7,16 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from tests.crewbot.cli_env import COMMAND_WAIT_SECONDS, crewbot_env
+from tests.crewbot.cli_env import COMMAND_WAIT_SECONDS, crewbot_env, start_crewbot, until_logged
 from tests.fakes.telegram_server import FakeTelegram
 
 # What `python -m crewbot run` imports before its first message, Telegram and subagents included.
 START_PATH = ("crewbot.cli", "crewbot.serve", "crewbot.app", "bot.channels.telegram", "runner.service")
 LLM_STACK = ("pydantic_ai", "openai", "anthropic", "griffe")
-POLL_SECONDS = 0.1
 
 
 def test_the_start_path_imports_no_llm_library() -> None:
@@ -61,20 +59,9 @@ def test_the_real_command_starts_without_the_sdks_of_features_not_in_use(tmp_pat
     data_dir, output, listed = tmp_path / "data", tmp_path / "stderr.txt", tmp_path / "modules.json"
     with FakeTelegram() as tg, output.open("w") as stderr:
         env = crewbot_env(data_dir, TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url)
-        bot = subprocess.Popen(
-            [sys.executable, "-c", RUN_AND_LIST, str(listed)],
-            env=env,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
+        bot = start_crewbot(["-c", RUN_AND_LIST, str(listed)], env, tmp_path, stderr)
         try:
-            deadline = time.monotonic() + COMMAND_WAIT_SECONDS
-            while "crewbot_started" not in output.read_text():
-                assert bot.poll() is None, output.read_text()[-3000:]
-                assert time.monotonic() < deadline, "the bot did not start in time"
-                time.sleep(POLL_SECONDS)
+            until_logged(bot, output, "crewbot_started")
         finally:
             bot.terminate()  # our own child, by its handle
             bot.wait(COMMAND_WAIT_SECONDS)

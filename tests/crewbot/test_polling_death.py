@@ -8,8 +8,6 @@ import asyncio
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +23,7 @@ from crewbot.app import App
 from crewbot.operations import Operations
 from crewbot.serve import Crashed, serve
 from tests.bot.helpers import RecordingChannel
-from tests.crewbot.cli_env import COMMAND_WAIT_SECONDS, crewbot_env
+from tests.crewbot.cli_env import COMMAND_WAIT_SECONDS, crewbot_env, start_crewbot
 from tests.fakes.faults import Fault
 from tests.fakes.memory_runtime import MemoryRuntime
 from tests.fakes.telegram_server import FakeTelegram
@@ -118,14 +116,7 @@ def test_the_command_exits_non_zero_when_telegram_revokes_the_token(tmp_path: Pa
             ALLOWED_CHAT_IDS=str(GROUP_ID),
             METRICS_ADDR=f"127.0.0.1:{port}",
         )
-        bot = subprocess.Popen(
-            [sys.executable, "-m", "crewbot", "run"],
-            env=env,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
+        bot = start_crewbot(["-m", "crewbot", "run"], env, tmp_path, stderr)
         try:
             deadline = time.monotonic() + COMMAND_WAIT_SECONDS
             while readyz_status(port) != 200:

@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from tests.bot.channels.webhook_helpers import SECRET, SECRET_HEADER, URL, free_port
-from tests.crewbot.cli_env import COMMAND_WAIT_SECONDS, crewbot_env, run_crewbot
+from tests.crewbot.cli_env import COMMAND_WAIT_SECONDS, crewbot_env, run_crewbot, start_crewbot, until_logged
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GROUP_ID
 
@@ -50,25 +48,15 @@ def test_crewbot_run_in_webhook_mode_answers_a_posted_update_and_stops_cleanly(t
             TELEGRAM_WEBHOOK_SECRET=SECRET,
             TELEGRAM_WEBHOOK_LISTEN=f"127.0.0.1:{port}",
         )
-        bot = subprocess.Popen(
-            [sys.executable, "-m", "crewbot", "run"],
-            env=env,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
+        bot = start_crewbot(["-m", "crewbot", "run"], env, tmp_path, stderr)
         try:
-            deadline = time.monotonic() + COMMAND_WAIT_SECONDS
-            while "crewbot_started" not in output.read_text():
-                assert bot.poll() is None, output.read_text()
-                assert time.monotonic() < deadline, "the bot did not start in time"
-                time.sleep(POLL_SECONDS)
+            until_logged(bot, output, "crewbot_started")
             assert tg.webhook.url == URL and tg.webhook.secret_token == SECRET
 
             tg.push_message(GROUP_ID, f"@{tg.bot_username} are you there?")
             [update] = tg.take_pending_updates()
             assert post_update(port, update) == 200
+            deadline = time.monotonic() + COMMAND_WAIT_SECONDS
             while not tg.sent_messages(GROUP_ID):
                 assert time.monotonic() < deadline, "no reply in time"
                 time.sleep(POLL_SECONDS)
