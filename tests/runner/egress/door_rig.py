@@ -5,7 +5,9 @@ socket as the container's forwarder passes a client's bytes: raw."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -185,16 +187,22 @@ async def open_door(
 
 
 async def ask(path: Path, raw: bytes, *, close_after: bool = False) -> bytes:
-    """What the door answers to `raw`, read to the end (b"" if it closed without a word)."""
-    reader, writer = await asyncio.open_unix_connection(str(path))
-    try:
-        writer.write(raw)
-        if close_after:
-            writer.write_eof()
+    """What the door answers to `raw`, read to the end (b"" if it closed without a word). Read from the socket
+    itself: a StreamReader that sees a reset raises it before the bytes that came first (a cut answer's)."""
+    loop = asyncio.get_running_loop()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.setblocking(False)
+        got = bytearray()
         async with asyncio.timeout(WAIT_SECONDS):
-            return await read_to_end(reader)
-    finally:
-        writer.close()
+            await loop.sock_connect(sock, str(path))
+            with contextlib.suppress(ConnectionError):  # the door may refuse before it read everything
+                await loop.sock_sendall(sock, raw)
+                if close_after:
+                    sock.shutdown(socket.SHUT_WR)
+            with contextlib.suppress(ConnectionError):  # the kernel hands over what came before a reset first
+                while chunk := await loop.sock_recv(sock, 65536):
+                    got += chunk
+        return bytes(got)
 
 
 async def read_to_end(reader: asyncio.StreamReader) -> bytes:
