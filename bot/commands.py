@@ -257,10 +257,14 @@ class Commands:
 
     async def _stop(self, message: InboundMessage) -> None:
         chat_id = message.chat_id
+        # Over MAX_CONCURRENT_TURNS a chat's messages wait for a turn slot with no turn yet: /stop drops them.
+        queued = self._engine.current_turn(chat_id) is None and self._engine.waiting(chat_id)
         turn = self._engine.stop_turn(chat_id, by=message.sender_name)
         if turn is None:
             cancelled = await self._runs.cancel_chat(chat_id, "stop") if self._runs else 0
-            text = f"Stopped {cancelled} subagent run(s)." if cancelled else "Nothing to stop."
+            done = ["Dropped the messages waiting for my answer."] if queued else []
+            done += [f"Stopped {cancelled} subagent run(s)."] if cancelled else []
+            text = " ".join(done) or "Nothing to stop."
         else:
             text = "Stopped my current answer and this chat's subagents."
         await self._reply(message, text)

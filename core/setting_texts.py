@@ -93,6 +93,10 @@ SETTING_GROUPS: tuple[tuple[str, dict[str, str]], ...] = (
             "covers both.",
             "MERGE_CANCEL_SCOPE": "On such an abort, cancel that turn's subagents (`turn`) or all of the chat's "
             "(`chat`).",
+            "MAX_CONCURRENT_TURNS": "Main-agent turns at once, all chats together. A chat over it shows *typing* "
+            "and waits for a turn to end; what its members write meanwhile is answered together, and `/stop` "
+            "drops it. Each turn holds its prompt, model run and growing answer in the bot's memory and one LLM "
+            "request.",
             "TYPING_INTERVAL_SECONDS": "How often *typing* is sent again while something runs for the chat.",
             "STREAM_REPLIES": "Show the main agent's answer as it is written: one message edited as it grows "
             "(a draft in private chats), with a Stop button. Off: the whole answer is sent at once.",

@@ -50,7 +50,7 @@ from core.setting_bounds import (
     host_memory_bytes,
 )
 from core.setting_lists import allow_entries, apt_packages, pip_requirements, split_ids
-from core.setting_questions import QuestionSettings
+from core.setting_turns import TurnSettings
 from core.setting_webhook import DEFAULT_WEBHOOK_LISTEN, WebhookListen, WebhookSecret, WebhookUrl
 
 MAX_TCP_PORT = 65535
@@ -114,7 +114,7 @@ def memory_limit_bytes(value: str, max_bytes: int = MAX_INT64) -> int:
     return size
 
 
-class Settings(QuestionSettings):
+class Settings(TurnSettings):
     """Every setting crewbot reads; docs/settings.md is generated from them (crewbot/settings_reference.py)."""
 
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False)

@@ -166,7 +166,13 @@ class App:
         self.mcp = mcp
         control = subagents.control if subagents else None
         self.recorder = TurnRecorder(stores.turns, settings.merge_cancel_scope, control)
-        self.engine = ChatEngine(self.agent, self.recorder, self.typing, settings.merge_window_seconds)
+        self.engine = ChatEngine(
+            self.agent,
+            self.recorder,
+            self.typing,
+            settings.merge_window_seconds,
+            max_concurrent_turns=settings.max_concurrent_turns,
+        )
         self.commands = Commands(
             channel,
             self.delivery,

@@ -292,6 +292,7 @@ async def serve(
             count_stream=ops.metrics.count_stream,
             mcp=mcp,
         )
+        ops.metrics.watch_turns(app.engine.turn_counts, settings.max_concurrent_turns)
     except Exception as exc:
         await runtime.close()
         if stores is not None:

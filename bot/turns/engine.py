@@ -4,6 +4,8 @@ A triggering message stored for a chat calls `notify`. With no turn in flight a 
 is in flight and started less than MERGE_WINDOW_SECONDS ago (and has not begun delivering its reply),
 it is aborted (its task cancelled, which closes its LLM request) and a new turn starts: its prompt is
 built from the store, so it sees both messages. Later messages wait and are answered by the next turn.
+At most MAX_CONCURRENT_TURNS turns run at once, all chats together: a chat over it waits (typing shown) and
+its messages meanwhile are answered by one turn.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Protocol
 import structlog
 
 from core.logging import get_logger
+from core.setting_turns import DEFAULT_MAX_CONCURRENT_TURNS
 from core.store.turns import TurnStatus
 from core.typing_indicator import TypingIndicator
 
@@ -92,12 +95,14 @@ class ChatEngine:
         typing: TypingIndicator,
         merge_window_seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        max_concurrent_turns: int = DEFAULT_MAX_CONCURRENT_TURNS,
     ) -> None:
         self._run_turn = run_turn
         self._lifecycle = lifecycle
         self._typing = typing
         self._merge_window_seconds = merge_window_seconds
         self._clock = clock
+        self._turn_slots = asyncio.Semaphore(max_concurrent_turns)
         self._chats: dict[int, _ChatState] = {}
         self._closing = False
         self._background: set[asyncio.Task[None]] = set()
@@ -128,6 +133,12 @@ class ChatEngine:
         """How many chats have a turn running or waiting (the engine keeps no state for the others)."""
         return len(self._chats)
 
+    def turn_counts(self) -> tuple[int, int]:
+        """(turns running, chats waiting for a turn slot): a chat over MAX_CONCURRENT_TURNS has no turn yet."""
+        running = sum(1 for state in self._chats.values() if state.turn is not None)
+        waiting = sum(1 for state in self._chats.values() if state.turn is None and state.pending)
+        return running, waiting
+
     def idle(self, chat_id: int) -> bool:
         state = self._chats.get(chat_id)
         return state is None or state.worker is None or state.worker.done()
@@ -149,6 +160,8 @@ class ChatEngine:
         delivered (`delivering`): nothing is left to stop, and its cascade would cancel the subagents the
         answer has just told of; /stop keeps its meaning (the chat's subagents too)."""
         state = self._chats.get(chat_id)
+        if state is not None and state.turn is None and turn_id is None:
+            state.pending = False  # /stop while the chat waits for a turn slot: what waited is dropped
         if state is None or state.turn is None or state.turn.aborted:
             return None
         if turn_id is not None and (state.turn.id != turn_id or state.turn.delivering):
@@ -173,16 +186,22 @@ class ChatEngine:
     async def _work(self, chat_id: int, state: _ChatState) -> None:
         try:
             while state.pending and not self._closing:
-                state.pending = False
-                bound = None if state.unbounded else state.trigger_id
-                state.unbounded = False
-                turn = Turn(id=secrets.token_hex(6), chat_id=chat_id, started_at=self._clock(), trigger_id=bound)
-                state.turn = turn
-                try:
-                    with structlog.contextvars.bound_contextvars(chat_id=chat_id, turn_id=turn.id):
-                        await self._run_one(turn)
-                finally:
-                    state.turn = None
+                if self._turn_slots.locked():
+                    log.info("turn_waits_for_slot", chat_id=chat_id)
+                async with self._turn_slots:
+                    # Taken only now, so a message that came while the chat waited is in this turn's prompt.
+                    if not state.pending or self._closing:  # /stop, or shutdown, while it waited
+                        break
+                    state.pending = False
+                    bound = None if state.unbounded else state.trigger_id
+                    state.unbounded = False
+                    turn = Turn(id=secrets.token_hex(6), chat_id=chat_id, started_at=self._clock(), trigger_id=bound)
+                    state.turn = turn
+                    try:
+                        with structlog.contextvars.bound_contextvars(chat_id=chat_id, turn_id=turn.id):
+                            await self._run_one(turn)
+                    finally:
+                        state.turn = None
                 if turn.cascade is not None and state.pending:
                     await asyncio.wait([turn.cascade], timeout=CASCADE_WAIT_SECONDS)
         finally:

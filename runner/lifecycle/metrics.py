@@ -207,6 +207,17 @@ class RunMetrics:
         for name, (text, read) in pool.items():
             Gauge(name, text, registry=r).set_function(lambda read=read: float(read()))  # type: ignore[misc]
 
+    def watch_turns(self, counts: Callable[[], tuple[int, int]], limit: int) -> None:
+        """The main agent's turns, read from the engine when scraped: (running, chats waiting for a slot)."""
+        r = self.registry
+        Gauge("crewbot_turns_running", "Main-agent turns running now", registry=r).set_function(
+            lambda: float(counts()[0])
+        )
+        Gauge("crewbot_turns_waiting", "Chats waiting for a turn slot (MAX_CONCURRENT_TURNS)", registry=r).set_function(
+            lambda: float(counts()[1])
+        )
+        Gauge("crewbot_turns_max_concurrent", "MAX_CONCURRENT_TURNS", registry=r).set(limit)
+
     def watch_allowance(self, *, used: Callable[[], int], allowance: Callable[[], int]) -> None:
         """The daily gauges read these when scraped (the whole bot's only: a chat's would be labelled by its id)."""
         self.daily_tokens_used.set_function(lambda: float(used()))

@@ -17,6 +17,7 @@ from core.store import ChatStore, MessageStore
 from core.store.db import Database
 from core.store.setting_overrides import SettingOverrideStore
 from core.typing_indicator import TypingIndicator
+from tests.bot.engine_harness import MERGE_WINDOW, FakeClock, Harness, TypingSends
 from tests.bot.helpers import ControlledRunner, FakeRunControl, RecordingChannel, RecordingLifecycle, make_delivery
 from tests.bot.router_helpers import ADMIN, ALLOWED, Bot, RecordingWorkspaces
 
@@ -27,7 +28,13 @@ async def bot(db: Database, chats: ChatStore, messages: MessageStore) -> AsyncIt
     channel = RecordingChannel(admin=False)
     typing = TypingIndicator(channel.send_typing, interval_seconds=1.0)
     runner = ControlledRunner()
-    engine = ChatEngine(runner, RecordingLifecycle(), typing, settings.merge_window_seconds)
+    engine = ChatEngine(
+        runner,
+        RecordingLifecycle(),
+        typing,
+        settings.merge_window_seconds,
+        max_concurrent_turns=settings.max_concurrent_turns,
+    )
     delivery = make_delivery(db, channel, settings.assistant_name)
     runs = FakeRunControl()
     workspaces = RecordingWorkspaces()
@@ -43,5 +50,17 @@ async def bot(db: Database, chats: ChatStore, messages: MessageStore) -> AsyncIt
         flood=FloodGuard(),
     )
     yield Bot(settings, channel, chats, messages, runner, engine, typing, runs, router, workspaces)
+    await engine.close()
+    await typing.close()
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[Harness]:
+    """A ChatEngine over a controlled runner (test_engine.py, test_engine_slots.py)."""
+    sends = TypingSends()
+    typing = TypingIndicator(sends, interval_seconds=0.01)
+    runner, lifecycle, clock = ControlledRunner(), RecordingLifecycle(), FakeClock()
+    engine = ChatEngine(runner, lifecycle, typing, MERGE_WINDOW, clock=clock)
+    yield Harness(engine, runner, lifecycle, typing, sends, clock)
     await engine.close()
     await typing.close()

@@ -3,61 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 
 from bot.turns.engine import ChatEngine, Turn
 from core.typing_indicator import TypingIndicator
-from tests.bot.helpers import WAIT_SECONDS, ControlledRunner, Recorder, RecordingLifecycle
-
-MERGE_WINDOW = 3.0
-CHAT = -100
-OTHER = -200
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class TypingSends(Recorder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[int] = []
-
-    async def __call__(self, chat_id: int) -> None:
-        self.calls.append(chat_id)
-        self.changed()
-
-
-@dataclass
-class Harness:
-    engine: ChatEngine
-    runner: ControlledRunner
-    lifecycle: RecordingLifecycle
-    typing: TypingIndicator
-    sends: TypingSends
-    clock: FakeClock
-
-    async def idle(self, chat_id: int) -> None:
-        await asyncio.wait_for(self.typing.wait_idle(chat_id), WAIT_SECONDS)
-        assert self.engine.idle(chat_id)
-
-
-@pytest.fixture
-async def h() -> AsyncIterator[Harness]:
-    sends = TypingSends()
-    typing = TypingIndicator(sends, interval_seconds=0.01)
-    runner, lifecycle, clock = ControlledRunner(), RecordingLifecycle(), FakeClock()
-    engine = ChatEngine(runner, lifecycle, typing, MERGE_WINDOW, clock=clock)
-    yield Harness(engine, runner, lifecycle, typing, sends, clock)
-    await engine.close()
-    await typing.close()
+from tests.bot.engine_harness import CHAT, MERGE_WINDOW, OTHER, FakeClock, Harness, TypingSends
+from tests.bot.helpers import WAIT_SECONDS, ControlledRunner, RecordingLifecycle
 
 
 async def test_a_turn_runs_and_completes(h: Harness) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from core.store.db import Database
 from core.store.runs import RunStatus
 from core.typing_indicator import TypingIndicator
 from tests.bot.helpers import (
+    WAIT_SECONDS,
     ControlledRunner,
     FakeRunControl,
     RecordingChannel,
@@ -135,6 +137,23 @@ async def test_stop_with_no_turn_cancels_the_chats_runs(bot: Bot) -> None:
 
     assert reply == "Crew: Stopped 2 subagent run(s)."
     assert bot.runs.calls == [("cancel_chat", ALLOWED, "stop")]
+
+
+async def test_stop_drops_the_messages_waiting_for_a_turn_slot(bot: Bot) -> None:
+    busy = [-900 - k for k in range(bot.settings.max_concurrent_turns)]  # every slot taken by other chats
+    for chat_id in busy:
+        bot.engine.notify(chat_id)
+    await bot.runner.wait_for(lambda: len(bot.runner.started) == len(busy))
+    await bot.router.handle(inbound(ALLOWED, "@crew a question", platform_message_id=62, triggers=True))
+    assert bot.engine.waiting(ALLOWED) and bot.engine.current_turn(ALLOWED) is None
+    bot.runs.chat_cancelled = 2
+
+    reply = await handle_command(bot, "/stop", sender_id=ADMIN, platform_message_id=63)
+
+    assert reply == "Crew: Dropped the messages waiting for my answer. Stopped 2 subagent run(s)."
+    bot.runner.finish(bot.runner.started[0])  # a slot frees: the dropped question never gets a turn
+    await asyncio.wait_for(bot.typing.wait_idle(ALLOWED), WAIT_SECONDS)
+    assert ALLOWED not in {turn.chat_id for turn in bot.runner.started}
 
 
 async def test_stop_aborts_the_running_turn(bot: Bot) -> None:

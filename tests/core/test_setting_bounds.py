@@ -24,6 +24,7 @@ RANGES = {
     "SUBAGENT_ASK_TIMEOUT_SECONDS": "a number from 1 to 86400",
     "SUBAGENT_MAX_QUESTIONS": "a whole number from 0 to 100",
     "SUBAGENT_QUEUE_LIMIT": "a whole number from 0 to 1000",
+    "MAX_CONCURRENT_TURNS": "a whole number from 1 to 1000",
     "MERGE_WINDOW_SECONDS": "a number from 0 to 300",
     "TYPING_INTERVAL_SECONDS": "a number from 0.2 to 60",
     "STREAM_EDIT_INTERVAL_SECONDS": "a number from 1 to 30",

@@ -211,3 +211,15 @@ def test_streamed_answers_first_text_and_edits() -> None:
     assert get("crewbot_stream_first_text_seconds_sum", "message") == 1.2
     assert get("crewbot_stream_first_text_seconds_count", "draft") == 1
     assert (get("crewbot_stream_edits_total", "message"), get("crewbot_stream_edits_total", "draft")) == (7, 2)
+
+
+def test_the_turn_gauges_read_the_engine_when_scraped() -> None:
+    metrics = RunMetrics()
+    counts = (0, 0)
+    metrics.watch_turns(lambda: counts, 32)
+    counts = (3, 5)  # read at the scrape, not at the watch
+
+    def value(name: str) -> float | None:
+        return metrics.registry.get_sample_value(name)
+
+    assert [value(f"crewbot_turns_{name}") for name in ("running", "waiting", "max_concurrent")] == [3.0, 5.0, 32.0]
