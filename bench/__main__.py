@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, str] = {
     "burst": "bench.burst",
     "ingest": "bench.ingest",
     "memory": "bench.memory",
+    "memory_mcp": "bench.memory_mcp",
     "prompt": "bench.prompt",
     "stall": "bench.loop_stall",
     "hostile": "bench.hostile_channel",
