@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.turns.engine import ChatEngine
+from bot.turns.engine import ChatEngine, Turn
 from tests.bot.engine_harness import CHAT, MERGE_WINDOW, OTHER, Harness
 from tests.bot.helpers import WAIT_SECONDS
 
@@ -49,12 +49,18 @@ async def test_over_the_bound_a_chat_waits_typing_and_its_messages_meanwhile_mak
     assert h.lifecycle.aborted == []
 
 
-async def test_stop_drops_what_waits_for_a_slot_and_the_chat_never_gets_a_turn(one_slot: Harness) -> None:
-    h = one_slot
+async def other_waits_behind_a_turn(h: Harness) -> Turn:
+    """CHAT's turn takes the one slot and OTHER waits for it (typing shown); CHAT's turn is returned."""
     h.engine.notify(CHAT)
     first = await h.runner.next_started(1)
     h.engine.notify(OTHER)
     await h.sends.wait_for(lambda: OTHER in h.sends.calls)
+    return first
+
+
+async def test_stop_drops_what_waits_for_a_slot_and_the_chat_never_gets_a_turn(one_slot: Harness) -> None:
+    h = one_slot
+    first = await other_waits_behind_a_turn(h)
 
     assert h.engine.stop_turn(OTHER, turn_id="a-card-of-another-turn") is None
     assert h.engine.waiting(OTHER)  # a Stop press names a turn: it never drops a waiting chat's messages
@@ -70,10 +76,7 @@ async def test_stop_drops_what_waits_for_a_slot_and_the_chat_never_gets_a_turn(o
 
 async def test_close_while_a_chat_waits_for_a_slot(one_slot: Harness) -> None:
     h = one_slot
-    h.engine.notify(CHAT)
-    first = await h.runner.next_started(1)
-    h.engine.notify(OTHER)
-    await h.sends.wait_for(lambda: OTHER in h.sends.calls)
+    first = await other_waits_behind_a_turn(h)
 
     await asyncio.wait_for(h.engine.close(), WAIT_SECONDS)
 
