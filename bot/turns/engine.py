@@ -83,8 +83,16 @@ class _ChatState:
     pending: bool = False
     trigger_id: int | None = None  # the newest trigger notified
     unbounded: bool = False  # a notify without a message (an announcement): the next turn sees everything
+    asked: bool = False  # a member's message waits: the next turn answers it (and carries any announcement)
     worker: asyncio.Task[None] | None = None
     turn: Turn | None = None
+    slot_wait: asyncio.Task[bool] | None = None  # while the chat waits for a turn slot: /stop ends the wait
+
+    def drop_waiting(self) -> None:
+        """/stop or a Stop press: what waited for the next turn is dropped, and a wait for a slot ends."""
+        self.pending = self.unbounded = self.asked = False
+        if self.slot_wait is not None:
+            self.slot_wait.cancel()
 
 
 class ChatEngine:
@@ -116,6 +124,7 @@ class ChatEngine:
         state.pending = True
         if trigger_id is not None:
             state.trigger_id = max(trigger_id, state.trigger_id or trigger_id)
+            state.asked = True
         else:
             state.unbounded = True
         turn = state.turn
@@ -161,12 +170,12 @@ class ChatEngine:
         answer has just told of; /stop keeps its meaning (the chat's subagents too)."""
         state = self._chats.get(chat_id)
         if state is not None and state.turn is None and turn_id is None:
-            state.pending = False  # /stop while the chat waits for a turn slot: what waited is dropped
+            state.drop_waiting()  # /stop while the chat waits for a turn slot
         if state is None or state.turn is None or state.turn.aborted:
             return None
         if turn_id is not None and (state.turn.id != turn_id or state.turn.delivering):
             return None
-        state.pending = False
+        state.drop_waiting()
         turn = state.turn
         turn.stopped_by = by
         self._abort(turn, reason=reason)
@@ -184,31 +193,57 @@ class ChatEngine:
         cascade.add_done_callback(self._background.discard)
 
     async def _work(self, chat_id: int, state: _ChatState) -> None:
+        holding = False  # a turn slot
         try:
             while state.pending and not self._closing:
-                if self._turn_slots.locked():
-                    log.info("turn_waits_for_slot", chat_id=chat_id)
-                async with self._turn_slots:
-                    # Taken only now, so a message that came while the chat waited is in this turn's prompt.
-                    if not state.pending or self._closing:  # /stop, or shutdown, while it waited
-                        break
-                    state.pending = False
-                    bound = None if state.unbounded else state.trigger_id
-                    state.unbounded = False
-                    turn = Turn(id=secrets.token_hex(6), chat_id=chat_id, started_at=self._clock(), trigger_id=bound)
-                    state.turn = turn
-                    try:
-                        with structlog.contextvars.bound_contextvars(chat_id=chat_id, turn_id=turn.id):
-                            await self._run_one(turn)
-                    finally:
-                        state.turn = None
+                # Taken only now, so a message that came while the chat waited is in this turn's prompt.
+                if not holding and not await self._take_slot(chat_id, state):
+                    continue  # /stop dropped what waited (unless a message came since)
+                holding = True
+                if not state.pending or self._closing:
+                    break
+                # A member's message makes the turn theirs (streamed, a reply to it, never skipped); an
+                # announcement waiting with it is still handed to that turn (bot/agent/main_agent.py).
+                bound = state.trigger_id if state.asked or not state.unbounded else None
+                state.pending = state.unbounded = state.asked = False
+                turn = Turn(id=secrets.token_hex(6), chat_id=chat_id, started_at=self._clock(), trigger_id=bound)
+                state.turn = turn
+                try:
+                    with structlog.contextvars.bound_contextvars(chat_id=chat_id, turn_id=turn.id):
+                        await self._run_one(turn)
+                finally:
+                    state.turn = None
+                # A merge's turn follows at once in the same slot: its words stay on screen with their Stop.
+                if not (turn.aborted and state.pending):
+                    self._turn_slots.release()
+                    holding = False
                 if turn.cascade is not None and state.pending:
                     await asyncio.wait([turn.cascade], timeout=CASCADE_WAIT_SECONDS)
         finally:
+            if holding:
+                self._turn_slots.release()
             self._typing.release(chat_id)
             # A chat is held in memory only while it has a turn: a bot in thousands of quiet chats stays small.
             if self._chats.get(chat_id) is state and not state.pending:
                 del self._chats[chat_id]
+
+    async def _take_slot(self, chat_id: int, state: _ChatState) -> bool:
+        """Wait for a turn slot (MAX_CONCURRENT_TURNS); False when /stop ended the wait first."""
+        if not self._turn_slots.locked():
+            await self._turn_slots.acquire()  # free: taken without waiting
+            return True
+        log.info("turn_waits_for_slot", chat_id=chat_id)
+        state.slot_wait = asyncio.ensure_future(self._turn_slots.acquire())
+        try:
+            await state.slot_wait  # a slot granted as it is cancelled is given back by the semaphore
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # the worker itself (shutdown)
+                raise
+            return False
+        finally:
+            state.slot_wait = None
+        return True
 
     async def _run_one(self, turn: Turn) -> None:
         status = TurnStatus.COMPLETED
