@@ -18,14 +18,15 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 class FakeDoor:
-    """A Unix socket server at `path` serving each connection with `handler`; counts what it accepts and ends
-    every connection it still has when the block ends."""
+    """A Unix socket server at `path` serving each connection with `handler`; counts what it accepts and the
+    handlers that returned, and ends every connection it still has when the block ends."""
 
     def __init__(self, path: Path, handler: Handler) -> None:
         self.path = path
         self.accepted = 0
+        self.handled = 0
         self._handler = handler
-        self._accepted_changed = asyncio.Condition()
+        self._changed = asyncio.Condition()
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
@@ -49,19 +50,27 @@ class FakeDoor:
         self.path.unlink(missing_ok=True)
 
     async def wait_accepted(self, count: int) -> None:
-        async with self._accepted_changed:
-            await self._accepted_changed.wait_for(lambda: self.accepted >= count)
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.accepted >= count)
+
+    async def wait_handled(self, count: int) -> None:
+        """Until `count` handlers returned: what they read is complete (the block's end would cut them)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.handled >= count)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         self._writers.add(writer)
-        async with self._accepted_changed:
+        async with self._changed:
             self.accepted += 1
-            self._accepted_changed.notify_all()
+            self._changed.notify_all()
         try:
             await self._handler(reader, writer)
+            async with self._changed:
+                self.handled += 1
+                self._changed.notify_all()
             writer.close()  # what the handler wrote is sent first
             await writer.wait_closed()
         except (ConnectionError, asyncio.IncompleteReadError):

@@ -86,11 +86,12 @@ async def test_the_door_and_the_client_send_different_bytes_at_the_same_time(
 ) -> None:
     upload, download = os.urandom(PAYLOAD_BYTES), os.urandom(PAYLOAD_BYTES - 1)
     received: list[bytes] = []
-    async with FakeDoor(door_path, exchange(download, received)):
+    async with FakeDoor(door_path, exchange(download, received)) as door:
         reader, writer = await connect(forwarder)
         sending = asyncio.create_task(send_and_end(writer, upload))
         got = await read_to_end(reader)
         await sending
+        await asyncio.wait_for(door.wait_handled(1), SAFETY_SECONDS)  # the door has read the upload to its end
         await close(writer)
 
     assert got == download
@@ -113,6 +114,7 @@ async def test_a_door_that_ends_its_sending_still_gets_the_clients_bytes(forward
         reader, writer = await connect(forwarder)
         assert await read_to_end(reader) == b"hello from the door"
         await send_and_end(writer, b"still talking")
+        await asyncio.wait_for(door.wait_handled(1), SAFETY_SECONDS)  # the door read the client's bytes to its end
         await forwarder.settle()  # the door got the client's end, then closed: the connection is over
         await close(writer)
 
