@@ -29,7 +29,6 @@ from bench.common import BenchContext, ms
 from bench.engine import EngineEvents
 from bench.kube_apps import DOCKER, GVISOR, KUBE, KUBE_GVISOR, RUN_TIMEOUT_SECONDS, Subagents, subagents
 from bench.kube_cluster import (
-    POLL_SECONDS,
     EngineSample,
     bare_sample,
     bench_cluster,
@@ -158,14 +157,6 @@ async def _kube_cancel(ctx: BenchContext, sub: Subagents, model: HoldingModel, e
     return stamps
 
 
-async def _pool_full(sub: Subagents) -> None:
-    pool = sub.service.pool
-    assert pool is not None, "SUBAGENT_WARM_POOL did not make a pool on this backend"
-    async with asyncio.timeout(RUN_TIMEOUT_SECONDS):
-        while pool.counts()[0] < POOL_SIZE:  # noqa: ASYNC110 (the pool has no event for it; a bench polls)
-            await asyncio.sleep(POLL_SECONDS)
-
-
 async def _cancels(
     ctx: BenchContext, api: client.ApiClient, namespace: str, events: PodEvents, count: int
 ) -> dict[str, list[float]]:
@@ -185,7 +176,7 @@ async def _cancels(
             round_samples |= {
                 f"kube_{key}": value for key, value in (await _kube_cancel(ctx, kube, models[KUBE], events)).items()
             }
-            await _pool_full(pooled)
+            await pooled.wait_pool(POOL_SIZE)
             round_samples |= {
                 f"pooled_{key}": value
                 for key, value in (await _kube_cancel(ctx, pooled, models[POOLED], events)).items()

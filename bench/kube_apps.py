@@ -85,6 +85,14 @@ class Subagents:
                 raise TimeoutError(f"run {run_id} not done within {RUN_TIMEOUT_SECONDS:g} s")
             await asyncio.sleep(0.05)
 
+    async def wait_pool(self, ready: int) -> None:
+        """Until the warm pool has `ready` members ready (after a claim it makes a new one in the background)."""
+        pool = self.service.pool
+        assert pool is not None, "SUBAGENT_WARM_POOL did not make a pool on this backend"
+        async with asyncio.timeout(RUN_TIMEOUT_SECONDS):
+            while pool.counts()[0] < ready:  # noqa: ASYNC110 (the pool has no event for it; a bench polls)
+                await asyncio.sleep(0.05)
+
 
 @asynccontextmanager
 async def kube_app(

@@ -35,16 +35,6 @@ NAME = "kube_pool"
 WARMUP = 1
 POOL_SIZE = 2  # the default; idle members request 0.1 CPU each, so the cold app's run (1 CPU) fits beside them
 BYTES_PER_MIB = 1024 * 1024
-POOL_READY_POLL_SECONDS = 0.05
-
-
-async def _pool_full(sub: Subagents) -> None:
-    """Until the pool has POOL_SIZE ready members (after a claim it makes a new one in the background)."""
-    pool = sub.service.pool
-    assert pool is not None, "SUBAGENT_WARM_POOL did not make a pool on this backend"
-    async with asyncio.timeout(RUN_TIMEOUT_SECONDS):
-        while pool.counts()[0] < POOL_SIZE:  # noqa: ASYNC110 (the pool has no event for it; a bench polls)
-            await asyncio.sleep(POOL_READY_POLL_SECONDS)
 
 
 async def _first_request(ctx: BenchContext, sub: Subagents, run_id: str) -> float:
@@ -69,7 +59,7 @@ async def _samples(ctx: BenchContext, cluster: BenchCluster, count: int) -> dict
         for i in range(WARMUP + count):
             bare = await bare_sample(api, namespace, events)
             cold_ms = await _first_request(ctx, cold, f"kc-{batch}-{i:03d}")
-            await _pool_full(pooled)
+            await pooled.wait_pool(POOL_SIZE)
             idle = await pooled.service.pool.stats() if pooled.service.pool is not None else None
             run_id = f"kp-{batch}-{i:03d}"
             hit_ms = await _first_request(ctx, pooled, run_id)
